@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A bounded, blocking byte pipe between two threads (one writer, one reader).
+ * Used to stream request bodies into upstream calls without buffering them
+ * whole: the writer blocks while the pipe is full (backpressure). */
+#ifndef RK_BYTEPIPE_H
+#define RK_BYTEPIPE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct rk_bytepipe;
+
+/** Create a pipe holding at most capacity bytes. */
+struct rk_bytepipe *rk_bytepipe_new(size_t capacity);
+/** Free a pipe (both sides must be done with it). */
+void rk_bytepipe_free(struct rk_bytepipe *p);
+/** Write all len bytes, blocking while full. Returns 0, or -1 if the reader
+ *  aborted (the data is then discarded). */
+int rk_bytepipe_write(struct rk_bytepipe *p, const void *data, size_t len);
+/** Mark the end of data (reader sees 0 after draining). */
+void rk_bytepipe_close(struct rk_bytepipe *p);
+/** Read up to len bytes, blocking while empty. Returns the count, 0 at end of
+ *  data, -1 if the writer aborted or timeout_ms (0 = none) passed. */
+ssize_t rk_bytepipe_read(struct rk_bytepipe *p, void *buf, size_t len, int timeout_ms);
+/** Abort from either side: wakes both; later writes fail and reads return -1. */
+void rk_bytepipe_abort(struct rk_bytepipe *p);
+/** 1 if aborted. */
+int rk_bytepipe_aborted(struct rk_bytepipe *p);
+
+#endif /* RK_BYTEPIPE_H */

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The ROCK response envelope {"status","message","error","result"} and the
+ * per-route failure result shapes of the wire contract (§2.4). Business and
+ * validation errors are HTTP 200 with status "Failed".
+ */
+#ifndef RK_ENVELOPE_H
+#define RK_ENVELOPE_H
+
+#include <json-c/json.h>
+
+#include "rock-admin/operator.h"
+
+struct rk_req;
+
+/** The `result` object a route carries on 4000/5000 failures. */
+enum rk_shape {
+    RK_SHAPE_NULL = 0,          /* result: null */
+    RK_SHAPE_SANDBOX_RESPONSE,  /* {"code","exit_code","failure_reason"} */
+    RK_SHAPE_START,             /* start object with code + failure_reason */
+    RK_SHAPE_EXECUTE,           /* {"stdout":"","stderr":"","exit_code":null} */
+    RK_SHAPE_CREATE_SESSION,    /* {"output":"","session_type":"bash"} */
+    RK_SHAPE_RUN_SESSION,       /* {"session_type":"bash","output":"",...} */
+    RK_SHAPE_CLOSE_SESSION,     /* {"session_type":"bash"} */
+    RK_SHAPE_READ_FILE,         /* {"content":""} */
+    RK_SHAPE_WRITE_FILE,        /* {"success":false,"message":""} */
+    RK_SHAPE_UPLOAD,            /* {"success":false,"message":"","file_name":""} */
+    RK_SHAPE_LIST,              /* list result with items [] */
+    RK_SHAPE_BATCH,             /* batch result with statuses null */
+};
+
+/** ROCK code for a plugin/core status: 4000, 5000, or 0 (result null). */
+int rk_status_rock_code(rk_status st);
+
+/** {"status":"Success","message":null,"error":null,"result":result} (takes result). */
+json_object *rk_envelope_success(json_object *result);
+
+/** Failed envelope: code 0 gives result null, otherwise the shape filled
+ *  with code and failure_reason = error. */
+json_object *rk_envelope_failure(const char *message, const char *error, int code,
+                                 enum rk_shape shape);
+
+/** Reply Success with result (takes ownership). */
+void rk_reply_ok(struct rk_req *r, json_object *result);
+
+/** Reply Failed for status st with text error, using the route's message and
+ *  shape (code from rk_status_rock_code). */
+void rk_reply_error(struct rk_req *r, rk_status st, const char *error);
+
+/** Reply Failed for the error recorded on r->call. */
+void rk_reply_call_error(struct rk_req *r);
+
+/** Reply a validation failure: message "invalid parameter", result null. */
+void rk_reply_invalid(struct rk_req *r, const char *error);
+
+/** Reply {"detail": detail} with an HTTP status (404, 405, 400, 413, 500...). */
+void rk_reply_detail(struct rk_req *r, unsigned http_status, const char *detail);
+
+#endif /* RK_ENVELOPE_H */

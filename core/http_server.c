@@ -1,0 +1,438 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * libmicrohttpd glue. Concurrency model: one thread per connection with a
+ * small fixed stack (server.thread_stack_kib). Plugin calls block that thread
+ * only; a 20-minute command costs one mostly idle thread (its stack pages
+ * that were touched, a few KiB of MHD connection pool and one curl handle)
+ * and never delays other requests. The total is bounded by
+ * server.max_connections; see docs/architecture.md.
+ */
+#include "http_server.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "config.h"
+#include "envelope.h"
+#include "host.h"
+#include "log.h"
+#include "metrics.h"
+#include "router.h"
+#include "util.h"
+
+struct http_state {
+    struct MHD_Daemon *daemon;
+    int port;
+    atomic_int inflight;
+    int quiesced;
+};
+
+/* ---- request accessors ------------------------------------------------------ */
+
+const char *rk_req_header(struct rk_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+/* Iteration state for finding the last value of a query key. */
+struct last_ctx {
+    const char *name;
+    const char *value;
+};
+
+static enum MHD_Result last_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    (void)kind;
+    struct last_ctx *c = cls;
+    if (key && strcmp(key, c->name) == 0)
+        c->value = value ? value : "";
+    return MHD_YES;
+}
+
+const char *rk_req_query(struct rk_req *r, const char *name)
+{
+    /* ROCK (Starlette) takes the last value of a repeated key. */
+    struct last_ctx c = {name, NULL};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, last_cb, &c);
+    return c.value;
+}
+
+struct each_ctx {
+    void (*fn)(void *ctx, const char *k, const char *v);
+    void *ctx;
+};
+
+static enum MHD_Result each_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    (void)kind;
+    struct each_ctx *e = cls;
+    e->fn(e->ctx, key, value ? value : "");
+    return MHD_YES;
+}
+
+void rk_req_query_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                       void *ctx)
+{
+    struct each_ctx e = {fn, ctx};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, each_cb, &e);
+}
+
+void rk_req_header_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                        void *ctx)
+{
+    struct each_ctx e = {fn, ctx};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, each_cb, &e);
+}
+
+const char *rk_req_raw_query(struct rk_req *r)
+{
+    const char *q = r->raw_uri ? strchr(r->raw_uri, '?') : NULL;
+    return q ? q + 1 : "";
+}
+
+const char *rk_req_raw_path(struct rk_req *r)
+{
+    return r->raw_uri ? r->raw_uri : r->path;
+}
+
+int rk_req_client_fd(struct rk_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* ---- responses ---------------------------------------------------------------- */
+
+/* Headers every response carries: request id and permissive CORS like ROCK. */
+static void add_common_headers(struct rk_req *r, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "X-Request-ID", r->request_id);
+    const char *origin = rk_req_header(r, "Origin");
+    if (origin && *origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
+        MHD_add_response_header(resp, "Vary", "Origin");
+    }
+}
+
+void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp)
+{
+    if (r->responded) {
+        MHD_destroy_response(resp);
+        return;
+    }
+    add_common_headers(r, resp);
+    r->responded = 1;
+    r->http_status = http_status;
+    if (!r->outcome)
+        r->outcome = http_status < 400 ? "success" : http_status < 500 ? "client_error"
+                                                                       : "server_error";
+    if (MHD_queue_response(r->conn, http_status, resp) != MHD_YES)
+        rk_warn("request %s: cannot queue the response", r->request_id);
+    MHD_destroy_response(resp);
+}
+
+void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body)
+{
+    size_t len = 0;
+    const char *text =
+        json_object_to_json_string_length(body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    json_object_put(body);
+    if (!resp) {
+        rk_err("request %s: out of memory building a response", r->request_id);
+        return;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    rk_req_reply_mhd(r, http_status, resp);
+}
+
+/* ---- request lifecycle ------------------------------------------------------ */
+
+/* Called by MHD with the raw request URI before anything else. */
+static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)conn;
+    struct rk_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->app = cls;
+    r->raw_uri = strdup(uri ? uri : "/");
+    r->start_ms = rk_now_ms();
+    return r;
+}
+
+/* Keep a client's X-Request-ID when it is sane; otherwise make one. */
+static void choose_request_id(struct rk_req *r)
+{
+    const char *given = rk_req_header(r, "X-Request-ID");
+    if (given) {
+        size_t n = strlen(given);
+        int ok = n > 0 && n < sizeof r->request_id;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)given[i]) || strchr("-_.:", given[i]);
+        if (ok) {
+            memcpy(r->request_id, given, n + 1);
+            return;
+        }
+    }
+    rk_random_hex(r->request_id, 32);
+}
+
+static int is_websocket_upgrade(struct rk_req *r)
+{
+    const char *up = rk_req_header(r, "Upgrade");
+    return up && strcasestr(up, "websocket") != NULL;
+}
+
+/* Answer 404/405/307 for requests that match no route. */
+static void reply_unrouted(struct rk_req *r, enum rk_match m)
+{
+    if (m == RK_MATCH_BAD_METHOD) {
+        rk_reply_detail(r, 405, "Method Not Allowed");
+        return;
+    }
+    if (m == RK_MATCH_REDIRECT) {
+        struct rk_buf loc = {0};
+        rk_buf_append(&loc, r->path, strlen(r->path) - 1);
+        const char *q = rk_req_raw_query(r);
+        if (*q)
+            rk_buf_printf(&loc, "?%s", q);
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(resp, "Location", rk_buf_cstr(&loc));
+        rk_buf_free(&loc);
+        r->outcome = "redirect";
+        rk_req_reply_mhd(r, 307, resp);
+        return;
+    }
+    rk_reply_detail(r, 404, "Not Found");
+}
+
+static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                      const char *method, const char *version,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **con_cls)
+{
+    (void)version;
+    struct rk_app *app = cls;
+    struct http_state *hs = app->http;
+    struct rk_req *r = *con_cls;
+    if (!r)
+        return MHD_NO;
+
+    if (!r->call) {
+        /* First call: headers are complete. */
+        r->conn = conn;
+        r->method = method;
+        r->path = url;
+        choose_request_id(r);
+        r->call = rk_call_new(r->request_id, rk_req_client_fd(r), 0);
+        atomic_fetch_add(&hs->inflight, 1);
+        rk_metrics_inflight_add(1);
+        enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), &r->route, r);
+        if (m != RK_MATCH_OK) {
+            r->route = NULL;
+            reply_unrouted(r, m);
+            return MHD_YES;
+        }
+        if (r->route->body_mode == RK_BODY_STREAM && r->route->begin && r->route->begin(r))
+            return MHD_YES;
+        if (r->route->websocket && r->route->handler) {
+            r->route->handler(r);
+            if (!r->responded)
+                rk_reply_detail(r, 500, "websocket route produced no response");
+        }
+        return MHD_YES;
+    }
+
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (r->responded || r->body_too_large)
+            return MHD_YES; /* discard the rest */
+        if (!r->route || r->route->body_mode == RK_BODY_NONE)
+            return MHD_YES;
+        if (r->route->body_mode == RK_BODY_STREAM) {
+            if (r->route->body && r->route->body(r, upload_data, n))
+                r->body_too_large = 1; /* the route stopped reading */
+            return MHD_YES;
+        }
+        int64_t limit = app->cfg->server.max_body_bytes;
+        if ((int64_t)(r->body_len + n) > limit) {
+            r->body_too_large = 1;
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "Request body exceeds the configured limit of %lld bytes "
+                     "(server.max_body_bytes)",
+                     (long long)limit);
+            rk_reply_detail(r, 413, msg);
+            return MHD_YES;
+        }
+        char *nb = realloc(r->body, r->body_len + n + 1);
+        if (!nb) {
+            r->body_too_large = 1;
+            rk_reply_detail(r, 500, "out of memory");
+            return MHD_YES;
+        }
+        r->body = nb;
+        memcpy(r->body + r->body_len, upload_data, n);
+        r->body_len += n;
+        r->body[r->body_len] = '\0';
+        return MHD_YES;
+    }
+
+    /* Final call: the whole body has arrived. */
+    if (!r->responded && r->route && !r->route->websocket) {
+        r->route->handler(r);
+        if (!r->responded)
+            rk_reply_detail(r, 500, "handler produced no response");
+    }
+    if (!r->responded)
+        rk_reply_detail(r, 500, "no response");
+    return MHD_YES;
+}
+
+/* Called by MHD when a request ends (answered, failed or client gone). */
+static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    struct rk_app *app = cls;
+    struct http_state *hs = app->http;
+    struct rk_req *r = *con_cls;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    if (r->call) {
+        int64_t dur = rk_now_ms() - r->start_ms;
+        const char *route = r->route ? r->route->name : "unrouted";
+        const char *outcome = r->outcome ? r->outcome : "unknown";
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http_status != 101)
+            outcome = "client_closed";
+        rk_metrics_request(route, outcome, r->http_status, dur);
+        rk_info("access id=%s method=%s path=%s route=%s status=%u duration_ms=%lld outcome=%s",
+                r->request_id, r->method ? r->method : "-", r->path ? r->path : "-", route,
+                r->http_status, (long long)dur, outcome);
+        atomic_fetch_sub(&hs->inflight, 1);
+        rk_metrics_inflight_add(-1);
+    }
+    if (r->route_ctx_free)
+        r->route_ctx_free(r);
+    rk_call_free(r->call);
+    free(r->body);
+    free(r->param_buf);
+    free(r->raw_uri);
+    free(r);
+}
+
+/* Route libmicrohttpd's own diagnostics into our log. */
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    rk_log(RK_LOG_WARNING, "http: %s", line);
+}
+
+int rk_http_start(struct rk_app *app)
+{
+    struct http_state *hs = calloc(1, sizeof *hs);
+    if (!hs)
+        return -1;
+    app->http = hs;
+    const struct rk_config *cfg = app->cfg;
+
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | MHD_USE_ITC;
+    const char *host = cfg->server.host;
+    if (strchr(host, ':')) {
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)cfg->server.port);
+        if (inet_pton(AF_INET6, host, &a6->sin6_addr) != 1) {
+            rk_err("server.host: \"%s\" is not an IPv6 address", host);
+            return -1;
+        }
+        flags |= MHD_USE_IPv6;
+    } else {
+        struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)cfg->server.port);
+        if (inet_pton(AF_INET, host, &a4->sin_addr) != 1) {
+            rk_err("server.host: \"%s\" is not an IPv4 address", host);
+            return -1;
+        }
+    }
+
+    hs->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->server.port, NULL, NULL, access_handler, app,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->server.max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->server.per_ip_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->server.connection_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->server.max_header_bytes,
+        MHD_OPTION_THREAD_STACK_SIZE, (size_t)cfg->server.thread_stack_kib * 1024,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app,
+        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, app,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+        MHD_OPTION_END);
+    if (!hs->daemon) {
+        rk_err("cannot listen on %s:%d (address in use or not permitted)", host, cfg->server.port);
+        return -1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(hs->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    hs->port = di ? di->port : cfg->server.port;
+    return 0;
+}
+
+int rk_http_port(const struct rk_app *app)
+{
+    const struct http_state *hs = app->http;
+    return hs ? hs->port : 0;
+}
+
+void rk_http_quiesce(struct rk_app *app)
+{
+    struct http_state *hs = app->http;
+    if (!hs || !hs->daemon || hs->quiesced)
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(hs->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    hs->quiesced = 1;
+}
+
+int rk_http_inflight(const struct rk_app *app)
+{
+    const struct http_state *hs = app->http;
+    return hs ? atomic_load(&((struct http_state *)hs)->inflight) : 0;
+}
+
+void rk_http_stop(struct rk_app *app)
+{
+    struct http_state *hs = app->http;
+    if (!hs)
+        return;
+    if (hs->daemon)
+        MHD_stop_daemon(hs->daemon);
+    free(hs);
+    app->http = NULL;
+}

@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The HTTP front end (libmicrohttpd, one thread per connection).
+ *
+ * Each request gets a struct rk_req that lives until the connection finishes
+ * the response. Routes are matched when the headers are complete; JSON routes
+ * get their body buffered (bounded by server.max_body_bytes) and run their
+ * handler on the connection thread; streaming routes receive body chunks as
+ * they arrive. A handler answers with rk_req_reply_json() or installs its own
+ * libmicrohttpd response with rk_req_reply_mhd().
+ */
+#ifndef RK_HTTP_SERVER_H
+#define RK_HTTP_SERVER_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct rk_app;
+struct rk_route;
+struct rk_call;
+struct MHD_Response;
+struct MHD_Connection;
+
+/** Maximum path parameters a route can capture. */
+#define RK_MAX_PARAMS 4
+
+/** One in-flight HTTP request. */
+struct rk_req {
+    struct rk_app *app;
+    struct MHD_Connection *conn;
+    const struct rk_route *route;
+    const char *method;        /* "GET", ... */
+    const char *path;          /* percent-decoded path without the query */
+    char *raw_uri;             /* as received: raw path + "?" + raw query */
+    const char *params[RK_MAX_PARAMS]; /* decoded path parameters (point into param_buf) */
+    char *param_buf;
+    struct rk_call *call;      /* deadline, arena, error slot, request id */
+    int64_t start_ms;          /* monotonic start time */
+    char request_id[40];       /* from X-Request-ID or generated */
+    /* body handling */
+    char *body;                /* buffered body (JSON routes), NUL-terminated */
+    size_t body_len;
+    int body_too_large;
+    void *route_ctx;           /* streaming routes' private state */
+    void (*route_ctx_free)(struct rk_req *r); /* called when the request ends */
+    /* response */
+    int responded;
+    unsigned http_status;
+    const char *outcome;       /* "ok", "failed", "client_error", ... for metrics */
+};
+
+/** Start listening per app->cfg->server. Returns 0, or -1 with an error logged. */
+int rk_http_start(struct rk_app *app);
+/** Port actually bound (after start). */
+int rk_http_port(const struct rk_app *app);
+/** Stop accepting new connections (drain begins). */
+void rk_http_quiesce(struct rk_app *app);
+/** Number of requests currently being handled. */
+int rk_http_inflight(const struct rk_app *app);
+/** Stop the daemon and free it (in-flight connections are closed). */
+void rk_http_stop(struct rk_app *app);
+
+/** Request header value (case-insensitive) or NULL. */
+const char *rk_req_header(struct rk_req *r, const char *name);
+/** Decoded query argument or NULL. (Last value wins for repeated keys.) */
+const char *rk_req_query(struct rk_req *r, const char *name);
+/** Call fn for every query argument (decoded) in order. */
+void rk_req_query_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                       void *ctx);
+/** Call fn for every request header in order. */
+void rk_req_header_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                        void *ctx);
+/** Raw query string (after '?', not decoded) or "" */
+const char *rk_req_raw_query(struct rk_req *r);
+/** Raw path (before '?', not decoded). */
+const char *rk_req_raw_path(struct rk_req *r);
+/** Socket of the client connection (for client-gone checks and upgrades). */
+int rk_req_client_fd(struct rk_req *r);
+
+/** Answer with a JSON body (takes ownership of body). */
+void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body);
+/** Answer with a prepared libmicrohttpd response (takes ownership). */
+void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp);
+
+#endif /* RK_HTTP_SERVER_H */

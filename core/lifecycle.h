@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Lifecycle logic shared by routes and the idle sweeper: background create,
+ * status refresh (persisting pending->running, vanished->deleted, failures),
+ * and delete (kill upstream, mark deleted, clear session mappings).
+ */
+#ifndef RK_LIFECYCLE_H
+#define RK_LIFECYCLE_H
+
+#include <json-c/json.h>
+
+#include "rock-admin/operator.h"
+
+struct rk_app;
+struct rk_call;
+
+/** Start the backend create for a stored pending record on a background
+ *  thread. spec strings are copied. Returns RK_OK or an error on call. */
+rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
+                                    const struct rk_create_spec *spec);
+
+/**
+ * Ask the backend for the state of an active record and persist what it
+ * learned. *rec_io is replaced by the updated record. On success *shown is the
+ * state to report and *alive whether it is running. Backend unreachable gives
+ * an error on call.
+ */
+rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                               enum rk_state *shown, int *alive);
+
+/** Kill the sandbox upstream (gone = success) and mark the record deleted,
+ *  clearing its session mappings. event names the transition. */
+rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_object *rec,
+                              const char *event);
+
+#endif /* RK_LIFECYCLE_H */

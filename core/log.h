@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Logging to stderr: one line per event, timestamped, level-filtered.
+ * Never pass secrets (API keys, passwords, env values, auth headers). */
+#ifndef RK_LOG_H
+#define RK_LOG_H
+
+#include "rock-admin/operator.h"
+#include <stdarg.h>
+
+/** Set the most verbose level printed (default RK_LOG_INFO). */
+void rk_log_set_level(enum rk_log_level level);
+
+/** Log one line at level. */
+void rk_log(enum rk_log_level level, const char *fmt, ...) RK_PRINTF(2, 3);
+
+/** Log one line at level with an explicit va_list; prefix may be NULL. */
+void rk_logv(enum rk_log_level level, const char *prefix, const char *fmt, va_list ap);
+
+#define rk_err(...) rk_log(RK_LOG_ERROR, __VA_ARGS__)
+#define rk_warn(...) rk_log(RK_LOG_WARNING, __VA_ARGS__)
+#define rk_info(...) rk_log(RK_LOG_INFO, __VA_ARGS__)
+#define rk_debug(...) rk_log(RK_LOG_DEBUG, __VA_ARGS__)
+
+#endif /* RK_LOG_H */

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Sandbox records (stored JSON) and the status object clients see (§4.3).
+ *
+ * Stored members: sandbox_id, state, image, image_os, cpus, memory, disk,
+ * num_gpus, accelerator_type, user_id, experiment_id, namespace, cluster_name,
+ * env (object), metadata (object), extended_params {backend, <tag>_id},
+ * host_name, create_time/start_time/stop_time/delete_time/archive_time (ISO),
+ * auto_clear_time (minutes), expire_time (epoch, from the idle index),
+ * state_history (<= 100 entries), failure {phase, message} when the backend
+ * reported a failure.
+ */
+#ifndef RK_RECORD_H
+#define RK_RECORD_H
+
+#include <json-c/json.h>
+
+#include "rock-admin/operator.h"
+
+/** "pending", "running", ... ; NULL for invalid values. */
+const char *rk_state_name(enum rk_state st);
+/** Parse a state name; 0 if unknown. */
+enum rk_state rk_state_parse(const char *s);
+/** 1 for pending and running. */
+int rk_state_is_active(enum rk_state st);
+
+/** String member or NULL. */
+const char *rk_rec_str(json_object *rec, const char *key);
+/** Set a string member (NULL sets JSON null). */
+void rk_rec_set_str(json_object *rec, const char *key, const char *value);
+/** Stored state of a record (0 if missing). */
+enum rk_state rk_rec_state(json_object *rec);
+/** extended_params.backend or NULL. */
+const char *rk_rec_backend(json_object *rec);
+/** extended_params.<tag>_id or NULL. */
+const char *rk_rec_upstream_id(json_object *rec, const char *tag);
+/** Set extended_params.backend = tag and extended_params.<tag>_id = id (if id). */
+void rk_rec_set_backend(json_object *rec, const char *tag, const char *upstream_id);
+
+/** Move the record to state `to` via `event`, stamping times and appending a
+ *  history entry when the state really changes (capped at 100). */
+void rk_rec_transition(json_object *rec, enum rk_state to, const char *event);
+
+/** Build the client-facing status object (new reference).
+ *  state: the state to show; is_alive as computed by the caller. */
+json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive);
+
+/** Normalise a memory string to GiB with two decimals ("8g" -> "8.00g").
+ *  Returns 0 and writes out, or -1 if invalid. bytes_out may be NULL. */
+int rk_memory_normalize(const char *mem, char out[32], double *bytes_out);
+
+#endif /* RK_RECORD_H */

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Route table and matcher for the ROCK Admin API and the operational endpoints. */
+#ifndef RK_ROUTER_H
+#define RK_ROUTER_H
+
+#include <stddef.h>
+
+struct rk_req;
+
+/** The common prefix of every sandbox route. */
+#define RK_API_PREFIX "/apis/envs/sandbox/v1"
+
+/** How a route takes its request body. */
+enum rk_body_mode {
+    RK_BODY_NONE = 0,   /* body ignored (GET-style) */
+    RK_BODY_JSON = 1,   /* buffered up to server.max_body_bytes, then handler() */
+    RK_BODY_STREAM = 2, /* begin() at headers, body() per chunk, handler() at the end */
+};
+
+/** A route. Patterns are literal segments and "{name}" captures; a trailing
+ *  "{*}" captures the rest of the path (may be empty or contain '/'). */
+struct rk_route {
+    const char *method;  /* "GET", "POST", or "*" for any */
+    const char *pattern; /* e.g. RK_API_PREFIX "/sandboxes/{id}/restart" */
+    const char *name;    /* metrics label, e.g. "start_async" */
+    enum rk_body_mode body_mode;
+    /** Called once headers are complete (stream routes; optional). Return 0 to
+     *  continue; non-zero means the route already replied. */
+    int (*begin)(struct rk_req *r);
+    /** Called for every chunk of body (stream routes). Return 0 to continue;
+     *  non-zero stops reading (the route replies in handler()). */
+    int (*body)(struct rk_req *r, const char *data, size_t len);
+    /** Produces the response. */
+    void (*handler)(struct rk_req *r);
+    int websocket; /* 1: matched only for Upgrade: websocket requests */
+    const char *fail_message; /* route "message" on failures, e.g. "execute command failed" */
+    int shape;                /* enum rk_shape: result object on 4000/5000 failures */
+};
+
+/** Result of matching a request line. */
+enum rk_match {
+    RK_MATCH_OK = 0,
+    RK_MATCH_NOT_FOUND = 1,
+    RK_MATCH_BAD_METHOD = 2,
+    RK_MATCH_REDIRECT = 3, /* trailing slash: redirect to the path without it */
+};
+
+/** Find the route for method+decoded path, filling r->params. */
+enum rk_match rk_router_match(const char *method, const char *path, int is_websocket,
+                              const struct rk_route **route_out, struct rk_req *r);
+
+/** The route table (NULL-pattern terminated), for tests. */
+extern const struct rk_route rk_routes[];
+
+#endif /* RK_ROUTER_H */

@@ -1,0 +1,56 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Small shared helpers: time, ids, strings, growable buffers, shell quoting. */
+#ifndef RK_UTIL_H
+#define RK_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rock-admin/operator.h"
+
+/** CLOCK_MONOTONIC in milliseconds. */
+int64_t rk_now_ms(void);
+/** Wall clock, epoch seconds. */
+int64_t rk_epoch_s(void);
+/** Select the zone used by rk_iso_time (ROCK_TIME_ZONE, else TZ, else Asia/Shanghai). */
+void rk_time_init(void);
+/** Format epoch seconds as ISO-8601 with the zone offset, e.g. 2026-01-21T19:38:00+08:00. */
+void rk_iso_time(int64_t epoch, char out[32]);
+/** 32 lowercase hex characters from the kernel RNG (uuid4().hex-like). */
+void rk_random_hex(char *out, size_t nbytes_hex_chars);
+
+/** A growable byte buffer with a hard cap (cap 0 = unbounded). */
+struct rk_buf {
+    char *data;
+    size_t len;
+    size_t alloc;
+    size_t cap;
+};
+/** Append bytes; returns -1 when the cap would be exceeded or on OOM. */
+int rk_buf_append(struct rk_buf *b, const void *data, size_t len);
+/** Append a formatted string. */
+int rk_buf_printf(struct rk_buf *b, const char *fmt, ...) RK_PRINTF(2, 3);
+/** NUL-terminate (not counted in len) and return data ("" if empty). */
+const char *rk_buf_cstr(struct rk_buf *b);
+/** Free the buffer's memory and reset it (keeps cap). */
+void rk_buf_free(struct rk_buf *b);
+
+/** malloc'd printf; aborts the process on OOM (tiny strings only). */
+char *rk_strdup_printf(const char *fmt, ...) RK_PRINTF(1, 2);
+/** strdup that aborts on OOM. */
+char *rk_xstrdup(const char *s);
+
+/** Append s to b as a POSIX-shell single-quoted word (shlex.quote rules). */
+int rk_shell_quote(struct rk_buf *b, const char *s);
+/** Python repr() of a UTF-8 string (single quotes, escapes) into b. */
+int rk_py_repr(struct rk_buf *b, const char *s, size_t len);
+/** Python str(float) of a number: 9 -> "9.0", 2.5 -> "2.5". */
+void rk_py_float(double v, char out[64]);
+
+/** Case-insensitive ASCII equality. */
+int rk_strcaseeq(const char *a, const char *b);
+/** Parse a query/bool string (true/false/1/0/yes/no/on/off/t/f/y/n); -1 if invalid. */
+int rk_parse_bool(const char *s);
+
+#endif /* RK_UTIL_H */

@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "validate.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "host.h"
+#include "http_server.h"
+
+void rk_v_init(struct rk_v *v, struct rk_call *call, const char *loc)
+{
+    memset(v, 0, sizeof *v);
+    v->call = call;
+    v->loc = loc;
+}
+
+int rk_v_ok(const struct rk_v *v)
+{
+    return v->n == 0;
+}
+
+const char *rk_v_text(struct rk_v *v)
+{
+    return rk_buf_cstr(&v->text);
+}
+
+void rk_v_free(struct rk_v *v)
+{
+    rk_buf_free(&v->text);
+}
+
+void rk_v_problem(struct rk_v *v, const char *key, const char *msg)
+{
+    if (v->n++)
+        rk_buf_append(&v->text, "; ", 2);
+    rk_buf_printf(&v->text, "%s.%s: %s", v->loc, key, msg);
+}
+
+json_object *rk_v_body(struct rk_v *v, struct rk_req *r)
+{
+    if (!r->body || r->body_len == 0) {
+        rk_v_problem(v, "body", "Field required");
+        return NULL;
+    }
+    struct json_tokener *tok = json_tokener_new();
+    json_object *o = json_tokener_parse_ex(tok, r->body, (int)r->body_len);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    size_t consumed = (size_t)json_tokener_get_parse_end(tok);
+    json_tokener_free(tok);
+    /* Trailing garbage after the JSON value is a decode error too. */
+    while (o && consumed < r->body_len && isspace((unsigned char)r->body[consumed]))
+        consumed++;
+    if (!o || jerr != json_tokener_success || consumed < r->body_len) {
+        json_object_put(o);
+        char key[32];
+        snprintf(key, sizeof key, "%zu", consumed);
+        rk_v_problem(v, key, "JSON decode error");
+        return NULL;
+    }
+    if (!json_object_is_type(o, json_type_object)) {
+        json_object_put(o);
+        rk_v_problem(v, "body", "Input should be a valid dictionary");
+        return NULL;
+    }
+    return o;
+}
+
+/* Member lookup treating JSON null like absence; obj may be NULL. */
+static json_object *member(json_object *obj, const char *key, int *present)
+{
+    json_object *val = NULL;
+    int has = obj && json_object_object_get_ex(obj, key, &val);
+    if (present)
+        *present = has && val != NULL;
+    return has ? val : NULL;
+}
+
+const char *rk_v_str(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
+                     const char *def)
+{
+    int present;
+    json_object *val = member(obj, key, &present);
+    if (!present) {
+        if ((flags & RK_V_REQUIRED) && obj)
+            rk_v_problem(v, key, "Field required");
+        return def;
+    }
+    if (!json_object_is_type(val, json_type_string)) {
+        rk_v_problem(v, key, "Input should be a valid string");
+        return def;
+    }
+    const char *s = json_object_get_string(val);
+    size_t len = (size_t)json_object_get_string_len(val);
+    if (flags & RK_V_NONBLANK) {
+        while (len && isspace((unsigned char)*s)) {
+            s++;
+            len--;
+        }
+        while (len && isspace((unsigned char)s[len - 1]))
+            len--;
+        if (!len) {
+            rk_v_problem(v, key, "String should have at least 1 character");
+            return def;
+        }
+    }
+    return rk_arena_strndup(v->call, s, len);
+}
+
+/* Parse a number from JSON (int, double, or numeric string). */
+static int number_of(json_object *val, double *out)
+{
+    if (json_object_is_type(val, json_type_int)) {
+        *out = (double)json_object_get_int64(val);
+        return 0;
+    }
+    if (json_object_is_type(val, json_type_double)) {
+        *out = json_object_get_double(val);
+        return isfinite(*out) ? 0 : -1;
+    }
+    if (json_object_is_type(val, json_type_string)) {
+        const char *s = json_object_get_string(val);
+        char *end;
+        errno = 0;
+        double d = strtod(s, &end);
+        while (*end && isspace((unsigned char)*end))
+            end++;
+        if (end == s || *end || errno || !isfinite(d))
+            return -1;
+        *out = d;
+        return 0;
+    }
+    return -1;
+}
+
+double rk_v_num(struct rk_v *v, json_object *obj, const char *key, unsigned flags, double def,
+                int *present_out)
+{
+    int present;
+    json_object *val = member(obj, key, &present);
+    if (present_out)
+        *present_out = 0;
+    if (!present) {
+        if ((flags & RK_V_REQUIRED) && obj)
+            rk_v_problem(v, key, "Field required");
+        return def;
+    }
+    double d;
+    if (json_object_is_type(val, json_type_boolean) || number_of(val, &d)) {
+        rk_v_problem(v, key, "Input should be a valid number");
+        return def;
+    }
+    if (present_out)
+        *present_out = 1;
+    return d;
+}
+
+int64_t rk_v_int(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int64_t def,
+                 int *present_out)
+{
+    int present;
+    json_object *val = member(obj, key, &present);
+    if (present_out)
+        *present_out = 0;
+    if (!present) {
+        if ((flags & RK_V_REQUIRED) && obj)
+            rk_v_problem(v, key, "Field required");
+        return def;
+    }
+    if (json_object_is_type(val, json_type_int)) {
+        if (present_out)
+            *present_out = 1;
+        return json_object_get_int64(val);
+    }
+    double d;
+    if (json_object_is_type(val, json_type_boolean) || number_of(val, &d)) {
+        rk_v_problem(v, key, "Input should be a valid integer");
+        return def;
+    }
+    if (d != floor(d) || fabs(d) > 9.0e15) {
+        rk_v_problem(v, key, "Input should be a valid integer, got a number with a fractional part");
+        return def;
+    }
+    if (present_out)
+        *present_out = 1;
+    return (int64_t)d;
+}
+
+int rk_v_bool(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int def)
+{
+    int present;
+    json_object *val = member(obj, key, &present);
+    if (!present) {
+        if ((flags & RK_V_REQUIRED) && obj)
+            rk_v_problem(v, key, "Field required");
+        return def;
+    }
+    if (json_object_is_type(val, json_type_boolean))
+        return json_object_get_boolean(val);
+    if (json_object_is_type(val, json_type_int)) {
+        int64_t i = json_object_get_int64(val);
+        if (i == 0 || i == 1)
+            return (int)i;
+    }
+    if (json_object_is_type(val, json_type_string)) {
+        int b = rk_parse_bool(json_object_get_string(val));
+        if (b >= 0)
+            return b;
+    }
+    rk_v_problem(v, key, "Input should be a valid boolean");
+    return def;
+}
+
+json_object *rk_v_strmap(struct rk_v *v, json_object *obj, const char *key, unsigned flags)
+{
+    int present;
+    json_object *val = member(obj, key, &present);
+    if (!present) {
+        if ((flags & RK_V_REQUIRED) && obj)
+            rk_v_problem(v, key, "Field required");
+        return NULL;
+    }
+    if (!json_object_is_type(val, json_type_object)) {
+        rk_v_problem(v, key, "Input should be a valid dictionary");
+        return NULL;
+    }
+    json_object_object_foreach(val, k, item)
+    {
+        if (!item || !json_object_is_type(item, json_type_string)) {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s.%s", key, k);
+            rk_v_problem(v, sub, "Input should be a valid string");
+            return NULL;
+        }
+    }
+    return val;
+}
+
+json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, unsigned flags)
+{
+    int present;
+    json_object *val = member(obj, key, &present);
+    if (!present) {
+        if ((flags & RK_V_REQUIRED) && obj)
+            rk_v_problem(v, key, "Field required");
+        return NULL;
+    }
+    if (!json_object_is_type(val, json_type_array)) {
+        rk_v_problem(v, key, "Input should be a valid list");
+        return NULL;
+    }
+    size_t n = json_object_array_length(val);
+    for (size_t i = 0; i < n; i++) {
+        json_object *item = json_object_array_get_idx(val, i);
+        if (!item || !json_object_is_type(item, json_type_string)) {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s.%zu", key, i);
+            rk_v_problem(v, sub, "Input should be a valid string");
+            return NULL;
+        }
+    }
+    return val;
+}
+
+const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigned flags)
+{
+    const char *s = rk_req_query(r, key);
+    if (!s) {
+        if (flags & RK_V_REQUIRED)
+            rk_v_problem(v, key, "Field required");
+        return NULL;
+    }
+    size_t len = strlen(s);
+    if (flags & RK_V_NONBLANK) {
+        while (len && isspace((unsigned char)*s)) {
+            s++;
+            len--;
+        }
+        while (len && isspace((unsigned char)s[len - 1]))
+            len--;
+        if (!len) {
+            rk_v_problem(v, key, "String should have at least 1 character");
+            return NULL;
+        }
+    }
+    return rk_arena_strndup(v->call, s, len);
+}
+
+int rk_v_qbool(struct rk_v *v, struct rk_req *r, const char *key, int def)
+{
+    const char *s = rk_req_query(r, key);
+    if (!s)
+        return def;
+    int b = rk_parse_bool(s);
+    if (b < 0) {
+        rk_v_problem(v, key, "Input should be a valid boolean, unable to interpret input");
+        return def;
+    }
+    return b;
+}
+
+int64_t rk_v_qint(struct rk_v *v, struct rk_req *r, const char *key, int64_t def)
+{
+    const char *s = rk_req_query(r, key);
+    if (!s)
+        return def;
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (end == s || *end || errno) {
+        rk_v_problem(v, key, "Input should be a valid integer, unable to parse string as an integer");
+        return def;
+    }
+    return x;
+}

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file opensandbox.c
+ * @brief The OpenSandbox operator descriptor and the ABI entry points (thin glue).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "os_internal.h"
+
+/** ops.init: validate the section and build the instance; never contacts upstream. */
+static rk_status op_init(const struct rk_host *host, const struct rk_cfg *cfg, void **inst_out)
+{
+    struct os_inst *inst = NULL;
+    rk_status s = os_config_init(host, cfg, &inst);
+    if (s == RK_OK)
+        *inst_out = inst;
+    return s;
+}
+
+/** ops.fini: free the instance. */
+static void op_fini(void *inst)
+{
+    os_config_free(inst);
+}
+
+/** ops.create. */
+static rk_status op_create(void *inst, struct rk_call *call, const struct rk_create_spec *spec,
+                           struct rk_created *out)
+{
+    return os_lc_create(inst, call, spec, out);
+}
+
+/** ops.status. */
+static rk_status op_status(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                           struct rk_status_info *out)
+{
+    return os_lc_status(inst, call, ref, out);
+}
+
+/** ops.destroy. */
+static rk_status op_destroy(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref)
+{
+    return os_lc_destroy(inst, call, ref);
+}
+
+/** ops.exec. */
+static rk_status op_exec(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                         const struct rk_exec_req *req, const struct rk_sink *sink,
+                         struct rk_exec_res *out)
+{
+    return os_exec(inst, call, ref, req, sink, out);
+}
+
+/** ops.file_read. */
+static rk_status op_file_read(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                              const char *path, const struct rk_sink *sink)
+{
+    return os_file_read(inst, call, ref, path, sink);
+}
+
+/** ops.file_stat. */
+static rk_status op_file_stat(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                              const char *path, struct rk_file_info *out)
+{
+    return os_file_stat(inst, call, ref, path, out);
+}
+
+/** ops.file_write. */
+static rk_status op_file_write(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                               const char *path, unsigned mode, const struct rk_source *source)
+{
+    return os_file_write(inst, call, ref, path, mode, source);
+}
+
+/** ops.session_open. */
+static rk_status op_session_open(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                                 const struct rk_session_opts *opts, struct rk_session_opened *out)
+{
+    return os_session_open(inst, call, ref, opts, out);
+}
+
+/** ops.session_run. */
+static rk_status op_session_run(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                                const char *session_id, const struct rk_session_req *req,
+                                const struct rk_sink *sink, struct rk_exec_res *out)
+{
+    return os_session_run(inst, call, ref, session_id, req, sink, out);
+}
+
+/** ops.session_close. */
+static rk_status op_session_close(void *inst, struct rk_call *call,
+                                  const struct rk_sandbox_ref *ref, const char *session_id)
+{
+    return os_session_close(inst, call, ref, session_id);
+}
+
+/** ops.proxy_target. */
+static rk_status op_proxy_target(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                                 int port, enum rk_proxy_kind kind, struct rk_proxy_target *out)
+{
+    return os_proxy_target(inst, call, ref, port, kind, out);
+}
+
+static const struct rk_operator_ops os_ops = {
+    .struct_size = sizeof(struct rk_operator_ops),
+    .init = op_init,
+    .fini = op_fini,
+    .create = op_create,
+    .status = op_status,
+    .destroy = op_destroy,
+    .exec = op_exec,
+    .file_read = op_file_read,
+    .file_stat = op_file_stat,
+    .file_write = op_file_write,
+    .session_open = op_session_open,
+    .session_run = op_session_run,
+    .session_close = op_session_close,
+    .proxy_target = op_proxy_target,
+};
+
+static const struct rk_cap_msg os_unsupported[] = {
+    {RK_CAP_STOP, "OpenSandbox backend does not support stop by default. OpenSandbox pause "
+                  "requires creating the sandbox with persistence enabled; use delete instead."},
+    {RK_CAP_RESTART,
+     "OpenSandbox backend does not support restart by default. OpenSandbox resume requires "
+     "creating the sandbox with persistence enabled; create a new sandbox instead."},
+    {RK_CAP_SESSION_INTERACTIVE, "OpenSandbox sessions do not support interactive commands"},
+    {RK_CAP_PORT_FORWARD, "OpenSandbox backend does not support portforward in this release"},
+    {RK_CAP_ARCHIVE, "archive not supported on OpenSandboxOperator"},
+    {RK_CAP_RESTORE, "restore not supported on OpenSandboxOperator"},
+    {RK_CAP_COMMIT, "commit not supported on OpenSandboxOperator"},
+    {RK_CAP_STATISTICS, "OpenSandbox backend does not support get_sandbox_statistics"},
+    {0, NULL},
+};
+
+RK_OPERATOR_EXPORT = {
+    .magic = RK_OPERATOR_MAGIC,
+    .abi_major = RK_OPERATOR_ABI_MAJOR,
+    .abi_minor = RK_OPERATOR_ABI_MINOR,
+    .struct_size = sizeof(struct rk_operator),
+    .abi_flags = RK_ABI_FLAGS,
+    .name = "opensandbox",
+    .backend_tag = "opensandbox",
+    .display_name = "OpenSandbox",
+    .version = "1.0.0",
+    .flags = RK_OPF_THREADSAFE,
+    .caps = RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE | RK_CAP_SESSION |
+            RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING,
+    .config = os_config_keys,
+    .unsupported = os_unsupported,
+    .ops = &os_ops,
+};

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file os_config.c
+ * @brief Config schema of the `opensandbox:` section and instance construction.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "os_internal.h"
+
+static const char *const os_protocols[] = {"http", "https", NULL};
+
+/** Schema of the plugin's YAML section; the core validates types and flags. */
+const struct rk_cfg_key os_config_keys[] = {
+    {"endpoint", RK_CFG_STR, RK_CFGF_REQUIRED, NULL, NULL, NULL,
+     "OpenSandbox lifecycle server as host[:port] (no scheme, no path)"},
+    {"protocol", RK_CFG_ENUM, 0, "https", os_protocols, NULL,
+     "scheme for the lifecycle server and for execd endpoints"},
+    {"api_key", RK_CFG_STR, RK_CFGF_SECRET | RK_CFGF_NULLABLE, NULL, NULL, "OPEN_SANDBOX_API_KEY",
+     "sent as OPEN-SANDBOX-API-KEY to the lifecycle server only"},
+    {"runtime", RK_CFG_STR, 0, "docker", NULL, NULL,
+     "informational; the OpenSandbox server selects the runtime"},
+    {"image_registry_prefix", RK_CFG_STR, RK_CFGF_NULLABLE, NULL, NULL, NULL,
+     "registry prefixed to images that do not name a registry"},
+    {"namespace", RK_CFG_STR, 0, "rock", NULL, NULL, "accepted for compatibility; unused"},
+    {"use_server_proxy", RK_CFG_BOOL, 0, "false", NULL, NULL,
+     "route execd traffic through the OpenSandbox server proxy (no fallback)"},
+    {"default_timeout", RK_CFG_INT, RK_CFGF_POSITIVE, "600", NULL, NULL,
+     "per-request timeout in seconds for lifecycle and file calls"},
+    {"connect_timeout", RK_CFG_INT, RK_CFGF_POSITIVE, "5", NULL, NULL,
+     "TCP/TLS connect timeout in seconds for every upstream call"},
+    {"sandbox_timeout", RK_CFG_INT, 0, "86400", NULL, NULL,
+     "OpenSandbox lifetime backstop in seconds sent on create (0 = none, else >= 60)"},
+    {"command_timeout_margin", RK_CFG_INT, 0, "30", NULL, NULL,
+     "seconds added to a command timeout for the admin-side deadline"},
+    {"max_file_bytes", RK_CFG_INT, RK_CFGF_POSITIVE, "67108864", NULL, NULL,
+     "largest file read_file returns, in bytes"},
+    {NULL, 0, 0, NULL, NULL, NULL, NULL},
+};
+
+/** Free one cache entry. */
+void os_ep_entry_free(struct os_ep_entry *e)
+{
+    if (!e)
+        return;
+    for (size_t i = 0; i < e->headers_len; i++) {
+        free((char *)e->headers[i].key);
+        free((char *)e->headers[i].value);
+    }
+    free(e->headers);
+    free(e->osid);
+    free(e->base);
+    free(e);
+}
+
+/** Drop every cached endpoint. */
+void os_ep_cache_free(struct os_inst *inst)
+{
+    struct os_ep_entry *e = inst->ep_head;
+    while (e) {
+        struct os_ep_entry *n = e->next;
+        os_ep_entry_free(e);
+        e = n;
+    }
+    inst->ep_head = NULL;
+    inst->ep_count = 0;
+}
+
+/** strdup that maps NULL to NULL. */
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/** Free an instance and everything it owns. */
+void os_config_free(struct os_inst *inst)
+{
+    if (!inst)
+        return;
+    os_ep_cache_free(inst);
+    pthread_mutex_destroy(&inst->ep_lock);
+    free(inst->endpoint);
+    free(inst->protocol);
+    if (inst->api_key) {
+        /* Do not leave the key in freed heap memory. */
+        volatile char *k = inst->api_key;
+        while (*k)
+            *k++ = '\0';
+    }
+    free(inst->api_key);
+    free(inst->registry_prefix);
+    free(inst);
+}
+
+/** Validate the section (reporting every problem) and build the instance. No I/O. */
+rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, struct os_inst **out)
+{
+    int bad = 0;
+    const char *why = NULL;
+    const char *endpoint = host->cfg_str(cfg, "endpoint");
+    if (!os_endpoint_valid(endpoint, &why)) {
+        host->cfg_problem(cfg, "endpoint", "%s", why);
+        bad = 1;
+    }
+    const char *protocol = host->cfg_str(cfg, "protocol");
+    if (!protocol)
+        protocol = "https";
+    if (strcmp(protocol, "http") != 0 && strcmp(protocol, "https") != 0) {
+        host->cfg_problem(cfg, "protocol", "must be http or https");
+        bad = 1;
+    }
+    int64_t default_timeout = host->cfg_int(cfg, "default_timeout");
+    if (default_timeout <= 0) {
+        host->cfg_problem(cfg, "default_timeout", "OpenSandbox default_timeout must be positive");
+        bad = 1;
+    }
+    int64_t connect_timeout = host->cfg_int(cfg, "connect_timeout");
+    if (connect_timeout <= 0) {
+        host->cfg_problem(cfg, "connect_timeout", "must be positive");
+        bad = 1;
+    }
+    int64_t sandbox_timeout = host->cfg_int(cfg, "sandbox_timeout");
+    if (sandbox_timeout != 0 && sandbox_timeout < 60) {
+        host->cfg_problem(cfg, "sandbox_timeout",
+                          "must be 0 (no OpenSandbox expiry) or at least 60 seconds");
+        bad = 1;
+    }
+    int64_t margin = host->cfg_int(cfg, "command_timeout_margin");
+    if (margin < 0 || margin > 86400) {
+        host->cfg_problem(cfg, "command_timeout_margin", "must be between 0 and 86400 seconds");
+        bad = 1;
+    }
+    int64_t max_file = host->cfg_int(cfg, "max_file_bytes");
+    if (max_file <= 0) {
+        host->cfg_problem(cfg, "max_file_bytes", "must be positive");
+        bad = 1;
+    }
+    if (bad)
+        return RK_E_INVALID;
+
+    struct os_inst *inst = calloc(1, sizeof(*inst));
+    if (!inst)
+        return RK_E_NOMEM;
+    if (pthread_mutex_init(&inst->ep_lock, NULL) != 0) {
+        free(inst);
+        return RK_E_NOMEM;
+    }
+    inst->host = host;
+    const char *key = host->cfg_str(cfg, "api_key");
+    const char *prefix = host->cfg_str(cfg, "image_registry_prefix");
+    inst->endpoint = strdup(endpoint);
+    inst->protocol = strdup(protocol);
+    inst->api_key = (key && *key) ? strdup(key) : NULL;
+    inst->registry_prefix = dup_or_null(prefix);
+    inst->use_server_proxy = host->cfg_bool(cfg, "use_server_proxy") ? 1 : 0;
+    inst->default_timeout_s = default_timeout;
+    inst->connect_timeout_s = connect_timeout;
+    inst->sandbox_timeout_s = sandbox_timeout;
+    inst->margin_s = margin;
+    inst->max_file_bytes = max_file;
+    if (!inst->endpoint || !inst->protocol || (key && *key && !inst->api_key) ||
+        (prefix && !inst->registry_prefix)) {
+        os_config_free(inst);
+        return RK_E_NOMEM;
+    }
+    *out = inst;
+    return RK_OK;
+}

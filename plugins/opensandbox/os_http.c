@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file os_http.c
+ * @brief libcurl helpers: one easy handle per exchange, bounded buffering, cancellation.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "os_internal.h"
+
+/** User-Agent sent upstream. */
+#define OS_USER_AGENT "rock-admin-opensandbox/1.0"
+
+/** Percent-encode a query value fully (caller frees with free()). */
+char *os_escape(const char *s)
+{
+    char *e = curl_easy_escape(NULL, s, 0);
+    if (!e)
+        return NULL;
+    char *r = strdup(e);
+    curl_free(e);
+    return r;
+}
+
+/** Write callback: stream 2xx bodies to on_data, buffer everything else (bounded). */
+static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    struct os_xfer *x = ud;
+    size_t n = size * nmemb;
+    if (x->status == 0)
+        curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &x->status);
+    if (x->on_data && x->status >= 200 && x->status < 300) {
+        rk_status s = x->on_data(x->on_data_ctx, ptr, n);
+        if (s != RK_OK) {
+            x->cb_status = s;
+            return 0;
+        }
+        return n;
+    }
+    size_t room = x->body_len < x->body_max ? x->body_max - x->body_len : 0;
+    size_t take = n < room ? n : room;
+    if (take < n) {
+        x->body_truncated = 1;
+        if (!x->on_data) {
+            /* A buffered (JSON) reply above the cap is an error. */
+            x->cb_status = RK_E_TOO_LARGE;
+            return 0;
+        }
+    }
+    if (take) {
+        char *b = realloc(x->body, x->body_len + take + 1);
+        if (!b) {
+            x->cb_status = RK_E_NOMEM;
+            return 0;
+        }
+        x->body = b;
+        memcpy(x->body + x->body_len, ptr, take);
+        x->body_len += take;
+        x->body[x->body_len] = '\0';
+    }
+    return n;
+}
+
+/** Progress callback: client cancellation, call deadline and own deadline. */
+static int xferinfo_cb(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt;
+    (void)dn;
+    (void)ut;
+    (void)un;
+    struct os_xfer *x = ud;
+    const struct rk_host *h = x->inst->host;
+    if (x->call && h->cancelled(x->call)) {
+        x->abort_reason = OS_ABORT_CANCELLED;
+        return 1;
+    }
+    int64_t now = h->now_ms();
+    int64_t dl = x->call ? h->deadline_ms(x->call) : 0;
+    if (dl > 0 && now >= dl) {
+        x->abort_reason = OS_ABORT_CALL_DEADLINE;
+        return 1;
+    }
+    if (x->own_deadline_ms > 0 && now >= x->own_deadline_ms) {
+        x->abort_reason = OS_ABORT_OWN;
+        return 1;
+    }
+    return 0;
+}
+
+/** Create the easy handle with common options; timeout_ms bounds the whole exchange. */
+rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
+                       const char *method, const char *url, int64_t timeout_ms)
+{
+    memset(x, 0, sizeof(*x));
+    x->inst = inst;
+    x->call = call;
+    x->body_max = OS_MAX_JSON_BODY;
+    x->cb_status = RK_OK;
+    CURL *c = curl_easy_init();
+    if (!c)
+        return RK_E_NOMEM;
+    x->curl = c;
+    const struct rk_host *h = inst->host;
+    int64_t now = h->now_ms();
+    if (timeout_ms > 0)
+        x->own_deadline_ms = now + timeout_ms;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(inst->connect_timeout_s * 1000));
+    if (timeout_ms > 0)
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, OS_USER_AGENT);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, xferinfo_cb);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, x);
+    if (strcmp(method, "GET") == 0) {
+        curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    } else if (strcmp(method, "POST") == 0) {
+        curl_easy_setopt(c, CURLOPT_POST, 1L);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, 0L);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+    } else {
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    }
+    if (call) {
+        rk_status s = os_xfer_header(x, "X-Request-ID", h->request_id(call));
+        if (s != RK_OK)
+            return s;
+    }
+    return os_xfer_header(x, "Expect", "");
+}
+
+/** Add one request header ("Name: value"; an empty value disables a curl default). */
+rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value)
+{
+    struct os_sb sb = {0};
+    if (value && *value)
+        os_sb_printf(&sb, "%s: %s", name, value);
+    else
+        os_sb_printf(&sb, "%s:", name);
+    char *line = os_sb_take(&sb);
+    if (!line)
+        return RK_E_NOMEM;
+    /* Header values must not smuggle extra lines. */
+    for (char *c = line; *c; c++) {
+        if (*c == '\r' || *c == '\n')
+            *c = ' ';
+    }
+    struct curl_slist *l = curl_slist_append(x->hdrs, line);
+    free(line);
+    if (!l)
+        return RK_E_NOMEM;
+    x->hdrs = l;
+    return RK_OK;
+}
+
+/** Send a JSON body (copied by curl). */
+void os_xfer_json(struct os_xfer *x, const char *json)
+{
+    curl_easy_setopt(x->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(json));
+    curl_easy_setopt(x->curl, CURLOPT_COPYPOSTFIELDS, json);
+    os_xfer_header(x, "Content-Type", "application/json");
+}
+
+/**
+ * Run the exchange. RK_OK means an HTTP answer arrived (check x->status);
+ * otherwise RK_E_CANCELLED, RK_E_TIMEOUT (call deadline), the streaming
+ * callback's status, or RK_E_UNAVAILABLE (transport; x->timed_out for timeouts).
+ */
+rk_status os_xfer_perform(struct os_xfer *x)
+{
+    const struct rk_host *h = x->inst->host;
+    if (x->call && h->cancelled(x->call))
+        return RK_E_CANCELLED;
+    int64_t dl = x->call ? h->deadline_ms(x->call) : 0;
+    if (dl > 0) {
+        int64_t left = dl - h->now_ms();
+        if (left <= 0)
+            return RK_E_TIMEOUT;
+        if (x->own_deadline_ms == 0 || dl < x->own_deadline_ms)
+            curl_easy_setopt(x->curl, CURLOPT_TIMEOUT_MS, (long)left);
+    }
+    curl_easy_setopt(x->curl, CURLOPT_HTTPHEADER, x->hdrs);
+    CURLcode cc = curl_easy_perform(x->curl);
+    x->curl_code = (int)cc;
+    curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &x->status);
+    if (cc == CURLE_OK)
+        return RK_OK;
+    if (x->abort_reason == OS_ABORT_CANCELLED)
+        return RK_E_CANCELLED;
+    if (x->abort_reason == OS_ABORT_CALL_DEADLINE)
+        return RK_E_TIMEOUT;
+    if (x->abort_reason == OS_ABORT_OWN || cc == CURLE_OPERATION_TIMEDOUT) {
+        if (dl > 0 && h->now_ms() >= dl - 5)
+            return RK_E_TIMEOUT;
+        x->timed_out = 1;
+        if (!x->errbuf[0])
+            snprintf(x->errbuf, sizeof(x->errbuf), "timed out");
+        return RK_E_UNAVAILABLE;
+    }
+    if (x->cb_status != RK_OK)
+        return x->cb_status;
+    if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
+        cc == CURLE_COULDNT_RESOLVE_PROXY)
+        x->not_sent = 1;
+    return RK_E_UNAVAILABLE;
+}
+
+/** Text describing the last transport failure. */
+const char *os_xfer_err(const struct os_xfer *x)
+{
+    if (x->errbuf[0])
+        return x->errbuf;
+    return curl_easy_strerror((CURLcode)x->curl_code);
+}
+
+/** Release the handle, headers and buffered body. */
+void os_xfer_cleanup(struct os_xfer *x)
+{
+    if (x->curl)
+        curl_easy_cleanup(x->curl);
+    curl_slist_free_all(x->hdrs);
+    free(x->body);
+    x->curl = NULL;
+    x->hdrs = NULL;
+    x->body = NULL;
+}

@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file os_internal.h
+ * @brief Private declarations shared by the OpenSandbox operator plugin sources.
+ */
+#ifndef OS_INTERNAL_H
+#define OS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rock-admin/operator.h>
+
+/** Port execd listens on inside every sandbox. */
+#define OS_EXECD_PORT 44772
+/** Largest JSON body buffered from the lifecycle server or execd. */
+#define OS_MAX_JSON_BODY (4u * 1024u * 1024u)
+/** Largest single event line accepted from an execd stream. */
+#define OS_MAX_EVENT_LINE (16u * 1024u * 1024u)
+/** How long a resolved execd endpoint is reused. */
+#define OS_ENDPOINT_TTL_MS 30000
+/** Maximum number of cached endpoint resolutions. */
+#define OS_ENDPOINT_CACHE_MAX 256
+
+/* ------------------------------------------------------------------------ */
+/* String builder and pure mapping helpers (os_map.c, no I/O)                */
+/* ------------------------------------------------------------------------ */
+
+/** Growable, NUL-terminated byte string; `oom` latches allocation failure. */
+struct os_sb {
+    char *p;
+    size_t len;
+    size_t cap;
+    int oom;
+};
+
+void os_sb_putn(struct os_sb *sb, const char *s, size_t n);
+void os_sb_puts(struct os_sb *sb, const char *s);
+void os_sb_printf(struct os_sb *sb, const char *fmt, ...) RK_PRINTF(2, 3);
+/** Hand over the buffer (never NULL unless out of memory); resets the builder. */
+char *os_sb_take(struct os_sb *sb);
+void os_sb_free(struct os_sb *sb);
+
+char *os_mem_to_k8s(const char *mem);
+char *os_format_cpu(double cpus, double limit_cpus);
+char *os_qualify_image(const char *image, const char *prefix);
+enum rk_state os_map_state(const char *state, int *failed);
+char *os_shell_quote(const char *s);
+char *os_py_repr(const char *s, size_t len);
+char *os_py_float(double x);
+int os_env_name_valid(const char *name);
+int os_endpoint_valid(const char *endpoint, const char **why);
+unsigned os_mode_from_decimal(int64_t digits, int *ok);
+int64_t os_mode_to_decimal(unsigned mode);
+char *os_error_detail(long http_status, const char *body, size_t len);
+char *os_join_url(const char *protocol, const char *endpoint, const char *path);
+int os_contains_ci(const char *hay, const char *needle);
+char *os_session_init_command(const struct rk_kv *env, size_t env_len, const char *const *sources,
+                              size_t sources_len);
+
+/* ------------------------------------------------------------------------ */
+/* execd event stream parser (os_stream.c, no I/O)                           */
+/* ------------------------------------------------------------------------ */
+
+/** Receives reconstructed output; a non-RK_OK return stops the parser. */
+typedef rk_status (*os_output_fn)(void *ctx, enum rk_stream stream, const char *buf, size_t len);
+
+/** Incremental parser state for one execd stream. */
+struct os_stream {
+    os_output_fn out;
+    void *out_ctx;
+    size_t max_line;   /**< longest accepted line (bytes) */
+    char *buf;         /**< unparsed bytes */
+    size_t len;        /**< bytes in buf */
+    size_t cap;        /**< allocated size of buf */
+    size_t scanned;    /**< prefix of buf known to contain no '\n' */
+    int terminal;      /**< a terminal event was seen */
+    int completed;     /**< execution_complete */
+    int has_exit_code; /**< exit_code valid */
+    int exit_code;     /**< from error.evalue or 0 on completion */
+    int timed_out;     /**< an error named like "timeout" */
+    int bare_error;    /**< terminal failure came as a bare {"code","message"} object */
+    char *error_text;  /**< malloc'd failure description, or NULL */
+    char init_id[80];  /**< id from the init event ("" if none) */
+    rk_status status;  /**< sticky failure (sink, cap, memory) */
+};
+
+void os_stream_init(struct os_stream *st, os_output_fn out, void *ctx, size_t max_line);
+rk_status os_stream_feed(struct os_stream *st, const char *data, size_t len);
+rk_status os_stream_finish(struct os_stream *st);
+void os_stream_free(struct os_stream *st);
+
+/* ------------------------------------------------------------------------ */
+/* Instance                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/** One cached endpoint resolution (malloc'd strings). */
+struct os_ep_entry {
+    struct os_ep_entry *next;
+    char *osid;
+    int port;
+    int64_t expires_ms;
+    char *base;
+    struct rk_kv *headers; /**< malloc'd keys and values */
+    size_t headers_len;
+};
+
+void os_ep_entry_free(struct os_ep_entry *e);
+
+/** Per-instance state built by init(). Immutable after init except the cache. */
+struct os_inst {
+    const struct rk_host *host;
+    char *endpoint;
+    char *protocol;
+    char *api_key; /**< NULL when unset; never logged */
+    char *registry_prefix;
+    int use_server_proxy;
+    int64_t default_timeout_s;
+    int64_t connect_timeout_s;
+    int64_t sandbox_timeout_s;
+    int64_t margin_s;
+    int64_t max_file_bytes;
+    pthread_mutex_t ep_lock;
+    struct os_ep_entry *ep_head;
+    size_t ep_count;
+};
+
+rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg,
+                         struct os_inst **out);
+void os_config_free(struct os_inst *inst);
+extern const struct rk_cfg_key os_config_keys[];
+
+/* ------------------------------------------------------------------------ */
+/* HTTP transfers (os_http.c)                                                */
+/* ------------------------------------------------------------------------ */
+
+/** Why a transfer was aborted by the progress callback. */
+enum os_abort { OS_ABORT_NONE = 0, OS_ABORT_CANCELLED, OS_ABORT_CALL_DEADLINE, OS_ABORT_OWN };
+
+/** One HTTP exchange over a fresh easy handle. */
+struct os_xfer {
+    struct os_inst *inst;
+    struct rk_call *call;
+    void *curl; /**< CURL * */
+    struct curl_slist *hdrs;
+    char errbuf[256];
+    long status;
+    char *body; /**< buffered response (JSON or error text), NUL-terminated */
+    size_t body_len;
+    size_t body_max;
+    int body_truncated;
+    rk_status (*on_data)(void *ctx, const char *buf, size_t len); /**< streaming 2xx body */
+    void *on_data_ctx;
+    rk_status cb_status;
+    int64_t own_deadline_ms;
+    enum os_abort abort_reason;
+    int timed_out; /**< curl timeout or own deadline */
+    int not_sent;  /**< connection could not be established */
+    int curl_code;
+};
+
+rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
+                       const char *method, const char *url, int64_t timeout_ms);
+rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value);
+void os_xfer_json(struct os_xfer *x, const char *json);
+rk_status os_xfer_perform(struct os_xfer *x);
+const char *os_xfer_err(const struct os_xfer *x);
+void os_xfer_cleanup(struct os_xfer *x);
+char *os_escape(const char *s);
+
+/* ------------------------------------------------------------------------ */
+/* Lifecycle (os_lifecycle.c)                                                */
+/* ------------------------------------------------------------------------ */
+
+/** A resolved endpoint (arena-owned). */
+struct os_endpoint {
+    const char *base; /**< scheme://host[:port][/path][?query], no trailing '/' */
+    struct rk_kv *headers;
+    size_t headers_len;
+    int from_cache;
+};
+
+rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
+                       const struct rk_create_spec *spec, struct rk_created *out);
+rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                       struct rk_status_info *out);
+rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
+                        const struct rk_sandbox_ref *ref);
+rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
+                         int use_cache, const char *op, struct os_endpoint *out);
+void os_ep_invalidate(struct os_inst *inst, const char *osid, int port);
+void os_ep_cache_free(struct os_inst *inst);
+rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
+                          const struct rk_sandbox_ref *ref, int port, enum rk_proxy_kind kind,
+                          struct rk_proxy_target *out);
+rk_status os_need_upstream_id(struct os_inst *inst, struct rk_call *call,
+                              const struct rk_sandbox_ref *ref, const char **osid);
+
+/* ------------------------------------------------------------------------ */
+/* execd operations (os_execd.c, os_files.c, os_session.c)                   */
+/* ------------------------------------------------------------------------ */
+
+/** Prepare an execd request: URL from the endpoint, its headers, request id. */
+rk_status os_execd_xfer(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
+                        const struct os_endpoint *ep, const char *method, const char *path,
+                        int64_t timeout_ms);
+
+/** Adds a body to an execd request; called with x == NULL and attempt -1 to ask
+ *  whether a retry is possible (RK_OK = yes). */
+typedef rk_status (*os_prep_fn)(struct os_xfer *x, void *ctx, int attempt);
+
+rk_status os_execd_simple(struct os_inst *inst, struct rk_call *call, const char *osid,
+                          const char *op, const char *method, const char *path, int64_t timeout_ms,
+                          os_prep_fn prep, void *ctx, struct os_xfer *x);
+
+/** Outcome of one streamed execd run (command or session). */
+struct os_run_opts {
+    const char *op;     /**< operation name for messages */
+    const char *path;   /**< "/command" or "/session/{sid}/run" */
+    const char *body;   /**< JSON request body */
+    int64_t timeout_ms; /**< command timeout (0 = none) */
+    int session;        /**< 1: session run (all output is stdout) */
+};
+
+rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *osid,
+                        const struct os_run_opts *opts, const struct rk_sink *sink,
+                        struct rk_exec_res *out);
+rk_status os_exec(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                  const struct rk_exec_req *req, const struct rk_sink *sink,
+                  struct rk_exec_res *out);
+rk_status os_file_stat(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                       const char *path, struct rk_file_info *out);
+rk_status os_file_read(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                       const char *path, const struct rk_sink *sink);
+rk_status os_file_write(struct os_inst *inst, struct rk_call *call,
+                        const struct rk_sandbox_ref *ref, const char *path, unsigned mode,
+                        const struct rk_source *source);
+rk_status os_session_open(struct os_inst *inst, struct rk_call *call,
+                          const struct rk_sandbox_ref *ref, const struct rk_session_opts *opts,
+                          struct rk_session_opened *out);
+rk_status os_session_run(struct os_inst *inst, struct rk_call *call,
+                         const struct rk_sandbox_ref *ref, const char *session_id,
+                         const struct rk_session_req *req, const struct rk_sink *sink,
+                         struct rk_exec_res *out);
+rk_status os_session_close(struct os_inst *inst, struct rk_call *call,
+                           const struct rk_sandbox_ref *ref, const char *session_id);
+
+#endif /* OS_INTERNAL_H */

@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file os_session.c
+ * @brief execd bash sessions: open (user check, env validation, init), run, close.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "os_internal.h"
+
+/** Most bytes of init / `id -un` output kept per stream. */
+#define OS_COLLECT_MAX (1024u * 1024u)
+
+/** A sink that keeps (bounded) stdout and stderr in memory. */
+struct collect {
+    struct os_sb out;
+    struct os_sb err;
+};
+
+/** Collector write: append up to OS_COLLECT_MAX bytes per stream, drop the rest. */
+static rk_status collect_write(void *ctx, enum rk_stream stream, const char *buf, size_t len)
+{
+    struct collect *c = ctx;
+    struct os_sb *sb = stream == RK_STREAM_STDERR ? &c->err : &c->out;
+    size_t room = sb->len < OS_COLLECT_MAX ? OS_COLLECT_MAX - sb->len : 0;
+    os_sb_putn(sb, buf, len < room ? len : room);
+    return sb->oom ? RK_E_NOMEM : RK_OK;
+}
+
+/** Python str.strip() of a buffer into a fresh string. */
+static char *strip_copy(const char *s, size_t n)
+{
+    if (!s)
+        return strdup("");
+    while (n && isspace((unsigned char)*s)) {
+        s++;
+        n--;
+    }
+    while (n && isspace((unsigned char)s[n - 1]))
+        n--;
+    return strndup(s, n);
+}
+
+/** Check remote_user against `id -un` in the sandbox. */
+static rk_status check_remote_user(struct os_inst *inst, struct rk_call *call,
+                                   const struct rk_sandbox_ref *ref, const char *user)
+{
+    const struct rk_host *h = inst->host;
+    struct collect c = {0};
+    struct rk_sink sink = {collect_write, &c};
+    struct rk_exec_req req = {.command = "id -un", .timeout_ms = inst->default_timeout_s * 1000};
+    struct rk_exec_res res;
+    rk_status s = os_exec(inst, call, ref, &req, &sink, &res);
+    if (s != RK_OK) {
+        os_sb_free(&c.out);
+        os_sb_free(&c.err);
+        return s;
+    }
+    char *who = strip_copy(c.out.p, c.out.len);
+    char *err = strip_copy(c.err.p, c.err.len);
+    os_sb_free(&c.out);
+    os_sb_free(&c.err);
+    if (!who || !err) {
+        free(who);
+        free(err);
+        return h->set_error(call, RK_E_NOMEM, "out of memory");
+    }
+    if (!res.has_exit_code || res.exit_code != 0 || res.timed_out || !*who) {
+        if (*err)
+            s = h->set_error(call, RK_E_INVALID, "Cannot determine OpenSandbox effective user: %s",
+                             err);
+        else if (res.has_exit_code && !res.timed_out)
+            s = h->set_error(call, RK_E_INVALID,
+                             "Cannot determine OpenSandbox effective user: exit code %d",
+                             res.exit_code);
+        else
+            s = h->set_error(call, RK_E_INVALID,
+                             "Cannot determine OpenSandbox effective user: exit code None");
+    } else if (strcmp(who, user) != 0) {
+        s = h->set_error(call, RK_E_INVALID,
+                         "OpenSandbox does not support remote_user=%s; the sandbox effective user "
+                         "is %s",
+                         user, who);
+    }
+    free(who);
+    free(err);
+    return s;
+}
+
+/** "/session/<escaped sid><suffix>" (caller frees). */
+static char *session_path(const char *sid, const char *suffix)
+{
+    char *enc = os_escape(sid);
+    if (!enc)
+        return NULL;
+    struct os_sb sb = {0};
+    os_sb_printf(&sb, "/session/%s%s", enc, suffix);
+    free(enc);
+    return os_sb_take(&sb);
+}
+
+/** Add the `{}` body to POST /session. */
+static rk_status open_prep(struct os_xfer *x, void *ctx, int attempt)
+{
+    (void)ctx;
+    if (attempt >= 0)
+        os_xfer_json(x, "{}");
+    return RK_OK;
+}
+
+/** DELETE /session/{sid}; 200 and 404 (already gone) are success. */
+static rk_status delete_session(struct os_inst *inst, struct rk_call *call, const char *osid,
+                                const char *sid)
+{
+    char *p = session_path(sid, "");
+    if (!p)
+        return inst->host->set_error(
+            call, RK_E_NOMEM, "opensandbox delete_session failed for %s: out of memory", osid);
+    struct os_xfer x;
+    rk_status s = os_execd_simple(inst, call, osid, "delete_session", "DELETE", p,
+                                  inst->default_timeout_s * 1000, NULL, NULL, &x);
+    free(p);
+    if (s == RK_OK && !(x.status >= 200 && x.status < 300) && x.status != 404) {
+        char *d = os_error_detail(x.status, x.body, x.body_len);
+        s = inst->host->set_error(call, RK_E_UPSTREAM,
+                                  "opensandbox delete_session failed for %s: %s", osid,
+                                  d ? d : "error");
+        free(d);
+    }
+    os_xfer_cleanup(&x);
+    return s;
+}
+
+/** Run one command in a session and collect its output. */
+static rk_status run_collect(struct os_inst *inst, struct rk_call *call, const char *osid,
+                             const char *sid, const char *command, int64_t timeout_ms,
+                             struct collect *c, struct rk_exec_res *res)
+{
+    json_object *root = json_object_new_object();
+    json_object_object_add(root, "command", json_object_new_string(command));
+    if (timeout_ms > 0)
+        json_object_object_add(root, "timeout", json_object_new_int64(timeout_ms));
+    const char *js = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
+                                                              JSON_C_TO_STRING_NOSLASHESCAPE);
+    char *path = session_path(sid, "/run");
+    rk_status s;
+    if (!js || !path) {
+        s = inst->host->set_error(call, RK_E_NOMEM,
+                                  "opensandbox run_in_session failed for %s: out of memory", osid);
+    } else {
+        struct rk_sink sink = {collect_write, c};
+        struct os_run_opts o = {.op = "run_in_session",
+                                .path = path,
+                                .body = js,
+                                .timeout_ms = timeout_ms,
+                                .session = 1};
+        s = os_run_stream(inst, call, osid, &o, &sink, res);
+    }
+    free(path);
+    json_object_put(root);
+    return s;
+}
+
+/** ops.session_open: user check, env names, POST /session, one init command. */
+rk_status os_session_open(struct os_inst *inst, struct rk_call *call,
+                          const struct rk_sandbox_ref *ref, const struct rk_session_opts *opts,
+                          struct rk_session_opened *out)
+{
+    const struct rk_host *h = inst->host;
+    const char *osid = NULL;
+    rk_status s = os_need_upstream_id(inst, call, ref, &osid);
+    if (s != RK_OK)
+        return s;
+    if (opts->remote_user && *opts->remote_user) {
+        s = check_remote_user(inst, call, ref, opts->remote_user);
+        if (s != RK_OK)
+            return s;
+    }
+    for (size_t i = 0; i < opts->env_len; i++) {
+        const char *k = opts->env[i].key ? opts->env[i].key : "";
+        if (!os_env_name_valid(k)) {
+            char *r = os_py_repr(k, strlen(k));
+            s = h->set_error(call, RK_E_INVALID, "Invalid environment variable name: %s",
+                             r ? r : k);
+            free(r);
+            return s;
+        }
+    }
+    struct os_xfer x;
+    s = os_execd_simple(inst, call, osid, "create_session", "POST", "/session",
+                        inst->default_timeout_s * 1000, open_prep, NULL, &x);
+    if (s != RK_OK) {
+        os_xfer_cleanup(&x);
+        return s;
+    }
+    json_object *o = (x.status == 200 && x.body) ? json_tokener_parse(x.body) : NULL, *v;
+    const char *sid = NULL;
+    if (o && json_object_object_get_ex(o, "session_id", &v) &&
+        json_object_is_type(v, json_type_string))
+        sid = json_object_get_string(v);
+    char *sid_arena = sid ? h->arena_strdup(call, sid) : NULL;
+    if (!sid_arena) {
+        char *d = x.status == 200 ? NULL : os_error_detail(x.status, x.body, x.body_len);
+        s = h->set_error(call, RK_E_UPSTREAM, "opensandbox create_session failed for %s: %s", osid,
+                         d ? d : "response without session_id");
+        free(d);
+    }
+    json_object_put(o);
+    os_xfer_cleanup(&x);
+    if (s != RK_OK)
+        return s;
+
+    out->session_id = sid_arena;
+    out->output = "";
+    char *cmd = os_session_init_command(opts->env, opts->env_len, opts->startup_source,
+                                        opts->startup_source_len);
+    if (!cmd) {
+        delete_session(inst, call, osid, sid_arena);
+        return h->set_error(call, RK_E_NOMEM, "out of memory");
+    }
+    if (!*cmd) {
+        free(cmd);
+        return RK_OK;
+    }
+    struct collect c = {0};
+    struct rk_exec_res res;
+    s = run_collect(inst, call, osid, sid_arena, cmd, opts->startup_timeout_ms, &c, &res);
+    free(cmd);
+    /* Failures are formatted first, the session closed, then the error recorded,
+     * so that a failing cleanup cannot replace the original message. */
+    rk_status fail = RK_OK;
+    struct os_sb msg = {0};
+    if (s == RK_OK && res.timed_out) {
+        char *t = opts->startup_timeout_ms > 0 ? os_py_float(opts->startup_timeout_ms / 1000.0)
+                                               : strdup("None");
+        fail = RK_E_TIMEOUT;
+        os_sb_printf(&msg, "Timeout (%ss) exceeded while initializing OpenSandbox session",
+                     t ? t : "?");
+        free(t);
+    } else if (s == RK_OK && (!res.has_exit_code || res.exit_code != 0)) {
+        const struct os_sb *src = c.err.len ? &c.err : &c.out;
+        size_t n = src->len;
+        if (n && src->p[n - 1] == '\n')
+            n--; /* the parser terminates every line; the original text had no final newline */
+        char *r = os_py_repr(src->p ? src->p : "", n);
+        fail = RK_E_COMMAND;
+        if (res.has_exit_code)
+            os_sb_printf(&msg, "Failed to initialize OpenSandbox session with exit code %d: %s",
+                         res.exit_code, r ? r : "''");
+        else
+            os_sb_printf(&msg, "Failed to initialize OpenSandbox session with exit code None: %s",
+                         res.error_text ? res.error_text : (r ? r : "''"));
+        free(r);
+    } else if (s == RK_OK) {
+        struct os_sb all = {0};
+        os_sb_putn(&all, c.out.p ? c.out.p : "", c.out.len);
+        os_sb_putn(&all, c.err.p ? c.err.p : "", c.err.len);
+        char *text = os_sb_take(&all);
+        out->output = text ? h->arena_strdup(call, text) : NULL;
+        free(text);
+        if (!out->output)
+            s = h->set_error(call, RK_E_NOMEM, "out of memory");
+    }
+    os_sb_free(&c.out);
+    os_sb_free(&c.err);
+    if (s != RK_OK || fail != RK_OK)
+        delete_session(inst, call, osid, sid_arena); /* best effort */
+    if (fail != RK_OK) {
+        char *m = os_sb_take(&msg);
+        s = h->set_error(call, fail, "%s", m ? m : "session initialization failed");
+        free(m);
+    }
+    os_sb_free(&msg);
+    return s;
+}
+
+/** ops.session_run: POST /session/{sid}/run, output (merged) to the sink as stdout. */
+rk_status os_session_run(struct os_inst *inst, struct rk_call *call,
+                         const struct rk_sandbox_ref *ref, const char *session_id,
+                         const struct rk_session_req *req, const struct rk_sink *sink,
+                         struct rk_exec_res *out)
+{
+    const char *osid = NULL;
+    rk_status s = os_need_upstream_id(inst, call, ref, &osid);
+    if (s != RK_OK)
+        return s;
+    json_object *root = json_object_new_object();
+    json_object_object_add(root, "command",
+                           json_object_new_string(req->command ? req->command : ""));
+    if (req->timeout_ms > 0)
+        json_object_object_add(root, "timeout", json_object_new_int64(req->timeout_ms));
+    const char *js = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
+                                                              JSON_C_TO_STRING_NOSLASHESCAPE);
+    char *path = session_path(session_id, "/run");
+    if (!js || !path) {
+        s = inst->host->set_error(call, RK_E_NOMEM,
+                                  "opensandbox run_in_session failed for %s: out of memory", osid);
+    } else {
+        struct os_run_opts o = {.op = "run_in_session",
+                                .path = path,
+                                .body = js,
+                                .timeout_ms = req->timeout_ms,
+                                .session = 1};
+        s = os_run_stream(inst, call, osid, &o, sink, out);
+    }
+    free(path);
+    json_object_put(root);
+    return s;
+}
+
+/** ops.session_close: DELETE /session/{sid} (404 = already gone). */
+rk_status os_session_close(struct os_inst *inst, struct rk_call *call,
+                           const struct rk_sandbox_ref *ref, const char *session_id)
+{
+    const char *osid = NULL;
+    rk_status s = os_need_upstream_id(inst, call, ref, &osid);
+    if (s != RK_OK)
+        return s;
+    return delete_session(inst, call, osid, session_id);
+}

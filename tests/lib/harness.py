@@ -1,0 +1,305 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Test harness for rock-admin integration tests (python3 standard library only).
+
+Starts real processes (redis-server, opensandbox-sim, rock-admin) on free
+loopback ports, talks to them over real sockets, and stops them afterwards.
+Every server binds to 127.0.0.1; nothing leaves the machine.
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.parse
+
+PREFIX = "/apis/envs/sandbox/v1"
+ADMIN_BIN = os.environ.get("ROCK_ADMIN_BIN", "rock-admin")
+TEST_PLUGIN_DIR = os.environ.get("ROCK_TEST_PLUGIN_DIR", "")
+OS_PLUGIN_DIR = os.environ.get("ROCK_OPENSANDBOX_PLUGIN_DIR", "")
+SIM_BIN = os.environ.get("OPENSANDBOX_SIM", "opensandbox-sim")
+NODE_MODULES = os.environ.get("ROCK_TEST_NODE_MODULES", "")
+
+_cleanups = []
+
+
+def free_port():
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tmpdir(prefix="rock-test-"):
+    d = tempfile.mkdtemp(prefix=prefix)
+    _cleanups.append(lambda: shutil.rmtree(d, ignore_errors=True))
+    return d
+
+
+def wait_until(pred, timeout=10.0, interval=0.05, what="condition"):
+    """Poll pred() until it returns a truthy value or fail after timeout."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for %s (last=%r)" % (what, last))
+
+
+class Process:
+    """A child process with its output captured in a file."""
+
+    def __init__(self, argv, env=None, name="proc"):
+        self.name = name
+        self.logpath = os.path.join(tmpdir(), name + ".log")
+        self.log = open(self.logpath, "wb")
+        full_env = dict(os.environ)
+        if env is not None:
+            full_env = env
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=full_env, start_new_session=True)
+        _cleanups.append(self.kill)
+
+    def output(self):
+        with open(self.logpath, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_for_line(self, pattern, timeout=15.0):
+        rx = re.compile(pattern)
+
+        def find():
+            if self.proc.poll() is not None:
+                raise AssertionError("%s exited with %s:\n%s" % (self.name, self.proc.returncode,
+                                                                 self.output()[-4000:]))
+            m = rx.search(self.output())
+            return m
+        return wait_until(find, timeout, what="%s to print %s" % (self.name, pattern))
+
+    def stop(self, sig=signal.SIGTERM, timeout=20.0):
+        """Send sig and wait; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("%s did not stop within %ss" % (self.name, timeout))
+        return self.proc.returncode
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.wait()
+        self.log.close()
+
+
+class Redis(Process):
+    """redis-server on a free loopback port, no persistence."""
+
+    def __init__(self, port=None, password=None):
+        self.port = port or free_port()
+        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", tmpdir()]
+        if password:
+            argv += ["--requirepass", password]
+        super().__init__(argv, name="redis-%d" % self.port)
+        self.wait_for_line(r"Ready to accept connections")
+
+    def cli(self, *args):
+        out = subprocess.run(["redis-cli", "-p", str(self.port)] + list(args),
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip()
+
+
+class Sim(Process):
+    """The OpenSandbox simulator."""
+
+    def __init__(self, api_key=None, extra=None, ready_delay_ms=200):
+        self.root = tmpdir("rock-sim-")
+        argv = [SIM_BIN, "--listen", "127.0.0.1:0", "--root", self.root,
+                "--ready-delay-ms", str(ready_delay_ms)]
+        if api_key:
+            argv += ["--api-key", api_key]
+        argv += extra or []
+        super().__init__(argv, name="opensandbox-sim")
+        m = self.wait_for_line(r"opensandbox-sim ready on http://([0-9.]+):(\d+)")
+        self.port = int(m.group(2))
+        self.endpoint = "127.0.0.1:%d" % self.port
+        self.api_key = api_key
+
+    def request(self, method, path, body=None, headers=None):
+        h = dict(headers or {})
+        if self.api_key:
+            h.setdefault("OPEN-SANDBOX-API-KEY", self.api_key)
+        return http_request("127.0.0.1", self.port, method, path, body, h)
+
+
+def yaml_dump(cfg, indent=0):
+    """Tiny YAML writer for nested dicts of scalars (enough for our configs)."""
+    lines = []
+    for k, v in cfg.items():
+        pad = "  " * indent
+        if isinstance(v, dict):
+            lines.append("%s%s:" % (pad, k))
+            lines.append(yaml_dump(v, indent + 1))
+        elif isinstance(v, bool):
+            lines.append("%s%s: %s" % (pad, k, "true" if v else "false"))
+        elif v is None:
+            lines.append("%s%s: null" % (pad, k))
+        elif isinstance(v, (int, float)):
+            lines.append("%s%s: %s" % (pad, k, v))
+        else:
+            lines.append("%s%s: %s" % (pad, k, json.dumps(str(v))))
+    return "\n".join(l for l in lines if l != "")
+
+
+def deep_merge(base, over):
+    out = dict(base)
+    for k, v in (over or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+class Admin(Process):
+    """A rock-admin process with a generated config."""
+
+    def __init__(self, operator="testop", config=None, redis=None, env=None, wait=True):
+        plugin_dir = OS_PLUGIN_DIR if operator == "opensandbox" else TEST_PLUGIN_DIR
+        base = {
+            "server": {"host": "127.0.0.1", "port": 0, "drain_timeout": 10},
+            "runtime": {"operator_type": operator, "plugin_dir": plugin_dir},
+            "log": {"level": "info"},
+        }
+        if redis is not None:
+            base["redis"] = {"host": "127.0.0.1", "port": redis.port}
+        cfg = deep_merge(base, config or {})
+        self.config_path = os.path.join(tmpdir(), "rock-admin.yml")
+        with open(self.config_path, "w") as f:
+            f.write(yaml_dump(cfg) + "\n")
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        super().__init__([ADMIN_BIN, "-c", self.config_path], env=full_env, name="rock-admin")
+        self.port = None
+        if wait:
+            m = self.wait_for_line(r"rock-admin ready on http://[0-9.:]+:(\d+)")
+            self.port = int(m.group(1))
+
+    # HTTP helpers -------------------------------------------------------------
+    def request(self, method, path, body=None, headers=None, raw=False):
+        return http_request("127.0.0.1", self.port, method, path, body, headers, raw=raw)
+
+    def api(self, method, route, body=None, query=None, headers=None):
+        """Call a ROCK route; returns (http_status, parsed JSON)."""
+        path = PREFIX + route
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        return self.request(method, path, body, headers)
+
+    def ok(self, method, route, body=None, query=None, headers=None):
+        """Call a route and assert HTTP 200 + Success; returns result."""
+        st, js = self.api(method, route, body, query, headers)
+        assert st == 200, (st, js)
+        assert js.get("status") == "Success", js
+        return js["result"]
+
+    def start_sandbox(self, image="python:3.11", wait_alive=True, headers=None, **extra):
+        body = {"image": image, "memory": "2g", "cpus": 1}
+        body.update(extra)
+        res = self.ok("POST", "/start_async", body, headers=headers)
+        sid = res["sandbox_id"]
+        if wait_alive:
+            self.wait_alive(sid)
+        return sid
+
+    def wait_alive(self, sid, timeout=20.0):
+        def alive():
+            st, js = self.api("GET", "/get_status", query={"sandbox_id": sid,
+                                                           "include_all_states": "false"})
+            return js.get("status") == "Success" and js["result"]["is_alive"]
+        wait_until(alive, timeout, 0.1, "sandbox %s alive" % sid)
+
+
+def http_request(host, port, method, path, body=None, headers=None, raw=False, timeout=120):
+    """One HTTP request on a fresh connection; returns (status, json|bytes)."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    h = dict(headers or {})
+    data = None
+    if body is not None:
+        if isinstance(body, (bytes, bytearray)):
+            data = bytes(body)
+        elif isinstance(body, str):
+            data = body.encode()
+        else:
+            data = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+    conn.request(method, path, body=data, headers=h)
+    resp = conn.getresponse()
+    payload = resp.read()
+    conn.close()
+    if raw:
+        return resp.status, payload, dict(resp.getheaders())
+    try:
+        return resp.status, json.loads(payload) if payload else None
+    except ValueError:
+        return resp.status, payload
+
+
+# ---- a tiny test runner --------------------------------------------------------
+
+_tests = []
+
+
+def test(fn):
+    """Register a test function."""
+    _tests.append(fn)
+    return fn
+
+
+def cleanup():
+    while _cleanups:
+        f = _cleanups.pop()
+        try:
+            f()
+        except Exception:  # noqa: BLE001 - cleanup must go on
+            pass
+
+
+def run():
+    """Run the registered tests; exit 0 if all passed, 1 otherwise."""
+    only = os.environ.get("ROCK_TEST_ONLY")
+    passed = failed = 0
+    for fn in _tests:
+        if only and only not in fn.__name__:
+            continue
+        t0 = time.time()
+        try:
+            fn()
+            passed += 1
+            print("ok - %s (%.1fs)" % (fn.__name__, time.time() - t0), flush=True)
+        except Exception:  # noqa: BLE001 - report every failure
+            failed += 1
+            print("not ok - %s" % fn.__name__, flush=True)
+            traceback.print_exc()
+        finally:
+            cleanup()
+    print("%d passed, %d failed" % (passed, failed), flush=True)
+    sys.exit(0 if failed == 0 else 1)
+
+
+def node_available():
+    return bool(NODE_MODULES) and os.path.isdir(NODE_MODULES) and shutil.which("node")

@@ -1,0 +1,293 @@
+"""Negative tests: opensandbox-sim rejects what the real server / execd would reject.
+
+Also covers the lifecycle state machine edges (Pending, expiry, delete) that the SDK test cannot
+reach deterministically. Expects the simulator to run with --api-key, --execd-header
+X-Sim-Token:s3cret and --ready-delay-ms 1500 (see validation.test).
+"""
+
+import json
+import sys
+import time
+
+from simtest import (check, create, execd, finish, lc, request, wait_running)
+
+TOKEN = {"X-Sim-Token": "s3cret"}
+VALID = {
+    "image": {"uri": "python:3.11"},
+    "entrypoint": ["tail", "-f", "/dev/null"],
+    "resourceLimits": {"cpu": "1", "memory": "2Gi"},
+    "timeout": 600,
+}
+
+
+def body(**changes):
+    """VALID with changes applied (value None deletes the key)."""
+    b = json.loads(json.dumps(VALID))
+    for k, v in changes.items():
+        if v is None:
+            b.pop(k, None)
+        else:
+            b[k] = v
+    return b
+
+
+def expect_422(what, payload, field=None):
+    st, js = lc("POST", "/sandboxes", payload)
+    ok = st == 422 and isinstance(js, dict) and isinstance(js.get("detail"), list)
+    if ok and field:
+        ok = field in js["detail"][0]["loc"]
+    check(ok, f"create: {what} -> 422 detail", f"(got {st} {js})")
+
+
+def expect_error(what, st, js, status, code):
+    ok = st == status and isinstance(js, dict) and js.get("code") == code
+    check(ok, f"{what} -> {status} {code}", f"(got {st} {js})")
+
+
+def ex(sid, method, path, payload=None, raw=None, headers=None):
+    """execd call with the required header; returns (status, parsed JSON or raw bytes)."""
+    hdrs = dict(TOKEN)
+    hdrs.update(headers or {})
+    st, _, data = request(method, f"/sandboxes/{sid}/execd{path}", body=payload, raw_body=raw,
+                          headers=hdrs)
+    try:
+        return st, json.loads(data) if data else None
+    except ValueError:
+        return st, data
+
+
+def lifecycle_checks():
+    # Authentication.
+    st, _, data = request("GET", "/v1/sandboxes")
+    expect_error("no API key", st, json.loads(data), 401, "MISSING_API_KEY")
+    st, _, data = request("GET", "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": "wrong"})
+    expect_error("wrong API key", st, json.loads(data), 401, "INVALID_API_KEY")
+
+    # Body shape and required fields.
+    st, js = lc("POST", "/sandboxes", raw_body=b"{not json",
+                headers={"Content-Type": "application/json"})
+    check(st == 422 and "detail" in js, "create: invalid JSON -> 422", f"(got {st} {js})")
+    expect_422("array body", [VALID])
+    expect_422("missing resourceLimits", body(resourceLimits=None), "resourceLimits")
+    expect_422("resourceLimits value not a string", body(resourceLimits={"cpu": 1}),
+               "resourceLimits")
+    expect_422("resourceLimits not an object", body(resourceLimits="1cpu"), "resourceLimits")
+    expect_422("neither image nor snapshotId", body(image=None))
+    expect_422("both image and snapshotId", body(snapshotId="snap-1"))
+    expect_422("image as a string", body(image="python:3.11"), "image")
+    expect_422("image without uri", body(image={"url": "python"}), "image")
+    expect_422("image uri not a string", body(image={"uri": 3}), "image")
+    expect_422("missing entrypoint with image", body(entrypoint=None), "entrypoint")
+    expect_422("empty entrypoint", body(entrypoint=[]), "entrypoint")
+    expect_422("entrypoint as a string", body(entrypoint="tail -f /dev/null"), "entrypoint")
+    expect_422("entrypoint with a number", body(entrypoint=["sleep", 5]), "entrypoint")
+    expect_422("env value not a string", body(env={"A": 1}), "env")
+    expect_422("metadata not an object", body(metadata=["a"]), "metadata")
+    expect_422("secureAccess not a boolean", body(secureAccess="yes"), "secureAccess")
+    expect_422("bad platform", body(platform={"os": "macos", "arch": "amd64"}), "platform")
+
+    # Durations: sandbox timeout is whole seconds >= 60.
+    expect_422("timeout as a string", body(timeout="600"), "timeout")
+    expect_422("timeout with a unit", body(timeout="10m"), "timeout")
+    expect_422("timeout with a fraction", body(timeout=600.5), "timeout")
+    expect_422("timeout below 60 s", body(timeout=59), "timeout")
+    expect_422("timeout 0", body(timeout=0), "timeout")
+    st, js = lc("POST", "/sandboxes", body(timeout=600000))
+    expect_error("timeout in ms instead of s (above --max-timeout-s)", st, js, 400,
+                 "SANDBOX::INVALID_PARAMETER")
+
+    # Metadata label rules.
+    for bad in ({"bad key": "v"}, {"k": "has space"}, {"k": "a" * 64}, {"opensandbox.io/x": "v"},
+                {"k": "ends-"}):
+        st, js = lc("POST", "/sandboxes", body(metadata=bad))
+        expect_error(f"metadata {bad}"[:60], st, js, 400, "SANDBOX::INVALID_METADATA_LABEL")
+
+    # Accepted edge cases.
+    st, js = lc("POST", "/sandboxes", body(timeout=None))
+    check(st == 202 and "expiresAt" not in js, "no timeout -> 202 without expiresAt",
+          f"(got {st} {js})")
+    st, js = lc("POST", "/sandboxes", body(timeout=60, metadata={"example.com/team": "a.b_c-1"}))
+    check(st == 202 and "expiresAt" in js and js["status"]["state"] == "Pending",
+          "timeout 60 and prefixed label -> 202 Pending", f"(got {st} {js})")
+    pending = js["id"]
+
+    # List parameters.
+    for q in ("pageSize=0", "pageSize=201", "page=0", "page=x"):
+        st, js = lc("GET", f"/sandboxes?{q}")
+        check(st == 422, f"list {q} -> 422", f"(got {st} {js})")
+    st, js = lc("GET", "/sandboxes?metadata=novalue")
+    expect_error("list metadata=novalue", st, js, 400, "INVALID_METADATA_FORMAT")
+    st, js = lc("GET", "/sandboxes?metadata=example.com%2Fteam%3Da.b_c-1&state=pending")
+    check(st == 200 and [s["id"] for s in js["items"]] == [pending],
+          "list metadata filter + case-insensitive state", f"(got {st} {js})")
+
+    # Pending sandboxes: execd unreachable, pause refused; then Running.
+    st, _ = ex(pending, "GET", "/ping")
+    check(st == 502, "execd of a Pending sandbox -> 502", f"(got {st})")
+    st, js = lc("POST", f"/sandboxes/{pending}/pause")
+    expect_error("pause while Pending", st, js, 409, "DOCKER::SANDBOX_NOT_RUNNING")
+    st, js = lc("POST", f"/sandboxes/{pending}/resume")
+    expect_error("resume while not Paused", st, js, 409, "DOCKER::SANDBOX_NOT_PAUSED")
+    wait_running(pending)
+
+    # Endpoint discovery parameters.
+    for p in ("0", "70000", "abc"):
+        st, js = lc("GET", f"/sandboxes/{pending}/endpoints/{p}")
+        check(st == 422, f"endpoint port {p} -> 422", f"(got {st} {js})")
+    st, js = lc("GET", f"/sandboxes/{pending}/endpoints/44772?use_server_proxy=maybe")
+    check(st == 422, "use_server_proxy=maybe -> 422", f"(got {st} {js})")
+    st, js = lc("GET", f"/sandboxes/{pending}/endpoints/44772?use_server_proxy=true&expires=9")
+    check(st == 400, "use_server_proxy with expires -> 400", f"(got {st} {js})")
+    st, js = lc("GET", "/sandboxes/nope/endpoints/44772")
+    expect_error("endpoint of unknown sandbox", st, js, 404, "DOCKER::SANDBOX_NOT_FOUND")
+    st, js = lc("GET", f"/sandboxes/{pending}/endpoints/44772?use_server_proxy=false")
+    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/execd")
+          and js["headers"] == TOKEN, "execd endpoint carries the execd header", f"({js})")
+    st, js = lc("GET", f"/sandboxes/{pending}/endpoints/18080")
+    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/egress")
+          and "headers" not in js, "egress endpoint", f"({js})")
+
+    # Renew expiration.
+    st, js = lc("POST", f"/sandboxes/{pending}/renew-expiration", {"expiresAt": "tomorrow"})
+    check(st == 422, "renew with a non-RFC3339 time -> 422", f"(got {st} {js})")
+    st, js = lc("POST", f"/sandboxes/{pending}/renew-expiration",
+                {"expiresAt": "2001-01-01T00:00:00Z"})
+    check(st == 400, "renew into the past -> 400", f"(got {st} {js})")
+    future = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 7200))
+    st, js = lc("POST", f"/sandboxes/{pending}/renew-expiration", {"expiresAt": future})
+    check(st == 200 and js["expiresAt"].startswith(future[:19]), "renew -> 200", f"({st} {js})")
+
+    # Expiry (forced through the control API) and delete.
+    st, _, _ = request("POST", f"/_sim/sandboxes/{pending}/expire")
+    st, js = lc("GET", f"/sandboxes/{pending}")
+    check(st == 200 and js["status"]["state"] == "Terminated", "expired sandbox is Terminated",
+          f"({st} {js})")
+    st, _ = ex(pending, "GET", "/ping")
+    check(st == 502, "execd of a Terminated sandbox -> 502")
+    st, _, data = request("DELETE", f"/v1/sandboxes/{pending}",
+                          headers={"OPEN-SANDBOX-API-KEY": "validation-key"})
+    check(st == 204 and data == b"", "delete -> 204 empty")
+    st, js = lc("DELETE", f"/sandboxes/{pending}")
+    expect_error("delete again", st, js, 404, "DOCKER::SANDBOX_NOT_FOUND")
+    st, js = lc("GET", f"/sandboxes/{pending}")
+    expect_error("get after delete", st, js, 404, "DOCKER::SANDBOX_NOT_FOUND")
+
+    # Body cap.
+    st, _, _ = request("POST", "/v1/sandboxes", raw_body=b"x" * (2 * 1024 * 1024),
+                       headers={"OPEN-SANDBOX-API-KEY": "validation-key"})
+    check(st == 413, "2 MiB JSON body -> 413", f"(got {st})")
+
+
+def multipart(parts, boundary="XyZ"):
+    """Build a multipart body from (name, filename or None, bytes)."""
+    out = b""
+    for name, filename, data in parts:
+        disp = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        out += f"--{boundary}\r\nContent-Disposition: {disp}\r\n\r\n".encode() + data + b"\r\n"
+    return out + f"--{boundary}--\r\n".encode(), {
+        "Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+def execd_checks():
+    sid = create()["id"]
+    wait_running(sid)
+    st, _, data = execd(sid, "GET", "/ping")
+    check(st == 401 and "error" in json.loads(data), "execd without the endpoint header -> 401",
+          f"(got {st} {data!r})")
+    st, _, _ = execd(sid, "GET", "/ping", headers={"X-Sim-Token": "wrong"})
+    check(st == 401, "execd with a wrong endpoint header value -> 401")
+    st, _ = ex(sid, "GET", "/ping")
+    check(st == 200, "execd with the header -> 200")
+
+    bad_commands = [
+        ("missing command", {}),
+        ("empty command", {"command": ""}),
+        ("command not a string", {"command": 5}),
+        ("timeout as float", {"command": "true", "timeout": 30000.0}),
+        ("timeout as string", {"command": "true", "timeout": "30s"}),
+        ("negative timeout", {"command": "true", "timeout": -1}),
+        ("gid without uid", {"command": "true", "gid": 0}),
+        ("envs value not a string", {"command": "true", "envs": {"A": 1}}),
+        ("background not a boolean", {"command": "true", "background": "yes"}),
+        ("cwd does not exist", {"command": "true", "cwd": "/nonexistent/x"}),
+    ]
+    for what, payload in bad_commands:
+        st, js = ex(sid, "POST", "/command", payload)
+        expect_error(f"/command {what}", st, js, 400, "INVALID_REQUEST_BODY")
+    st, js = ex(sid, "POST", "/command", raw=b"{oops", headers={"Content-Type": "application/json"})
+    expect_error("/command invalid JSON", st, js, 400, "INVALID_REQUEST_BODY")
+
+    st, js = ex(sid, "POST", "/session", {"cwd": 5})
+    expect_error("/session cwd not a string", st, js, 400, "INVALID_REQUEST_BODY")
+    st, js = ex(sid, "POST", "/session")
+    sess = js["session_id"]
+    for what, payload in (("timeout as string", {"command": "true", "timeout": "1s"}),
+                          ("timeout as float", {"command": "true", "timeout": 1.5}),
+                          ("missing command", {"timeout": 1000}),
+                          ("cwd does not exist", {"command": "true", "cwd": "/nonexistent/x"})):
+        st, js = ex(sid, "POST", f"/session/{sess}/run", payload)
+        expect_error(f"session run {what}", st, js, 400, "INVALID_REQUEST_BODY")
+    st, js = ex(sid, "POST", "/session/unknown/run", {"command": "true"})
+    check(st == 500 and js == {"code": "RUNTIME_ERROR",
+                               "message": "error running in session. context not found"},
+          "run in unknown session -> 500 RUNTIME_ERROR context not found", f"({st} {js})")
+    st, js = ex(sid, "DELETE", "/session/unknown")
+    expect_error("delete unknown session", st, js, 404, "CONTEXT_NOT_FOUND")
+    st, js = ex(sid, "DELETE", "/command?id=ffffffffffffffffffffffffffffffff")
+    expect_error("interrupt unknown command", st, js, 500, "RUNTIME_ERROR")
+
+    # Files.
+    st, js = ex(sid, "GET", "/files/download")
+    expect_error("download without path", st, js, 400, "MISSING_QUERY")
+    st, js = ex(sid, "GET", "/files/download?path=/nonexistent/file")
+    expect_error("download of a missing file", st, js, 404, "FILE_NOT_FOUND")
+    st, js = ex(sid, "GET", "/files/info?path=/&path=/nonexistent/file")
+    expect_error("info with one missing path", st, js, 404, "FILE_NOT_FOUND")
+    st, js = ex(sid, "GET", "/files/info")
+    check(st == 200 and js == {}, "info without paths -> 200 {}", f"({st} {js})")
+
+    meta = json.dumps({"path": "up/a.txt", "mode": 644}).encode()
+    raw, hdr = multipart([("metadata", None, meta), ("file", "a.txt", b"x")])
+    st, js = ex(sid, "POST", "/files/upload", raw=raw, headers=hdr)
+    expect_error("upload with metadata as a plain field", st, js, 400, "INVALID_FILE_METADATA")
+    st, js = ex(sid, "POST", "/files/upload", raw=b"plain", headers={"Content-Type": "text/plain"})
+    expect_error("upload that is not multipart", st, js, 400, "INVALID_FILE")
+    raw, hdr = multipart([("metadata", "metadata", meta)])
+    st, js = ex(sid, "POST", "/files/upload", raw=raw, headers=hdr)
+    expect_error("upload without a file part", st, js, 400, "INVALID_FILE_CONTENT")
+    raw, hdr = multipart([("metadata", "metadata", json.dumps({"path": "a", "mode": "644"}).encode()),
+                          ("file", "a", b"x")])
+    st, js = ex(sid, "POST", "/files/upload", raw=raw, headers=hdr)
+    expect_error("upload with mode as a string", st, js, 400, "INVALID_FILE_METADATA")
+    raw, hdr = multipart([("metadata", "metadata", json.dumps({"path": "m.txt", "mode": 648}).encode()),
+                          ("file", "m.txt", b"x")])
+    st, js = ex(sid, "POST", "/files/upload", raw=raw, headers=hdr)
+    expect_error("upload with mode digit 8", st, js, 500, "RUNTIME_ERROR")
+    raw, hdr = multipart([("metadata", "metadata", meta), ("file", "a.txt", b"0123456789")])
+    st, js = ex(sid, "POST", "/files/upload", raw=raw, headers=hdr)
+    check(st == 200 and js is None, "valid upload (relative path) -> 200 empty", f"({st} {js})")
+    st, js = ex(sid, "GET", "/files/info?path=up/a.txt")
+    check(st == 200 and js["up/a.txt"]["mode"] == 644 and js["up/a.txt"]["size"] == 10,
+          "info keyed by the path as sent, mode as decimal digits", f"({js})")
+    st, js = ex(sid, "GET", "/files/download?path=up/a.txt", headers={"Range": "bytes=abc"})
+    check(st == 416 and js == {"code": "UNKNOWN"}, "malformed Range -> 416 {code: UNKNOWN}",
+          f"({st} {js})")
+    st, _ = ex(sid, "GET", "/files/download?path=up/a.txt", headers={"Range": "bytes=100-"})
+    check(st == 416, "Range past EOF -> 416")
+    st, _, data = request("GET", f"/sandboxes/{sid}/execd/files/download?path=up/a.txt",
+                          headers=dict(TOKEN, Range="bytes=2-4"))
+    check(st == 206 and data == b"234", "Range bytes=2-4 -> 206 '234'", f"({st} {data!r})")
+
+    st, _, data = request("GET", f"/sandboxes/{sid}/execd/nope", headers=TOKEN)
+    check(st == 404 and data == b"404 page not found", "unknown execd route -> 404 plain text")
+    lc("DELETE", f"/sandboxes/{sid}")
+
+
+def main():
+    lifecycle_checks()
+    execd_checks()
+    finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

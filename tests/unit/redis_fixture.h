@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Test fixture: a throw-away redis-server on a free 127.0.0.1 port. */
+#ifndef RK_REDIS_FIXTURE_H
+#define RK_REDIS_FIXTURE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/** A running (or stopped) redis-server started by the tests. */
+struct rk_redis_fixture {
+    pid_t pid;         /* 0 when not running */
+    int port;          /* kept across stop/start so a restart reuses it */
+    char password[64]; /* "" for none */
+};
+
+/** Start redis-server (port 0 = pick a free one; password NULL = none) and
+ *  wait until it answers PING. Returns 0, or -1 with msg filled. */
+int rk_redis_fixture_start(struct rk_redis_fixture *fx, int port, const char *password, char *msg,
+                           size_t msglen);
+
+/** Kill the server (SIGKILL) and reap it; safe to call twice. */
+void rk_redis_fixture_stop(struct rk_redis_fixture *fx);
+
+#endif /* RK_REDIS_FIXTURE_H */

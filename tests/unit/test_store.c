@@ -1,0 +1,957 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Store tests: every store behaviour runs against the in-process backend and a
+ * real redis-server started on a free loopback port; Redis-only tests cover
+ * the key layout, WATCH retries, outages and authentication. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "redis_fixture.h"
+#include "store.h"
+#include "store_common.h"
+
+enum backend { BACKEND_MEMORY, BACKEND_REDIS };
+
+static const enum backend k_memory = BACKEND_MEMORY;
+static const enum backend k_redis = BACKEND_REDIS;
+
+/* Per-test state: the backend under test and an open store. */
+struct tctx {
+    enum backend kind;
+    struct rk_store *st;
+    char prefix[64];
+};
+
+static struct rk_redis_fixture g_redis;
+static int g_seq;
+
+/* Milliseconds on the monotonic clock. */
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sleep for ms milliseconds. */
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Open a Redis store on 127.0.0.1:port. */
+static struct rk_store *open_redis(int port, const char *password, const char *prefix, int pool)
+{
+    struct rk_redis_cfg cfg = {
+        .host = "127.0.0.1",
+        .port = port,
+        .password = password,
+        .db = 0,
+        .connect_timeout_ms = 1000,
+        .op_timeout_ms = 1000,
+        .pool_size = pool,
+        .key_prefix = prefix,
+    };
+    return rk_store_open_redis(&cfg);
+}
+
+/* Open a store of the kind in tc (a fresh key prefix for Redis). */
+static struct rk_store *open_kind(struct tctx *tc)
+{
+    if (tc->kind == BACKEND_MEMORY)
+        return rk_store_open_memory();
+    return open_redis(g_redis.port, NULL, tc->prefix, 8);
+}
+
+/* Direct hiredis connection to the shared test server. */
+static redisContext *raw_conn(int port)
+{
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    return c;
+}
+
+/* Group setup: start the shared redis-server; fail loudly if impossible. */
+static int group_setup(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    char msg[512];
+    if (rk_redis_fixture_start(&g_redis, 0, NULL, msg, sizeof msg) != 0) {
+        fprintf(stderr, "test_store: cannot start redis-server: %s\n", msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Group teardown: stop the shared redis-server. */
+static int group_teardown(void **state)
+{
+    (void)state;
+    rk_redis_fixture_stop(&g_redis);
+    return 0;
+}
+
+/* Per-test setup: open the backend named by the prestate. */
+static int setup(void **state)
+{
+    struct tctx *tc = calloc(1, sizeof *tc);
+    if (!tc)
+        return -1;
+    tc->kind = *(const enum backend *)*state;
+    snprintf(tc->prefix, sizeof tc->prefix, "t%d:%d:", (int)getpid(), ++g_seq);
+    tc->st = open_kind(tc);
+    if (!tc->st) {
+        free(tc);
+        return -1;
+    }
+    *state = tc;
+    return 0;
+}
+
+/* Per-test teardown: close the store. */
+static int teardown(void **state)
+{
+    struct tctx *tc = *state;
+    rk_store_close(tc->st);
+    free(tc);
+    return 0;
+}
+
+/* Build a record {"state": state, "image": image}. */
+static json_object *mkrec(const char *state, const char *image)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "state", json_object_new_string(state));
+    json_object_object_add(o, "image", json_object_new_string(image));
+    return o;
+}
+
+/* Create a record and assert the result code. */
+static void create_expect(struct rk_store *st, const char *id, const char *state,
+                          const char *image, int64_t expire, rk_store_rc want)
+{
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = mkrec(state, image);
+    rk_store_rc rc = rk_store_create(st, id, rec, expire, err, sizeof err);
+    if (rc != want)
+        fail_msg("create %s: rc %d, want %d (%s)", id, rc, want, err);
+    json_object_put(rec);
+}
+
+/* Read a string member of a record (NULL if missing). */
+static const char *member(json_object *o, const char *key)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(o, key, &v))
+        return NULL;
+    return json_object_get_string(v);
+}
+
+/* Read the "expire_time" member (-1 if missing). */
+static int64_t expire_of(json_object *o)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(o, "expire_time", &v))
+        return -1;
+    return json_object_get_int64(v);
+}
+
+/* 1 if id is in the list. */
+static int has_id(char **ids, size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ids[i], id) == 0)
+            return 1;
+    return 0;
+}
+
+/* Update callback: set "state" to the string in ctx. */
+static int set_state(json_object *rec, void *ctx)
+{
+    json_object_object_add(rec, "state", json_object_new_string(ctx));
+    return 0;
+}
+
+/* Update callback: decline. */
+static int decline(json_object *rec, void *ctx)
+{
+    (void)rec;
+    (void)ctx;
+    return 1;
+}
+
+/* Update callback: fail. */
+static int explode(json_object *rec, void *ctx)
+{
+    (void)rec;
+    (void)ctx;
+    return -1;
+}
+
+/* Update callback: increment the integer member "n". */
+static int increment(json_object *rec, void *ctx)
+{
+    (void)ctx;
+    json_object *v = NULL;
+    int64_t n = json_object_object_get_ex(rec, "n", &v) ? json_object_get_int64(v) : 0;
+    json_object_object_add(rec, "n", json_object_new_int64(n + 1));
+    return 0;
+}
+
+/* create, get (deep copies, expire_time from the idle index), not found. */
+static void test_create_get(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = mkrec("running", "python:3.11");
+    assert_int_equal(rk_store_create(tc->st, "sbx-1", rec, 1000, err, sizeof err), RK_STORE_OK);
+    json_object_object_add(rec, "image", json_object_new_string("changed-after-create"));
+    json_object_put(rec);
+
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(tc->st, "sbx-1", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "image"), "python:3.11");
+    assert_int_equal(expire_of(got), 1000);
+    json_object_object_add(got, "image", json_object_new_string("changed-after-get"));
+    json_object_put(got);
+    assert_int_equal(rk_store_get(tc->st, "sbx-1", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "image"), "python:3.11");
+    json_object_put(got);
+
+    got = (json_object *)1;
+    assert_int_equal(rk_store_get(tc->st, "nope", &got, err, sizeof err), RK_STORE_NOT_FOUND);
+    assert_null(got);
+    assert_int_equal(rk_store_ping(tc->st, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_is_shared(tc->st), tc->kind == BACKEND_REDIS);
+}
+
+/* update writes, aborts, fails, and reports unknown ids. */
+static void test_update(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    create_expect(tc->st, "sbx-u", "pending", "img", 500, RK_STORE_OK);
+    json_object *out = NULL;
+    assert_int_equal(
+        rk_store_update(tc->st, "sbx-u", set_state, "running", &out, err, sizeof err),
+        RK_STORE_OK);
+    assert_string_equal(member(out, "state"), "running");
+    assert_string_equal(member(out, "image"), "img");
+    assert_int_equal(expire_of(out), 500);
+    json_object_put(out);
+
+    assert_int_equal(rk_store_update(tc->st, "sbx-u", decline, NULL, &out, err, sizeof err),
+                     RK_STORE_ABORTED);
+    assert_null(out);
+    uint64_t errors = rk_store_error_count(tc->st);
+    assert_int_equal(rk_store_update(tc->st, "sbx-u", explode, NULL, NULL, err, sizeof err),
+                     RK_STORE_ERROR);
+    assert_true(err[0] != '\0');
+    assert_int_equal(rk_store_error_count(tc->st), errors + 1);
+
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(tc->st, "sbx-u", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "state"), "running");
+    json_object_put(got);
+
+    assert_int_equal(rk_store_update(tc->st, "ghost", increment, NULL, &out, err, sizeof err),
+                     RK_STORE_NOT_FOUND);
+    assert_null(out);
+}
+
+/* The active index follows the state; create is refused while active and
+ * replaces a deleted record. */
+static void test_active_index_and_replace(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    char **ids = NULL;
+    size_t n = 0;
+    create_expect(tc->st, "a-1", "running", "img-1", 100, RK_STORE_OK);
+    create_expect(tc->st, "a-2", "pending", "img-2", 0, RK_STORE_OK);
+    create_expect(tc->st, "a-3", "stopped", "img-3", 100, RK_STORE_OK);
+    assert_int_equal(rk_store_list_active(tc->st, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_true(has_id(ids, n, "a-1") && has_id(ids, n, "a-2"));
+    rk_store_free_ids(ids, n);
+
+    create_expect(tc->st, "a-1", "pending", "other", 0, RK_STORE_EXISTS);
+    create_expect(tc->st, "a-3", "running", "img-3b", 0, RK_STORE_OK);
+
+    assert_int_equal(
+        rk_store_update(tc->st, "a-1", set_state, "deleted", NULL, err, sizeof err),
+        RK_STORE_OK);
+    assert_int_equal(rk_store_list_active(tc->st, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_true(has_id(ids, n, "a-2") && has_id(ids, n, "a-3") && !has_id(ids, n, "a-1"));
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_expired(tc->st, 1000, 10, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    rk_store_free_ids(ids, n);
+
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(tc->st, "a-1", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "state"), "deleted");
+    assert_int_equal(expire_of(got), -1);
+    json_object_put(got);
+
+    create_expect(tc->st, "a-1", "pending", "img-new", 50, RK_STORE_OK);
+    assert_int_equal(rk_store_get(tc->st, "a-1", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "image"), "img-new");
+    assert_int_equal(expire_of(got), 50);
+    json_object_put(got);
+}
+
+/* get_many returns NULL for unknown ids. */
+static void test_get_many(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    create_expect(tc->st, "m-1", "running", "one", 10, RK_STORE_OK);
+    create_expect(tc->st, "m-3", "deleted", "three", 10, RK_STORE_OK);
+    const char *ids[] = {"m-1", "m-2", "m-3"};
+    json_object *out[3];
+    assert_int_equal(rk_store_get_many(tc->st, ids, 3, out, err, sizeof err), RK_STORE_OK);
+    assert_non_null(out[0]);
+    assert_null(out[1]);
+    assert_non_null(out[2]);
+    assert_string_equal(member(out[0], "image"), "one");
+    assert_int_equal(expire_of(out[0]), 10);
+    assert_string_equal(member(out[2], "image"), "three");
+    assert_int_equal(expire_of(out[2]), -1);
+    json_object_put(out[0]);
+    json_object_put(out[2]);
+    assert_int_equal(rk_store_get_many(tc->st, ids, 0, out, err, sizeof err), RK_STORE_OK);
+}
+
+/* touch moves deadlines of active records only; expired honours now and max. */
+static void test_touch_and_expired(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    char **ids = NULL;
+    size_t n = 0;
+    create_expect(tc->st, "e-1", "running", "i", 100, RK_STORE_OK);
+    create_expect(tc->st, "e-2", "running", "i", 200, RK_STORE_OK);
+    create_expect(tc->st, "e-3", "running", "i", 300, RK_STORE_OK);
+    create_expect(tc->st, "e-4", "running", "i", 0, RK_STORE_OK);
+
+    assert_int_equal(rk_store_expired(tc->st, 250, 10, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_true(has_id(ids, n, "e-1") && has_id(ids, n, "e-2"));
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_expired(tc->st, 250, 1, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 1);
+    rk_store_free_ids(ids, n);
+
+    assert_int_equal(rk_store_touch(tc->st, "e-1", 400, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_touch(tc->st, "e-4", 150, err, sizeof err), RK_STORE_OK);
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(tc->st, "e-1", &got, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(expire_of(got), 400);
+    json_object_put(got);
+    assert_int_equal(rk_store_expired(tc->st, 250, 10, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_true(has_id(ids, n, "e-2") && has_id(ids, n, "e-4"));
+    rk_store_free_ids(ids, n);
+
+    /* Deleted and unknown sandboxes are not resurrected by a late touch. */
+    assert_int_equal(
+        rk_store_update(tc->st, "e-2", set_state, "deleted", NULL, err, sizeof err),
+        RK_STORE_OK);
+    assert_int_equal(rk_store_touch(tc->st, "e-2", 10, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_touch(tc->st, "ghost", 10, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_expired(tc->st, 250, 10, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(ids[0], "e-4");
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_get(tc->st, "e-2", &got, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(expire_of(got), -1);
+    json_object_put(got);
+    assert_int_equal(rk_store_get(tc->st, "ghost", &got, err, sizeof err), RK_STORE_NOT_FOUND);
+    assert_int_equal(rk_store_list_active(tc->st, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 3);
+    assert_false(has_id(ids, n, "e-2") || has_id(ids, n, "ghost"));
+    rk_store_free_ids(ids, n);
+}
+
+/* Claims are exclusive until their TTL passes. */
+static void test_claim(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    assert_int_equal(rk_store_claim(tc->st, "sweep:x", 1, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_claim(tc->st, "sweep:x", 1, err, sizeof err), RK_STORE_EXISTS);
+    assert_int_equal(rk_store_claim(tc->st, "sweep:y", 30, err, sizeof err), RK_STORE_OK);
+    sleep_ms(1150);
+    assert_int_equal(rk_store_claim(tc->st, "sweep:x", 30, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_claim(tc->st, "sweep:y", 30, err, sizeof err), RK_STORE_EXISTS);
+}
+
+/* B90: a second reserve of the same name fails. */
+static void test_b90_reserve_is_exclusive(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], t1[64], t2[64];
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 120, t1, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(strlen(t1), 32);
+    assert_int_equal(strspn(t1, "0123456789abcdef"), 32);
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 120, t2, err, sizeof err),
+                     RK_STORE_EXISTS);
+    assert_string_equal(t2, "");
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "other", 120, t2, err, sizeof err),
+                     RK_STORE_OK);
+    assert_string_not_equal(t1, t2);
+}
+
+/* B91: reservations are invisible; commit makes the id visible. */
+static void test_b91_commit_makes_visible(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], tok[64];
+    char *sid = NULL;
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 120, tok, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_session_get(tc->st, "sbx-1", "default", &sid, err, sizeof err),
+                     RK_STORE_NOT_FOUND);
+    assert_null(sid);
+    size_t n = 0;
+    assert_int_equal(rk_session_count(tc->st, "sbx-1", &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(
+        rk_session_commit(tc->st, "sbx-1", "default", tok, "os-session-1", err, sizeof err),
+        RK_STORE_OK);
+    assert_int_equal(rk_session_get(tc->st, "sbx-1", "default", &sid, err, sizeof err),
+                     RK_STORE_OK);
+    assert_string_equal(sid, "os-session-1");
+    free(sid);
+    /* A committed mapping blocks new reservations even with TTL 0. */
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 0, tok, err, sizeof err),
+                     RK_STORE_EXISTS);
+    /* The token is spent: committing again conflicts. */
+    assert_int_equal(
+        rk_session_commit(tc->st, "sbx-1", "default", "0123", "os-x", err, sizeof err),
+        RK_STORE_CONFLICT);
+}
+
+/* B92: rollback releases the name. */
+static void test_b92_rollback_releases(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], tok[64];
+    size_t n = 9;
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 120, tok, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_session_rollback(tc->st, "sbx-1", "default", tok, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_session_count(tc->st, "sbx-1", &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(rk_session_rollback(tc->st, "sbx-1", "default", tok, err, sizeof err),
+                     RK_STORE_CONFLICT);
+    assert_int_equal(rk_session_commit(tc->st, "sbx-1", "default", tok, "late", err, sizeof err),
+                     RK_STORE_CONFLICT);
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 120, tok, err, sizeof err),
+                     RK_STORE_OK);
+}
+
+/* Reserve and commit name -> sid. */
+static void map_session(struct rk_store *st, const char *sbx, const char *name, const char *sid)
+{
+    char err[RK_STORE_ERRLEN], tok[64];
+    assert_int_equal(rk_session_reserve(st, sbx, name, 120, tok, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_session_commit(st, sbx, name, tok, sid, err, sizeof err), RK_STORE_OK);
+}
+
+/* Assert the committed mapping of name (NULL = none). */
+static void expect_session(struct rk_store *st, const char *sbx, const char *name,
+                           const char *want)
+{
+    char err[RK_STORE_ERRLEN];
+    char *sid = NULL;
+    rk_store_rc rc = rk_session_get(st, sbx, name, &sid, err, sizeof err);
+    if (!want) {
+        assert_int_equal(rc, RK_STORE_NOT_FOUND);
+        return;
+    }
+    assert_int_equal(rc, RK_STORE_OK);
+    assert_string_equal(sid, want);
+    free(sid);
+}
+
+/* B93 + B94: remove deletes only the expected mapping. */
+static void test_b93_b94_remove(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    map_session(tc->st, "sbx-1", "default", "os-session-1");
+    assert_int_equal(
+        rk_session_remove(tc->st, "sbx-1", "default", "os-session-1", err, sizeof err),
+        RK_STORE_OK);
+    expect_session(tc->st, "sbx-1", "default", NULL);
+    assert_int_equal(
+        rk_session_remove(tc->st, "sbx-1", "default", "os-session-1", err, sizeof err),
+        RK_STORE_NOT_FOUND);
+
+    map_session(tc->st, "sbx-1", "default", "old-session");
+    assert_int_equal(
+        rk_session_remove(tc->st, "sbx-1", "default", "old-session", err, sizeof err),
+        RK_STORE_OK);
+    map_session(tc->st, "sbx-1", "default", "new-session");
+    assert_int_equal(
+        rk_session_remove(tc->st, "sbx-1", "default", "old-session", err, sizeof err),
+        RK_STORE_CONFLICT);
+    expect_session(tc->st, "sbx-1", "default", "new-session");
+
+    /* A reservation is never removed by remove. */
+    char tok[64];
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "w", 120, tok, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_session_remove(tc->st, "sbx-1", "w", tok, err, sizeof err),
+                     RK_STORE_CONFLICT);
+}
+
+/* B95: clear affects one sandbox only. */
+static void test_b95_clear(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    size_t n = 0;
+    map_session(tc->st, "sbx-1", "default", "os-session-1");
+    map_session(tc->st, "sbx-1", "worker", "os-session-2");
+    map_session(tc->st, "sbx-2", "default", "os-session-3");
+    assert_int_equal(rk_session_count(tc->st, "sbx-1", &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(rk_session_clear(tc->st, "sbx-1", err, sizeof err), RK_STORE_OK);
+    expect_session(tc->st, "sbx-1", "default", NULL);
+    expect_session(tc->st, "sbx-1", "worker", NULL);
+    expect_session(tc->st, "sbx-2", "default", "os-session-3");
+    assert_int_equal(rk_session_count(tc->st, "sbx-1", &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(rk_session_clear(tc->st, "sbx-1", err, sizeof err), RK_STORE_OK);
+}
+
+/* B97 + B98: TTL 0 reservations are reclaimed; stale owners lose. */
+static void test_b97_b98_reclaim(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], t1[64], t2[64];
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 0, t1, err, sizeof err),
+                     RK_STORE_OK);
+    sleep_ms(2);
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 0, t2, err, sizeof err),
+                     RK_STORE_OK);
+    assert_string_not_equal(t1, t2);
+    assert_int_equal(
+        rk_session_commit(tc->st, "sbx-1", "default", t1, "stale-session", err, sizeof err),
+        RK_STORE_CONFLICT);
+    assert_int_equal(rk_session_rollback(tc->st, "sbx-1", "default", t1, err, sizeof err),
+                     RK_STORE_CONFLICT);
+    assert_int_equal(
+        rk_session_commit(tc->st, "sbx-1", "default", t2, "current-session", err, sizeof err),
+        RK_STORE_OK);
+    expect_session(tc->st, "sbx-1", "default", "current-session");
+}
+
+/* B99: conditional set (absent only) and conditional delete (value equals). */
+static void test_b99_conditional(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], tok[64];
+    map_session(tc->st, "sbx-1", "default", "os-session-1");
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 120, tok, err, sizeof err),
+                     RK_STORE_EXISTS);
+    expect_session(tc->st, "sbx-1", "default", "os-session-1");
+    assert_int_equal(
+        rk_session_remove(tc->st, "sbx-1", "default", "os-session-1", err, sizeof err),
+        RK_STORE_OK);
+    expect_session(tc->st, "sbx-1", "default", NULL);
+}
+
+/* Registry value rules shared by both backends (U29: unparsable = live). */
+static void test_registry_value_rules(void **state)
+{
+    (void)state;
+    assert_true(rk_store_value_blocks("s:os-1", 0));
+    assert_true(rk_store_value_blocks("r:abc:2000", 1999));
+    assert_false(rk_store_value_blocks("r:abc:2000", 2000));
+    assert_false(rk_store_value_blocks("r:abc:2000", 5000));
+    assert_true(rk_store_value_blocks("r:abc:soon", 5000));
+    assert_true(rk_store_value_blocks("r:abc:", 5000));
+    assert_true(rk_store_value_blocks("r:abc", 5000));
+    assert_true(rk_store_value_blocks("r:abc:-1", 5000));
+    assert_true(rk_store_value_blocks("x:abc:1", 5000));
+    assert_true(rk_store_value_is_reservation_of("r:abc:1", "abc"));
+    assert_false(rk_store_value_is_reservation_of("r:abcd:1", "abc"));
+    assert_false(rk_store_value_is_reservation_of("s:abc:1", "abc"));
+}
+
+/* Invalid arguments are refused with a message and counted. */
+static void test_invalid_arguments(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], tok[64];
+    char long_id[RK_STORE_MAX_NAME + 2];
+    memset(long_id, 'x', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = '\0';
+    json_object *out = NULL;
+    uint64_t before = rk_store_error_count(tc->st);
+    assert_int_equal(rk_store_get(tc->st, "", &out, err, sizeof err), RK_STORE_ERROR);
+    assert_non_null(strstr(err, "invalid"));
+    assert_int_equal(rk_store_get(tc->st, long_id, &out, err, sizeof err), RK_STORE_ERROR);
+    assert_int_equal(rk_session_reserve(tc->st, "sbx", NULL, 1, tok, err, sizeof err),
+                     RK_STORE_ERROR);
+    assert_int_equal(rk_session_commit(tc->st, "sbx", "n", "a:b", "sid", NULL, 0),
+                     RK_STORE_ERROR);
+    assert_int_equal(rk_store_error_count(tc->st), before + 4);
+}
+
+/* Arguments of a concurrency worker thread. */
+struct worker {
+    struct rk_store *st;
+    int iterations;
+    int ok;
+    int exists;
+    int contention;
+    int other;
+};
+
+/* Reserve the same name repeatedly, counting outcomes. */
+static void *reserve_worker(void *arg)
+{
+    struct worker *w = arg;
+    char err[RK_STORE_ERRLEN], tok[64];
+    for (int i = 0; i < w->iterations; i++) {
+        rk_store_rc rc = rk_session_reserve(w->st, "sbx-c", "shared", 120, tok, err, sizeof err);
+        if (rc == RK_STORE_OK)
+            w->ok++;
+        else if (rc == RK_STORE_EXISTS)
+            w->exists++;
+        else
+            w->other++;
+    }
+    return NULL;
+}
+
+/* Increment a counter record repeatedly, counting outcomes. */
+static void *update_worker(void *arg)
+{
+    struct worker *w = arg;
+    char err[RK_STORE_ERRLEN];
+    for (int i = 0; i < w->iterations; i++) {
+        rk_store_rc rc = rk_store_update(w->st, "counter", increment, NULL, NULL, err, sizeof err);
+        if (rc == RK_STORE_OK)
+            w->ok++;
+        else if (rc == RK_STORE_ERROR && strstr(err, "store contention"))
+            w->contention++;
+        else
+            w->other++;
+    }
+    return NULL;
+}
+
+#define NTHREADS 8
+#define NSTORES 4
+
+/* Run fn on NTHREADS threads; Redis threads share NSTORES separate stores. */
+static void run_workers(struct tctx *tc, void *(*fn)(void *), int iterations,
+                        struct worker *sum)
+{
+    struct rk_store *stores[NSTORES] = {NULL};
+    struct worker w[NTHREADS];
+    pthread_t th[NTHREADS];
+    for (int i = 0; i < NSTORES; i++)
+        stores[i] = tc->kind == BACKEND_REDIS ? open_kind(tc) : NULL;
+    for (int i = 0; i < NTHREADS; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].st = tc->kind == BACKEND_REDIS ? stores[i % NSTORES] : tc->st;
+        assert_non_null(w[i].st);
+        w[i].iterations = iterations;
+        assert_int_equal(pthread_create(&th[i], NULL, fn, &w[i]), 0);
+    }
+    memset(sum, 0, sizeof *sum);
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_join(th[i], NULL);
+        sum->ok += w[i].ok;
+        sum->exists += w[i].exists;
+        sum->contention += w[i].contention;
+        sum->other += w[i].other;
+    }
+    for (int i = 0; i < NSTORES; i++)
+        rk_store_close(stores[i]);
+}
+
+/* 8 threads x 50 reserves of one name: exactly one success. */
+static void test_concurrent_reserve(void **state)
+{
+    struct tctx *tc = *state;
+    struct worker sum;
+    run_workers(tc, reserve_worker, 50, &sum);
+    assert_int_equal(sum.ok, 1);
+    assert_int_equal(sum.exists, NTHREADS * 50 - 1);
+    assert_int_equal(sum.other, 0);
+}
+
+/* Concurrent read-modify-write loses no update. */
+static void test_concurrent_update(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    create_expect(tc->st, "counter", "running", "c", 0, RK_STORE_OK);
+    struct worker sum;
+    run_workers(tc, update_worker, 25, &sum);
+    assert_int_equal(sum.other, 0);
+    assert_int_equal(sum.ok + sum.contention, NTHREADS * 25);
+    assert_true(sum.ok > 0);
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(tc->st, "counter", &got, err, sizeof err), RK_STORE_OK);
+    json_object *n = NULL;
+    assert_true(json_object_object_get_ex(got, "n", &n));
+    assert_int_equal(json_object_get_int64(n), sum.ok);
+    json_object_put(got);
+}
+
+/* B96: the registry key is <prefix>sessions:<sandbox id>; the record layout too. */
+static void test_redis_key_layout(void **state)
+{
+    (void)state;
+    char err[RK_STORE_ERRLEN], tok[64];
+    struct rk_store *st = open_redis(g_redis.port, NULL, "opensandbox:", 2);
+    assert_non_null(st);
+    assert_int_equal(rk_session_reserve(st, "sbx-1", "default", 120, tok, err, sizeof err),
+                     RK_STORE_OK);
+    create_expect(st, "sbx-k", "running", "img", 77, RK_STORE_OK);
+    redisContext *c = raw_conn(g_redis.port);
+    redisReply *r = redisCommand(c, "TYPE opensandbox:sessions:sbx-1");
+    assert_string_equal(r->str, "hash");
+    freeReplyObject(r);
+    r = redisCommand(c, "HGET opensandbox:sessions:sbx-1 default");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_int_equal(strncmp(r->str, "r:", 2), 0);
+    assert_non_null(strstr(r->str, tok));
+    freeReplyObject(r);
+    r = redisCommand(c, "TTL opensandbox:sessions:sbx-1");
+    assert_int_equal(r->integer, -1);
+    freeReplyObject(r);
+    r = redisCommand(c, "ZSCORE opensandbox:expire sbx-k");
+    assert_string_equal(r->str, "77");
+    freeReplyObject(r);
+    r = redisCommand(c, "SISMEMBER opensandbox:active sbx-k");
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    r = redisCommand(c, "DEL opensandbox:sessions:sbx-1 opensandbox:sandbox:sbx-k "
+                        "opensandbox:active opensandbox:expire");
+    freeReplyObject(r);
+    redisFree(c);
+    rk_store_close(st);
+}
+
+/* U29: a reservation whose deadline cannot be parsed is live forever. */
+static void test_redis_unparsable_reservation(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], tok[64], key[128];
+    snprintf(key, sizeof key, "%ssessions:sbx-1", tc->prefix);
+    redisContext *c = raw_conn(g_redis.port);
+    redisReply *r = redisCommand(c, "HSET %s default r:feed:garbage", key);
+    freeReplyObject(r);
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 0, tok, err, sizeof err),
+                     RK_STORE_EXISTS);
+    r = redisCommand(c, "HSET %s default r:feed:1000", key);
+    freeReplyObject(r);
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 0, tok, err, sizeof err),
+                     RK_STORE_OK);
+    redisFree(c);
+}
+
+/* State of the conflicting callback: counts calls, rewrites the key each time. */
+struct conflict_ctx {
+    redisContext *c;
+    const char *key;
+    int calls;
+};
+
+/* Update callback that changes the watched key behind the store's back. */
+static int conflicting(json_object *rec, void *arg)
+{
+    struct conflict_ctx *cc = arg;
+    cc->calls++;
+    redisReply *r = redisCommand(cc->c, "SET %s {\"state\":\"running\",\"x\":%d}", cc->key,
+                                 cc->calls);
+    freeReplyObject(r);
+    json_object_object_add(rec, "mine", json_object_new_boolean(1));
+    return 0;
+}
+
+/* B100: a WATCH conflict on every EXEC gives exactly 5 attempts, then an error. */
+static void test_redis_watch_retries(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], key[128];
+    create_expect(tc->st, "w-1", "running", "img", 0, RK_STORE_OK);
+    snprintf(key, sizeof key, "%ssandbox:w-1", tc->prefix);
+    struct conflict_ctx cc = {raw_conn(g_redis.port), key, 0};
+    uint64_t before = rk_store_error_count(tc->st);
+    json_object *out = NULL;
+    assert_int_equal(rk_store_update(tc->st, "w-1", conflicting, &cc, &out, err, sizeof err),
+                     RK_STORE_ERROR);
+    assert_null(out);
+    assert_int_equal(cc.calls, 5);
+    assert_string_equal(err, "store contention: too many concurrent updates");
+    assert_int_equal(rk_store_error_count(tc->st), before + 1);
+    redisFree(cc.c);
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(tc->st, "w-1", &got, err, sizeof err), RK_STORE_OK);
+    assert_null(member(got, "mine"));
+    json_object_put(got);
+}
+
+/* An outage gives fast, clear errors; the same store recovers by itself. */
+static void test_redis_outage_and_recovery(void **state)
+{
+    (void)state;
+    char msg[512], err[RK_STORE_ERRLEN], tok[64];
+    struct rk_redis_fixture fx = {0};
+    if (rk_redis_fixture_start(&fx, 0, NULL, msg, sizeof msg) != 0)
+        fail_msg("cannot start redis-server: %s", msg);
+    struct rk_store *st = open_redis(fx.port, NULL, "outage:", 4);
+    assert_non_null(st);
+    assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_OK);
+    create_expect(st, "o-1", "running", "img", 0, RK_STORE_OK);
+
+    rk_redis_fixture_stop(&fx);
+    uint64_t before = rk_store_error_count(st);
+    for (int i = 0; i < 5; i++) {
+        json_object *got = NULL;
+        int64_t t0 = now_ms();
+        rk_store_rc rc = i % 2 ? rk_store_get(st, "o-1", &got, err, sizeof err)
+                               : rk_session_reserve(st, "o-1", "n", 1, tok, err, sizeof err);
+        int64_t took = now_ms() - t0;
+        assert_int_equal(rc, RK_STORE_ERROR);
+        assert_true(took < 2000);
+        if (!strstr(err, "redis"))
+            fail_msg("error does not mention redis: %s", err);
+    }
+    assert_true(rk_store_error_count(st) >= before + 5);
+
+    if (rk_redis_fixture_start(&fx, fx.port, NULL, msg, sizeof msg) != 0)
+        fail_msg("cannot restart redis-server: %s", msg);
+    int64_t deadline = now_ms() + 10000;
+    rk_store_rc rc = RK_STORE_ERROR;
+    while (now_ms() < deadline) {
+        rc = rk_store_ping(st, err, sizeof err);
+        if (rc == RK_STORE_OK)
+            break;
+        sleep_ms(100);
+    }
+    assert_int_equal(rc, RK_STORE_OK);
+    create_expect(st, "o-2", "running", "img", 0, RK_STORE_OK);
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(st, "o-2", &got, err, sizeof err), RK_STORE_OK);
+    json_object_put(got);
+    rk_store_close(st);
+    rk_redis_fixture_stop(&fx);
+}
+
+/* AUTH: the right password works, a wrong or missing one is a clear error. */
+static void test_redis_password(void **state)
+{
+    (void)state;
+    char msg[512], err[RK_STORE_ERRLEN];
+    const char *pw = "s3cret-pw";
+    struct rk_redis_fixture fx = {0};
+    if (rk_redis_fixture_start(&fx, 0, pw, msg, sizeof msg) != 0)
+        fail_msg("cannot start redis-server: %s", msg);
+    struct rk_store *good = open_redis(fx.port, pw, NULL, 2);
+    assert_int_equal(rk_store_ping(good, err, sizeof err), RK_STORE_OK);
+    create_expect(good, "p-1", "running", "img", 0, RK_STORE_OK);
+    rk_store_close(good);
+
+    struct rk_store *bad = open_redis(fx.port, "wrong-pw", NULL, 2);
+    assert_int_equal(rk_store_ping(bad, err, sizeof err), RK_STORE_ERROR);
+    assert_non_null(strstr(err, "redis"));
+    assert_non_null(strstr(err, "auth"));
+    assert_null(strstr(err, "wrong-pw"));
+    assert_int_equal(rk_store_error_count(bad), 1);
+    rk_store_close(bad);
+
+    struct rk_store *none = open_redis(fx.port, NULL, NULL, 2);
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(none, "p-1", &got, err, sizeof err), RK_STORE_ERROR);
+    assert_non_null(strstr(err, "redis"));
+    rk_store_close(none);
+    rk_redis_fixture_stop(&fx);
+}
+
+/* A Redis store refuses a missing host; an unreachable one fails fast. */
+static void test_redis_open_and_unreachable(void **state)
+{
+    (void)state;
+    char err[RK_STORE_ERRLEN];
+    struct rk_redis_cfg cfg = {.host = ""};
+    assert_null(rk_store_open_redis(&cfg));
+    struct rk_store *st = open_redis(1, NULL, NULL, 1);
+    assert_non_null(st);
+    int64_t t0 = now_ms();
+    assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_ERROR);
+    assert_true(now_ms() - t0 < 2000);
+    assert_non_null(strstr(err, "redis unavailable"));
+    rk_store_close(st);
+}
+
+#define BOTH(fn)                                                                                   \
+    {#fn "[memory]", fn, setup, teardown, (void *)&k_memory},                                      \
+    {                                                                                              \
+        #fn "[redis]", fn, setup, teardown, (void *)&k_redis                                       \
+    }
+#define REDIS_ONLY(fn)                                                                             \
+    {                                                                                              \
+        #fn, fn, setup, teardown, (void *)&k_redis                                                 \
+    }
+
+/* Run every store test against both backends. */
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        BOTH(test_create_get),
+        BOTH(test_update),
+        BOTH(test_active_index_and_replace),
+        BOTH(test_get_many),
+        BOTH(test_touch_and_expired),
+        BOTH(test_claim),
+        BOTH(test_b90_reserve_is_exclusive),
+        BOTH(test_b91_commit_makes_visible),
+        BOTH(test_b92_rollback_releases),
+        BOTH(test_b93_b94_remove),
+        BOTH(test_b95_clear),
+        BOTH(test_b97_b98_reclaim),
+        BOTH(test_b99_conditional),
+        BOTH(test_invalid_arguments),
+        BOTH(test_concurrent_reserve),
+        BOTH(test_concurrent_update),
+        cmocka_unit_test(test_registry_value_rules),
+        REDIS_ONLY(test_redis_key_layout),
+        REDIS_ONLY(test_redis_unparsable_reservation),
+        REDIS_ONLY(test_redis_watch_retries),
+        REDIS_ONLY(test_redis_outage_and_recovery),
+        REDIS_ONLY(test_redis_password),
+        REDIS_ONLY(test_redis_open_and_unreachable),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
