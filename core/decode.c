@@ -99,12 +99,12 @@ static enum codec codec_of(const char *encoding)
         const char *name;
         enum codec codec;
     } names[] = {
-        {"utf_8", CODEC_UTF8},     {"utf8", CODEC_UTF8},       {"u8", CODEC_UTF8},
-        {"utf", CODEC_UTF8},       {"cp65001", CODEC_UTF8},    {"ascii", CODEC_ASCII},
-        {"us_ascii", CODEC_ASCII}, {"646", CODEC_ASCII},       {"us", CODEC_ASCII},
-        {"latin_1", CODEC_LATIN1}, {"latin1", CODEC_LATIN1},   {"latin", CODEC_LATIN1},
+        {"utf_8", CODEC_UTF8},     {"utf8", CODEC_UTF8},        {"u8", CODEC_UTF8},
+        {"utf", CODEC_UTF8},       {"cp65001", CODEC_UTF8},     {"ascii", CODEC_ASCII},
+        {"us_ascii", CODEC_ASCII}, {"646", CODEC_ASCII},        {"us", CODEC_ASCII},
+        {"latin_1", CODEC_LATIN1}, {"latin1", CODEC_LATIN1},    {"latin", CODEC_LATIN1},
         {"l1", CODEC_LATIN1},      {"iso8859_1", CODEC_LATIN1}, {"iso_8859_1", CODEC_LATIN1},
-        {"8859", CODEC_LATIN1},    {"cp819", CODEC_LATIN1},    {"iso_ir_100", CODEC_LATIN1},
+        {"8859", CODEC_LATIN1},    {"cp819", CODEC_LATIN1},     {"iso_ir_100", CODEC_LATIN1},
     };
     char norm[64];
     if (strlen(encoding) >= sizeof norm)
@@ -169,9 +169,8 @@ static enum rk_decode_rc bad_range(struct dec *d, size_t start, size_t end, cons
             snprintf(d->msg, d->msglen, "'%s' codec can't decode byte 0x%02x in position %zu: %s",
                      d->codec_name, d->s[start], start, reason);
         else
-            snprintf(d->msg, d->msglen,
-                     "'%s' codec can't decode bytes in position %zu-%zu: %s", d->codec_name,
-                     start, end - 1, reason);
+            snprintf(d->msg, d->msglen, "'%s' codec can't decode bytes in position %zu-%zu: %s",
+                     d->codec_name, start, end - 1, reason);
         return RK_DECODE_ERROR;
     case H_UNKNOWN:
         break;

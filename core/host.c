@@ -121,11 +121,20 @@ char *rk_arena_strdup(struct rk_call *call, const char *s)
 
 char *rk_arena_printf(struct rk_call *call, const char *fmt, ...)
 {
+    if (!fmt) /* also keeps gcc's -Wformat-truncation quiet under -fsanitize */
+        return rk_arena_strdup(call, "");
+    char small[256];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
-    char *d = rk_arena_alloc(call, (size_t)(n < 0 ? 0 : n) + 1);
+    if (n < 0)
+        n = 0;
+    char *d = rk_arena_alloc(call, (size_t)n + 1);
+    if ((size_t)n < sizeof small) {
+        memcpy(d, small, (size_t)n + 1);
+        return d;
+    }
     va_start(ap, fmt);
     vsnprintf(d, (size_t)n + 1, fmt, ap);
     va_end(ap);

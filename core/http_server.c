@@ -220,6 +220,16 @@ static void reply_unrouted(struct rk_req *r, enum rk_match m)
     rk_reply_detail(r, 404, "Not Found");
 }
 
+/* 413 for a JSON body over server.max_body_bytes. */
+static void reply_too_large(struct rk_req *r)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "Request body exceeds the configured limit of %lld bytes (server.max_body_bytes)",
+             (long long)r->app->cfg->server.max_body_bytes);
+    rk_reply_detail(r, 413, msg);
+}
+
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                       const char *method, const char *version,
                                       const char *upload_data, size_t *upload_data_size,
@@ -260,8 +270,16 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (r->responded || r->body_too_large)
+        if (r->responded)
             return MHD_YES; /* discard the rest */
+        if (r->body_too_large) {
+            /* Drain a bounded amount so the client reads our 413 instead of
+             * a reset; past that, answer at once and let MHD close. */
+            r->body_len += n;
+            if (r->body_len > (size_t)16 * 1024 * 1024)
+                reply_too_large(r);
+            return MHD_YES;
+        }
         if (!r->route || r->route->body_mode == RK_BODY_NONE)
             return MHD_YES;
         if (r->route->body_mode == RK_BODY_STREAM) {
@@ -272,12 +290,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         int64_t limit = app->cfg->server.max_body_bytes;
         if ((int64_t)(r->body_len + n) > limit) {
             r->body_too_large = 1;
-            char msg[160];
-            snprintf(msg, sizeof msg,
-                     "Request body exceeds the configured limit of %lld bytes "
-                     "(server.max_body_bytes)",
-                     (long long)limit);
-            rk_reply_detail(r, 413, msg);
+            free(r->body);
+            r->body = NULL;
+            r->body_len = n;
             return MHD_YES;
         }
         char *nb = realloc(r->body, r->body_len + n + 1);
@@ -294,6 +309,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     }
 
     /* Final call: the whole body has arrived. */
+    if (!r->responded && r->body_too_large && r->route &&
+        r->route->body_mode == RK_BODY_JSON)
+        reply_too_large(r);
     if (!r->responded && r->route && !r->route->websocket) {
         r->route->handler(r);
         if (!r->responded)

@@ -177,6 +177,12 @@ int main(int argc, char **argv)
     else if (!strcmp(cfg->log.level, "debug"))
         rk_log_set_level(RK_LOG_DEBUG);
 
+    /* ROCK_PLUGIN_DIR overrides runtime.plugin_dir (tests, uninstalled builds). */
+    const char *pdir = getenv("ROCK_PLUGIN_DIR");
+    if (pdir && *pdir) {
+        free(cfg->runtime.plugin_dir);
+        cfg->runtime.plugin_dir = strdup(pdir);
+    }
     /* libcurl is initialised once, before any plugin can use it. */
     curl_global_init(CURL_GLOBAL_DEFAULT);
     struct rk_plugin *pl =

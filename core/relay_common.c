@@ -1,4 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* POLLRDHUP, getrandom */
+#endif
 #include "relay_common.h"
 
 #include <ctype.h>

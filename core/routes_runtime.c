@@ -90,8 +90,8 @@ static const char *const bash_only[] = {"bash", NULL};
 
 /* A float number of seconds, where an explicit null means "no timeout".
  * Returns 1 if a timeout applies (value in *out), 0 for none. */
-static int opt_seconds(struct rk_v *v, json_object *body, const char *key, int has_def,
-                       double def, double *out)
+static int opt_seconds(struct rk_v *v, json_object *body, const char *key, int has_def, double def,
+                       double *out)
 {
     json_object *val = NULL;
     *out = 0;
@@ -130,8 +130,8 @@ static void timeout_repr(int has, double s, char out[64])
 /* Bound the admin's own wait for a command to its timeout plus a margin. */
 static void set_command_deadline(struct rk_call *call, int64_t timeout_ms)
 {
-    rk_call_set_deadline(call, timeout_ms ? rk_now_ms() + timeout_ms + RK_CMD_DEADLINE_MARGIN_MS
-                                          : 0);
+    rk_call_set_deadline(call,
+                         timeout_ms ? rk_now_ms() + timeout_ms + RK_CMD_DEADLINE_MARGIN_MS : 0);
 }
 
 /* 1 if the plugin's status means the command ran out of time. */
@@ -450,9 +450,9 @@ void rk_route_create_session(struct rk_req *r)
     const char *sid = t.ref.sandbox_id;
     char token[128] = "";
     char err[RK_STORE_ERRLEN] = "";
-    rk_store_rc rc = rk_session_reserve(r->app->store, sid, name,
-                                        r->app->cfg->runtime.session_reservation_ttl_s, token,
-                                        err, sizeof err);
+    rk_store_rc rc =
+        rk_session_reserve(r->app->store, sid, name, r->app->cfg->runtime.session_reservation_ttl_s,
+                           token, err, sizeof err);
     if (rc == RK_STORE_EXISTS) {
         rk_reply_error(r, RK_E_COMMAND,
                        rk_arena_printf(r->call, "session '%s' already exists", name));
@@ -482,8 +482,8 @@ void rk_route_create_session(struct rk_req *r)
     rk_status st = pl->ops.session_open(pl->inst, r->call, &t.ref, &opts, &opened);
     rk_metrics_upstream("session_open", st);
     if (st == RK_OK && !opened.session_id)
-        st = rk_call_set_error(r->call, RK_E_INTERNAL, "%s returned no session id",
-                               display_name(r));
+        st =
+            rk_call_set_error(r->call, RK_E_INTERNAL, "%s returned no session id", display_name(r));
     if (st != RK_OK) {
         /* B82: release the name, then report the original error. */
         rollback_reservation(r, sid, name, token);
@@ -607,6 +607,11 @@ void rk_route_run_in_session(struct rk_req *r)
         rk_py_repr(&msg, output.data ? output.data : "", output.len);
         rk_reply_error(r, RK_E_COMMAND, rk_buf_cstr(&msg));
         rk_buf_free(&msg);
+    } else if (strcmp(check, "silent") == 0 && res.has_exit_code && res.exit_code == -1) {
+        /* §2.7: an observation with exit code -1 is Failed with a null
+         * message and its (empty) failure_reason as the error. */
+        r->outcome = "failed";
+        rk_req_reply_json(r, 200, rk_envelope_failure(NULL, "", 0, RK_SHAPE_NULL));
     } else {
         json_object *result = json_object_new_object();
         json_object_object_add(result, "session_type", json_object_new_string("bash"));
@@ -705,8 +710,13 @@ void rk_route_read_file(struct rk_req *r)
     rk_status st = pl->ops.file_read(pl->inst, r->call, &t.ref, path, &sink);
     rk_metrics_upstream("file_read", st);
     if (st != RK_OK) {
-        /* The route shape keeps {"content":""} on 4000/5000 failures. */
-        reply_plugin_error(r, st);
+        /* §5.9: a missing file is a backend error (5000, B61), not a bad
+         * request; the route shape keeps {"content":""}. */
+        if (rk_call_error_code(r->call) == RK_E_NOT_FOUND ||
+            (st == RK_E_NOT_FOUND && rk_call_error_code(r->call) == RK_OK))
+            rk_reply_error(r, RK_E_UPSTREAM, rk_call_error_text(r->call));
+        else
+            reply_plugin_error(r, st);
         goto release;
     }
     /* Stderr chunks are not expected for files; treat them as data. */

@@ -252,8 +252,8 @@ rk_store_rc rk_store_create(struct rk_store *st, const char *id, json_object *re
 }
 
 /* Read-modify-write one record. */
-rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update_fn fn,
-                            void *ctx, json_object **out, char *err, size_t errlen)
+rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
+                            json_object **out, char *err, size_t errlen)
 {
     err_reset(err, errlen);
     if (out)
@@ -266,8 +266,8 @@ rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update
 }
 
 /* List active ids. */
-rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n_out,
-                                 char *err, size_t errlen)
+rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                                 size_t errlen)
 {
     err_reset(err, errlen);
     if (ids_out)
@@ -368,8 +368,7 @@ static rk_store_rc check_owner_args(struct rk_store *st, const char *sandbox_id,
 
 /* Turn our reservation into a committed mapping. */
 rk_store_rc rk_session_commit(struct rk_store *st, const char *sandbox_id, const char *name,
-                              const char *token, const char *session_id, char *err,
-                              size_t errlen)
+                              const char *token, const char *session_id, char *err, size_t errlen)
 {
     err_reset(err, errlen);
     rk_store_rc rc = check_owner_args(st, sandbox_id, name, token, err, errlen);
@@ -420,13 +419,12 @@ rk_store_rc rk_session_remove(struct rk_store *st, const char *sandbox_id, const
         return invalid(st, "session name", err, errlen);
     if (!name_ok(expected_session_id))
         return invalid(st, "session id", err, errlen);
-    return counted(st, st->ops->session_remove(st, sandbox_id, name, expected_session_id, err,
-                                               errlen));
+    return counted(st,
+                   st->ops->session_remove(st, sandbox_id, name, expected_session_id, err, errlen));
 }
 
 /* Remove every mapping of a sandbox. */
-rk_store_rc rk_session_clear(struct rk_store *st, const char *sandbox_id, char *err,
-                             size_t errlen)
+rk_store_rc rk_session_clear(struct rk_store *st, const char *sandbox_id, char *err, size_t errlen)
 {
     err_reset(err, errlen);
     if (!st)
@@ -437,8 +435,8 @@ rk_store_rc rk_session_clear(struct rk_store *st, const char *sandbox_id, char *
 }
 
 /* Count the mappings of a sandbox. */
-rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out,
-                             char *err, size_t errlen)
+rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out, char *err,
+                             size_t errlen)
 {
     err_reset(err, errlen);
     if (n_out)

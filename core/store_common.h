@@ -36,8 +36,8 @@ struct rk_store_ops {
                            size_t *n_out, char *err, size_t errlen);
     rk_store_rc (*claim)(struct rk_store *st, const char *name, int ttl_s, char *err,
                          size_t errlen);
-    rk_store_rc (*reserve)(struct rk_store *st, const char *sandbox_id, const char *name,
-                           int ttl_s, const char *token, char *err, size_t errlen);
+    rk_store_rc (*reserve)(struct rk_store *st, const char *sandbox_id, const char *name, int ttl_s,
+                           const char *token, char *err, size_t errlen);
     rk_store_rc (*commit)(struct rk_store *st, const char *sandbox_id, const char *name,
                           const char *token, const char *session_id, char *err, size_t errlen);
     rk_store_rc (*rollback)(struct rk_store *st, const char *sandbox_id, const char *name,

@@ -300,8 +300,8 @@ static rk_store_rc mem_create(struct rk_store *st, const char *id, json_object *
 }
 
 /* Read-modify-write under the lock; fn works on a private copy. */
-static rk_store_rc mem_update(struct rk_store *st, const char *id, rk_store_update_fn fn,
-                              void *ctx, json_object **out, char *err, size_t errlen)
+static rk_store_rc mem_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
+                              json_object **out, char *err, size_t errlen)
 {
     struct mem_store *m = mem(st);
     rk_store_rc rc = RK_STORE_OK;
@@ -378,8 +378,8 @@ fail:
 }
 
 /* Ids of active records. */
-static rk_store_rc mem_list_active(struct rk_store *st, char ***ids_out, size_t *n_out,
-                                   char *err, size_t errlen)
+static rk_store_rc mem_list_active(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                                   size_t errlen)
 {
     struct mem_store *m = mem(st);
     pthread_mutex_lock(&m->mu);
@@ -516,8 +516,7 @@ static rk_store_rc mem_reserve(struct rk_store *st, const char *sandbox_id, cons
 
 /* Replace our reservation with a committed mapping. */
 static rk_store_rc mem_commit(struct rk_store *st, const char *sandbox_id, const char *name,
-                              const char *token, const char *session_id, char *err,
-                              size_t errlen)
+                              const char *token, const char *session_id, char *err, size_t errlen)
 {
     struct mem_store *m = mem(st);
     rk_store_rc rc = RK_STORE_OK;
@@ -576,9 +575,8 @@ static rk_store_rc mem_session_get(struct rk_store *st, const char *sandbox_id, 
 }
 
 /* Remove a mapping only if it points at expected. */
-static rk_store_rc mem_session_remove(struct rk_store *st, const char *sandbox_id,
-                                      const char *name, const char *expected, char *err,
-                                      size_t errlen)
+static rk_store_rc mem_session_remove(struct rk_store *st, const char *sandbox_id, const char *name,
+                                      const char *expected, char *err, size_t errlen)
 {
     (void)err;
     (void)errlen;

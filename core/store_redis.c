@@ -26,7 +26,7 @@
 #define KEY_MAX (PREFIX_MAX + RK_STORE_MAX_NAME + 16)
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
-#define MAX_ARGS 10
+#define MAX_ARGS 12
 
 /* The Redis store and its connection pool. */
 struct redis_store {
@@ -97,13 +97,12 @@ static const char LUA_RESERVE[] =
     "  'r:' .. ARGV[2] .. ':' .. string.format('%d', now + tonumber(ARGV[3])))\n"
     "return 1\n";
 
-static const char LUA_COMMIT[] =
-    "local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
-    "local mine = 'r:' .. ARGV[2] .. ':'\n"
-    "if not v or string.sub(v, 1, #mine) ~= mine then return 0 end\n"
-    "if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1])\n"
-    "else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end\n"
-    "return 1\n";
+static const char LUA_COMMIT[] = "local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
+                                 "local mine = 'r:' .. ARGV[2] .. ':'\n"
+                                 "if not v or string.sub(v, 1, #mine) ~= mine then return 0 end\n"
+                                 "if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1])\n"
+                                 "else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end\n"
+                                 "return 1\n";
 
 static const char LUA_REMOVE[] = "local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
                                  "if not v then return -1 end\n"
@@ -172,12 +171,12 @@ static redisContext *connect_one(struct redis_store *rs, char *msg, size_t msgle
         return NULL;
     }
     if (c->err) {
-        snprintf(msg, msglen, "%s", c->errstr);
+        snprintf(msg, msglen, "%.100s", c->errstr);
         redisFree(c);
         return NULL;
     }
     if (redisSetTimeout(c, ot) != REDIS_OK) {
-        snprintf(msg, msglen, "cannot set timeout: %s", c->errstr);
+        snprintf(msg, msglen, "cannot set timeout: %.90s", c->errstr);
         redisFree(c);
         return NULL;
     }
@@ -193,10 +192,10 @@ static redisContext *connect_one(struct redis_store *rs, char *msg, size_t msgle
     }
     for (int i = 0; i < nsteps; i++) {
         redisReply *r = redisCommandArgv(c, steps[i].argc, steps[i].argv, steps[i].lens);
-        const char *what = strcmp(steps[i].argv[0], "AUTH") == 0 ? "authentication failed"
-                                                                 : "SELECT failed";
+        const char *what =
+            strcmp(steps[i].argv[0], "AUTH") == 0 ? "authentication failed" : "SELECT failed";
         if (!r) {
-            snprintf(msg, msglen, "%s: %s", what, c->errstr);
+            snprintf(msg, msglen, "%s: %.90s", what, c->errstr);
             redisFree(c);
             return NULL;
         }
@@ -644,8 +643,7 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         *rc = record_from(rr[1], NULL, &rec, id, err, errlen);
     char score[64] = "";
     if (rr[2]->type == REDIS_REPLY_STRING)
-        snprintf(score, sizeof score, "%.*s", (int)(rr[2]->len < 63 ? rr[2]->len : 63),
-                 rr[2]->str);
+        snprintf(score, sizeof score, "%.*s", (int)(rr[2]->len < 63 ? rr[2]->len : 63), rr[2]->str);
     for (int i = 0; i < 3; i++)
         freeReplyObject(rr[i]);
     if (*rc != RK_STORE_OK) {
@@ -663,12 +661,18 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         return 0;
     }
     bool active = rk_store_rec_active(rec);
+    const char *json = json_object_to_json_string_ext(rec, JSON_C_TO_STRING_PLAIN);
+    if (!json) {
+        *rc = rk_store_fail(err, errlen, "store: out of memory");
+        json_object_put(rec);
+        unwatch(op);
+        return 0;
+    }
     struct cmd wr[5];
     redisReply *wrr[5];
     int nw = 0;
     cmd_build(&wr[nw++], "MULTI", (const char *)NULL);
-    cmd_build(&wr[nw++], "SET", rkey, json_object_to_json_string_ext(rec, JSON_C_TO_STRING_PLAIN),
-              (const char *)NULL);
+    cmd_build(&wr[nw++], "SET", rkey, json, (const char *)NULL);
     if (active) {
         cmd_build(&wr[nw++], "SADD", akey, id, (const char *)NULL);
     } else {
@@ -728,8 +732,8 @@ static rk_store_rc redis_update(struct rk_store *st, const char *id, rk_store_up
 }
 
 /* SMEMBERS of the active set. */
-static rk_store_rc redis_list_active(struct rk_store *st, char ***ids_out, size_t *n_out,
-                                     char *err, size_t errlen)
+static rk_store_rc redis_list_active(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                                     size_t errlen)
 {
     struct redis_store *rs = rstore(st);
     char k[KEY_MAX];
@@ -787,8 +791,7 @@ static rk_store_rc redis_claim(struct rk_store *st, const char *name, int ttl_s,
     snprintf(ttl, sizeof ttl, "%d", ttl_s);
     struct cmd c;
     redisReply *r = NULL;
-    cmd_build(&c, "SET", key_of(rs, k, "claim:", name), "1", "NX", "EX", ttl,
-              (const char *)NULL);
+    cmd_build(&c, "SET", key_of(rs, k, "claim:", name), "1", "NX", "EX", ttl, (const char *)NULL);
     rk_store_rc rc = run(rs, &c, &r, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
@@ -832,8 +835,7 @@ static rk_store_rc finish_reservation(struct redis_store *rs, const char *sandbo
 
 /* Replace our reservation with "s:<session id>". */
 static rk_store_rc redis_commit(struct rk_store *st, const char *sandbox_id, const char *name,
-                                const char *token, const char *session_id, char *err,
-                                size_t errlen)
+                                const char *token, const char *session_id, char *err, size_t errlen)
 {
     char *value = rk_store_session_value(session_id);
     if (!value)
@@ -851,9 +853,8 @@ static rk_store_rc redis_rollback(struct rk_store *st, const char *sandbox_id, c
 }
 
 /* HGET and accept only committed mappings. */
-static rk_store_rc redis_session_get(struct rk_store *st, const char *sandbox_id,
-                                     const char *name, char **session_id_out, char *err,
-                                     size_t errlen)
+static rk_store_rc redis_session_get(struct rk_store *st, const char *sandbox_id, const char *name,
+                                     char **session_id_out, char *err, size_t errlen)
 {
     struct redis_store *rs = rstore(st);
     char k[KEY_MAX];
@@ -906,8 +907,8 @@ static rk_store_rc redis_session_clear(struct rk_store *st, const char *sandbox_
 }
 
 /* HLEN of the sandbox's session hash. */
-static rk_store_rc redis_session_count(struct rk_store *st, const char *sandbox_id,
-                                       size_t *n_out, char *err, size_t errlen)
+static rk_store_rc redis_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out,
+                                       char *err, size_t errlen)
 {
     struct redis_store *rs = rstore(st);
     char k[KEY_MAX];
@@ -969,8 +970,7 @@ struct rk_store *rk_store_open_redis(const struct rk_redis_cfg *cfg)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int cv_ok = pthread_cond_init(&rs->cv, &ca) == 0;
     pthread_condattr_destroy(&ca);
-    if (!rs->host || (cfg->password && cfg->password[0] && !rs->password) || !rs->idle ||
-        !cv_ok) {
+    if (!rs->host || (cfg->password && cfg->password[0] && !rs->password) || !rs->idle || !cv_ok) {
         if (cv_ok)
             pthread_cond_destroy(&rs->cv);
         free(rs->host);

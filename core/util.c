@@ -45,9 +45,11 @@ void rk_iso_time(int64_t epoch, char out[32])
     char sign = off < 0 ? '-' : '+';
     if (off < 0)
         off = -off;
-    snprintf(out, 32, "%04d-%02d-%02dT%02d:%02d:%02d%c%02ld:%02ld", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, sign, off / 3600,
-             (off % 3600) / 60);
+    char tmp[96];
+    snprintf(tmp, sizeof tmp, "%04d-%02d-%02dT%02d:%02d:%02d%c%02d:%02d", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, sign,
+             (int)(off / 3600) % 100, (int)((off % 3600) / 60));
+    snprintf(out, 32, "%.31s", tmp);
 }
 
 void rk_random_hex(char *out, size_t nchars)

@@ -78,6 +78,7 @@ void os_config_free(struct os_inst *inst)
     if (!inst)
         return;
     os_ep_cache_free(inst);
+    os_share_free(inst);
     pthread_mutex_destroy(&inst->ep_lock);
     free(inst->endpoint);
     free(inst->protocol);
@@ -163,6 +164,7 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
         os_config_free(inst);
         return RK_E_NOMEM;
     }
+    os_share_init(inst);
     *out = inst;
     return RK_OK;
 }

@@ -13,6 +13,56 @@
 /** User-Agent sent upstream. */
 #define OS_USER_AGENT "rock-admin-opensandbox/1.0"
 
+/** curl share lock callback: one mutex per data kind. */
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
+{
+    (void)h;
+    (void)access;
+    struct os_inst *inst = ud;
+    if ((unsigned)data < 8)
+        pthread_mutex_lock(&inst->share_locks[data]);
+}
+
+/** curl share unlock callback. */
+static void share_unlock(CURL *h, curl_lock_data data, void *ud)
+{
+    (void)h;
+    struct os_inst *inst = ud;
+    if ((unsigned)data < 8)
+        pthread_mutex_unlock(&inst->share_locks[data]);
+}
+
+/** Share DNS cache, TLS sessions and connections between this instance's handles. */
+void os_share_init(struct os_inst *inst)
+{
+    for (int i = 0; i < 8; i++)
+        pthread_mutex_init(&inst->share_locks[i], NULL);
+    inst->share_locks_ready = 1;
+    CURLSH *sh = curl_share_init();
+    if (!sh)
+        return; /* every handle then simply opens its own connection */
+    curl_share_setopt(sh, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(sh, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    curl_share_setopt(sh, CURLSHOPT_USERDATA, inst);
+    curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+    inst->share = sh;
+}
+
+/** Destroy the share (after the last request). */
+void os_share_free(struct os_inst *inst)
+{
+    if (inst->share)
+        curl_share_cleanup(inst->share);
+    inst->share = NULL;
+    if (inst->share_locks_ready) {
+        for (int i = 0; i < 8; i++)
+            pthread_mutex_destroy(&inst->share_locks[i]);
+        inst->share_locks_ready = 0;
+    }
+}
+
 /** Percent-encode a query value fully (caller frees with free()). */
 char *os_escape(const char *s)
 {
@@ -107,6 +157,8 @@ rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *
     if (timeout_ms > 0)
         x->own_deadline_ms = now + timeout_ms;
     curl_easy_setopt(c, CURLOPT_URL, url);
+    if (inst->share)
+        curl_easy_setopt(c, CURLOPT_SHARE, inst->share);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)(inst->connect_timeout_s * 1000));

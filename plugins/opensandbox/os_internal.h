@@ -125,7 +125,15 @@ struct os_inst {
     pthread_mutex_t ep_lock;
     struct os_ep_entry *ep_head;
     size_t ep_count;
+    void *share;                    /**< CURLSH: DNS, TLS sessions, connection pool */
+    pthread_mutex_t share_locks[8]; /**< one per curl_lock_data value */
+    int share_locks_ready;
 };
+
+/** Create the instance's curl share (connection reuse); NULL-safe on failure. */
+void os_share_init(struct os_inst *inst);
+/** Destroy the instance's curl share. */
+void os_share_free(struct os_inst *inst);
 
 rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg,
                          struct os_inst **out);

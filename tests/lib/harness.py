@@ -27,6 +27,7 @@ SIM_BIN = os.environ.get("OPENSANDBOX_SIM", "opensandbox-sim")
 NODE_MODULES = os.environ.get("ROCK_TEST_NODE_MODULES", "")
 
 _cleanups = []
+_admins = []
 
 
 def free_port():
@@ -194,6 +195,8 @@ class Admin(Process):
         full_env = dict(os.environ)
         full_env.update(env or {})
         super().__init__([ADMIN_BIN, "-c", self.config_path], env=full_env, name="rock-admin")
+        self.check_exit = True  # a clean SIGTERM exit (0, no sanitizer report) is asserted
+        _admins.append(self)
         self.port = None
         if wait:
             m = self.wait_for_line(r"rock-admin ready on http://[0-9.:]+:(\d+)")
@@ -279,6 +282,23 @@ def cleanup():
             pass
 
 
+def stop_admins():
+    """Stop every rock-admin of the test with SIGTERM and assert a clean exit:
+    status 0 and no sanitizer report (leaks, memory errors, UB)."""
+    problems = []
+    while _admins:
+        a = _admins.pop()
+        if not a.check_exit:
+            continue
+        rc = a.stop()
+        out = a.output()
+        bad = [m for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:") if m in out]
+        if rc != 0 or bad:
+            problems.append("rock-admin exited with %s %s:\n%s" % (rc, bad, out[-6000:]))
+    if problems:
+        raise AssertionError("\n".join(problems))
+
+
 def run():
     """Run the registered tests; exit 0 if all passed, 1 otherwise."""
     only = os.environ.get("ROCK_TEST_ONLY")
@@ -289,6 +309,7 @@ def run():
         t0 = time.time()
         try:
             fn()
+            stop_admins()
             passed += 1
             print("ok - %s (%.1fs)" % (fn.__name__, time.time() - t0), flush=True)
         except Exception:  # noqa: BLE001 - report every failure
@@ -296,6 +317,7 @@ def run():
             print("not ok - %s" % fn.__name__, flush=True)
             traceback.print_exc()
         finally:
+            _admins.clear()
             cleanup()
     print("%d passed, %d failed" % (passed, failed), flush=True)
     sys.exit(0 if failed == 0 else 1)

@@ -60,7 +60,7 @@ struct sim_cmd {
     int term_signal;
     struct sim_event *head, *tail;
     size_t queued;
-    bool done; /* no more events will be queued */
+    bool done;     /* no more events will be queued */
     char *trailer; /* bare error object appended without newline (session timeout) */
     char *log;     /* combined output of background commands */
     size_t log_len;
@@ -111,7 +111,7 @@ struct sim_global {
     struct sim_sandbox *sandboxes;
     int nsandboxes;
     int64_t seq;
-    volatile int shutting_down;
+    _Atomic int shutting_down;
     pthread_mutex_t threads_mu;
     pthread_cond_t threads_cv;
     int nthreads;
@@ -152,7 +152,7 @@ char *sim_strdup(const char *s);
 void *sim_xmalloc(size_t n);
 void *sim_xrealloc(void *p, size_t n);
 char *sim_json_event_string(json_object *o);
-char *sim_sanitize_utf8(const char *in, size_t len);
+char *sim_sanitize_utf8(const char *in, size_t len, size_t *out_len);
 int sim_mkdir_p(const char *path, mode_t mode);
 void sim_thread_started(void);
 void sim_thread_finished(void);
@@ -169,16 +169,14 @@ enum MHD_Result sim_reply_422(struct MHD_Connection *c, const char *type, const 
 enum MHD_Result sim_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r);
 const char *sim_host_for(struct MHD_Connection *c, char *buf, size_t n);
 enum MHD_Result sim_access_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                   const char *method, const char *version,
-                                   const char *upload_data, size_t *upload_data_size,
-                                   void **con_cls);
+                                   const char *method, const char *version, const char *upload_data,
+                                   size_t *upload_data_size, void **con_cls);
 void sim_request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                            enum MHD_RequestTerminationCode toe);
 enum MHD_Result sim_accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen);
 
 /* sim_lifecycle.c */
-enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r,
-                                     const char *path);
+enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r, const char *path);
 enum sim_state sim_effective_state(struct sim_sandbox *sb, int64_t now);
 struct sim_sandbox *sim_find_locked(const char *id);
 void sim_sandbox_kill_all_locked(struct sim_sandbox *sb);
@@ -195,8 +193,8 @@ enum MHD_Result sim_egress_handle(struct MHD_Connection *c, struct sim_req *r, c
 
 /* sim_process.c */
 struct sim_cmd *sim_cmd_spawn(enum sim_cmd_kind kind, const char *script, const char *cwd,
-                              char **envp, int64_t timeout_ms, const char *session_id,
-                              char *err, size_t errn);
+                              char **envp, int64_t timeout_ms, const char *session_id, char *err,
+                              size_t errn);
 void sim_cmd_ref(struct sim_cmd *cmd);
 void sim_cmd_unref(struct sim_cmd *cmd);
 void sim_cmd_kill(struct sim_cmd *cmd, int sig);

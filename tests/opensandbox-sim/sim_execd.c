@@ -149,16 +149,17 @@ static enum MHD_Result sim_command(struct MHD_Connection *c, struct sim_req *r,
         bad = "uid/gid must be non-negative integers";
     }
     if (!bad) {
-        if (json_object_object_get_ex(body, "uid", &v) && !json_object_is_type(v, json_type_null))
-            ;
-        else
+        json_object *uv = NULL, *gv = NULL;
+        bool has_uid =
+            json_object_object_get_ex(body, "uid", &uv) && !json_object_is_type(uv, json_type_null);
+        bool has_gid =
+            json_object_object_get_ex(body, "gid", &gv) && !json_object_is_type(gv, json_type_null);
+        if (!has_uid)
             uid = -1;
-        if (json_object_object_get_ex(body, "gid", &v) && !json_object_is_type(v, json_type_null)) {
-            if (uid < 0)
-                bad = "uid is required when gid is provided";
-        } else {
+        if (!has_gid)
             gid = -1;
-        }
+        else if (!has_uid)
+            bad = "uid is required when gid is provided";
     }
     if (!bad && envs && json_object_is_type(envs, json_type_object)) {
         json_object_object_foreach(envs, ek, ev)
@@ -451,13 +452,14 @@ static enum MHD_Result sim_session_run(struct MHD_Connection *c, struct sim_req 
     sim_shell_quote(&script, &len, cwd ? cwd : s->cwd);
     sim_append(&script, &len, " 2>/dev/null\n");
     sim_append(&script, &len, json_object_get_string(cmdv));
-    sim_append(&script, &len, "\n__sim_rc=$?\n{ export -p; printf '\\n__SIM_PWD__\\n'; pwd; } >&3 "
-                              "2>/dev/null\nexit $__sim_rc\n");
+    sim_append(&script, &len,
+               "\n__sim_rc=$?\n{ export -p; printf '\\n__SIM_PWD__\\n'; pwd; } >&3 "
+               "2>/dev/null\nexit $__sim_rc\n");
     char **envp = sim_build_env(sb, NULL);
     char err[128];
-    struct sim_cmd *cmd =
-        sim_cmd_spawn(SIM_CMD_SESSION, script, sb->dir, envp,
-                      timeout > 0 ? timeout : SIM_SESSION_DEFAULT_TIMEOUT_MS, s->id, err, sizeof err);
+    struct sim_cmd *cmd = sim_cmd_spawn(SIM_CMD_SESSION, script, sb->dir, envp,
+                                        timeout > 0 ? timeout : SIM_SESSION_DEFAULT_TIMEOUT_MS,
+                                        s->id, err, sizeof err);
     sim_free_env(envp);
     free(script);
     free(cwd);
@@ -518,8 +520,8 @@ enum MHD_Result sim_execd_handle(struct MHD_Connection *c, struct sim_req *r, co
         ret = sim_interrupt(c, sb);
     } else if (strncmp(path, "/command/status/", 16) == 0 && strcmp(m, "GET") == 0) {
         ret = sim_command_status(c, sb, path + 16);
-    } else if (strncmp(path, "/command/", 9) == 0 && strcmp(m, "GET") == 0 &&
-               strlen(path) > 14 && strcmp(path + strlen(path) - 5, "/logs") == 0) {
+    } else if (strncmp(path, "/command/", 9) == 0 && strcmp(m, "GET") == 0 && strlen(path) > 14 &&
+               strcmp(path + strlen(path) - 5, "/logs") == 0) {
         char cid[64];
         size_t n = strlen(path) - 14;
         snprintf(cid, sizeof cid, "%.*s", (int)(n < sizeof cid ? n : sizeof cid - 1), path + 9);

@@ -103,7 +103,8 @@ static json_object *sim_faults_json(void)
     struct sim_faults f;
     sim_faults_get(&f);
     json_object *o = json_object_new_object();
-    json_object_object_add(o, "lifecycle_latency_ms", json_object_new_int64(f.lifecycle_latency_ms));
+    json_object_object_add(o, "lifecycle_latency_ms",
+                           json_object_new_int64(f.lifecycle_latency_ms));
     json_object_object_add(o, "execd_latency_ms", json_object_new_int64(f.execd_latency_ms));
     json_object_object_add(o, "lifecycle_status", json_object_new_int(f.lifecycle_status));
     json_object_object_add(o, "execd_status", json_object_new_int(f.execd_status));
@@ -115,7 +116,8 @@ static json_object *sim_faults_json(void)
     json_object_object_add(o, "refuse_ms", json_object_new_int64(left > 0 ? left : 0));
     json_object_object_add(o, "cut_stream_after", json_object_new_int64(f.cut_stream_after));
     json_object_object_add(o, "stall_stream_after", json_object_new_int64(f.stall_stream_after));
-    json_object_object_add(o, "drop_create_reply", json_object_new_int64(f.drop_create_reply_count));
+    json_object_object_add(o, "drop_create_reply",
+                           json_object_new_int64(f.drop_create_reply_count));
     return o;
 }
 
@@ -145,12 +147,11 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
     json_object_object_foreach(o, key, val)
     {
         (void)val;
-        static const char *known[] = {"lifecycle_latency_ms", "execd_latency_ms",
-                                      "lifecycle_status",     "execd_status",
-                                      "status_count",         "drop_lifecycle",
-                                      "drop_execd",           "drop_count",
-                                      "refuse_ms",            "cut_stream_after",
-                                      "stall_stream_after",   "drop_create_reply"};
+        static const char *known[] = {
+            "lifecycle_latency_ms", "execd_latency_ms",   "lifecycle_status",
+            "execd_status",         "status_count",       "drop_lifecycle",
+            "drop_execd",           "drop_count",         "refuse_ms",
+            "cut_stream_after",     "stall_stream_after", "drop_create_reply"};
         bool found = false;
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             found = found || strcmp(known[i], key) == 0;

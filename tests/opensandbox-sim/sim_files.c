@@ -456,10 +456,10 @@ static enum MHD_Result sim_upload(struct MHD_Connection *c, struct sim_req *r, c
             int mode = sim_mode_from_digits(modev);
             char err[4200];
             char *abs = sim_fpath(dir, path);
-            int rc = mode < 0 ? (snprintf(err, sizeof err, "invalid mode %lld", (long long)modev),
-                                 -1)
-                              : sim_write_file(abs, files[i]->data, files[i]->len, mode, owner,
-                                               group, err, sizeof err);
+            int rc = mode < 0
+                         ? (snprintf(err, sizeof err, "invalid mode %lld", (long long)modev), -1)
+                         : sim_write_file(abs, files[i]->data, files[i]->len, mode, owner, group,
+                                          err, sizeof err);
             free(abs);
             json_object_put(m);
             if (rc != 0) {
@@ -569,7 +569,8 @@ static enum MHD_Result sim_move(struct MHD_Connection *c, struct sim_req *r, con
     }
     for (size_t i = 0; i < json_object_array_length(body); i++) {
         json_object *it = json_object_array_get_idx(body, i), *s, *d;
-        if (!json_object_object_get_ex(it, "src", &s) || !json_object_object_get_ex(it, "dest", &d)) {
+        if (!json_object_object_get_ex(it, "src", &s) ||
+            !json_object_object_get_ex(it, "dest", &d)) {
             json_object_put(body);
             return sim_reply_error(c, 400, "INVALID_REQUEST_BODY", "src and dest are required");
         }

@@ -5,11 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Queue a response and release our reference to it. */
+/* Queue a response (echoing or generating X-Request-ID) and release our reference to it. */
 enum MHD_Result sim_queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *r)
 {
     if (!r)
         return MHD_NO;
+    const char *rid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-ID");
+    char gen[33];
+    if (!rid || !*rid || strlen(rid) > 200) {
+        sim_hex_id(gen);
+        rid = gen;
+    }
+    MHD_add_response_header(r, "X-Request-ID", rid);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
@@ -18,8 +25,8 @@ enum MHD_Result sim_queue(struct MHD_Connection *c, unsigned status, struct MHD_
 /* Reply with a JSON document (consumes o). */
 enum MHD_Result sim_reply_json(struct MHD_Connection *c, unsigned status, json_object *o)
 {
-    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-                                                          JSON_C_TO_STRING_NOSLASHESCAPE);
+    const char *s =
+        json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
     struct MHD_Response *r =
         MHD_create_response_from_buffer(strlen(s), (void *)s, MHD_RESPMEM_MUST_COPY);
     json_object_put(o);
@@ -182,9 +189,8 @@ static enum MHD_Result sim_dispatch(struct MHD_Connection *c, struct sim_req *r)
 
 /* MHD access handler: accumulates the body (bounded) and dispatches once complete. */
 enum MHD_Result sim_access_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                   const char *method, const char *version,
-                                   const char *upload_data, size_t *upload_data_size,
-                                   void **con_cls)
+                                   const char *method, const char *version, const char *upload_data,
+                                   size_t *upload_data_size, void **con_cls)
 {
     (void)cls;
     (void)version;

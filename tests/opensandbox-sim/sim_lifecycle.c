@@ -202,9 +202,9 @@ static bool sim_check_map(struct MHD_Connection *c, json_object *body, const cha
         return true;
     const char *bad;
     if (!sim_string_map(v, &bad)) {
-        *ret = bad ? sim_reply_422(c, "string_type", field, bad, "Input should be a valid string")
-                   : sim_reply_422(c, "dict_type", field, NULL,
-                                   "Input should be a valid dictionary");
+        *ret =
+            bad ? sim_reply_422(c, "string_type", field, bad, "Input should be a valid string")
+                : sim_reply_422(c, "dict_type", field, NULL, "Input should be a valid dictionary");
         return false;
     }
     *out = v;
@@ -252,7 +252,8 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
                                 "Input should be a valid non-empty string");
             goto out;
         }
-        if (json_object_object_get_ex(image, "auth", &v) && !json_object_is_type(v, json_type_null)) {
+        if (json_object_object_get_ex(image, "auth", &v) &&
+            !json_object_is_type(v, json_type_null)) {
             json_object *u, *p;
             if (!json_object_is_type(v, json_type_object) ||
                 !json_object_object_get_ex(v, "username", &u) ||
@@ -350,7 +351,8 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         goto out;
     if (json_object_object_get_ex(body, "secureAccess", &v) &&
         !json_object_is_type(v, json_type_null) && !json_object_is_type(v, json_type_boolean)) {
-        ret = sim_reply_422(c, "bool_type", "secureAccess", NULL, "Input should be a valid boolean");
+        ret =
+            sim_reply_422(c, "bool_type", "secureAccess", NULL, "Input should be a valid boolean");
         goto out;
     }
     if (platform && !json_object_is_type(platform, json_type_null)) {
@@ -518,8 +520,8 @@ static enum MHD_Result sim_list(struct MHD_Connection *c)
     if (a.page && (!sim_parse_uint(a.page, &page) || page < 1))
         return sim_reply_422(c, "greater_than_equal", "query", "page",
                              "Input should be an integer greater than or equal to 1");
-    if (a.page_size && (!sim_parse_uint(a.page_size, &page_size) || page_size < 1 ||
-                        page_size > 200))
+    if (a.page_size &&
+        (!sim_parse_uint(a.page_size, &page_size) || page_size < 1 || page_size > 200))
         return sim_reply_422(c, "less_than_equal", "query", "pageSize",
                              "Input should be an integer between 1 and 200");
     if (a.metadata && *a.metadata) {
@@ -592,8 +594,8 @@ static enum MHD_Result sim_endpoint(struct MHD_Connection *c, struct sim_sandbox
     if (!sim_parse_uint(port_s, &port) || port < 1 || port > 65535)
         return sim_reply_422(c, "int_parsing", "path", "port",
                              "Input should be a valid integer between 1 and 65535");
-    int proxy = sim_parse_bool(MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                           "use_server_proxy"));
+    int proxy =
+        sim_parse_bool(MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "use_server_proxy"));
     if (proxy < 0)
         return sim_reply_422(c, "bool_parsing", "query", "use_server_proxy",
                              "Input should be a valid boolean");
@@ -727,8 +729,7 @@ static bool sim_auth_fails(struct MHD_Connection *c, enum MHD_Result *ret)
 }
 
 /* Route /sandboxes... (path already stripped of /v1). */
-enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r,
-                                     const char *path)
+enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r, const char *path)
 {
     enum MHD_Result ret;
     if (sim_auth_fails(c, &ret))

@@ -90,17 +90,23 @@ static void sim_cmd_push(struct sim_cmd *cmd, char *text)
     pthread_mutex_unlock(&cmd->mu);
 }
 
-/* Build and queue an event with a type and optional text. */
-static void sim_cmd_event(struct sim_cmd *cmd, const char *type, const char *text)
+/* Build and queue an event with a type and optional text of tlen bytes. */
+static void sim_cmd_event_len(struct sim_cmd *cmd, const char *type, const char *text, size_t tlen)
 {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "type", json_object_new_string(type));
-    if (text && *text)
-        json_object_object_add(o, "text", json_object_new_string(text));
+    if (text && tlen)
+        json_object_object_add(o, "text", json_object_new_string_len(text, (int)tlen));
     json_object_object_add(o, "timestamp", json_object_new_int64(sim_now_ms()));
     char *s = sim_json_event_string(o);
     json_object_put(o);
     sim_cmd_push(cmd, s);
+}
+
+/* Build and queue an event with a type and optional NUL-terminated text. */
+static void sim_cmd_event(struct sim_cmd *cmd, const char *type, const char *text)
+{
+    sim_cmd_event_len(cmd, type, text, text ? strlen(text) : 0);
 }
 
 /* Append bytes to the background log (bounded). */
@@ -127,8 +133,9 @@ static void sim_emit_line(struct sim_cmd *cmd, const char *type, const char *lin
         sim_cmd_event(cmd, type, "\n");
         return;
     }
-    char *clean = sim_sanitize_utf8(line, n);
-    sim_cmd_event(cmd, cmd->kind == SIM_CMD_SESSION ? "stdout" : type, clean);
+    size_t clen;
+    char *clean = sim_sanitize_utf8(line, n, &clen);
+    sim_cmd_event_len(cmd, cmd->kind == SIM_CMD_SESSION ? "stdout" : type, clean, clen);
     free(clean);
 }
 
@@ -303,8 +310,9 @@ static void *sim_reader_main(void *arg)
         int64_t now = sim_now_ms();
         pthread_mutex_lock(&cmd->mu);
         bool gone = cmd->consumer_gone;
+        int64_t deadline = cmd->deadline_ms;
         pthread_mutex_unlock(&cmd->mu);
-        if (cmd->deadline_ms > 0 && now >= cmd->deadline_ms && !cmd->timed_out) {
+        if (deadline > 0 && now >= deadline && !cmd->timed_out) {
             cmd->timed_out = true;
             kill(-cmd->pid, SIGKILL);
         }
@@ -350,8 +358,8 @@ static void *sim_reader_main(void *arg)
 
 /* Spawn bash -c script in its own process group; returns a cmd with one ref for the caller. */
 struct sim_cmd *sim_cmd_spawn(enum sim_cmd_kind kind, const char *script, const char *cwd,
-                              char **envp, int64_t timeout_ms, const char *session_id,
-                              char *err, size_t errn)
+                              char **envp, int64_t timeout_ms, const char *session_id, char *err,
+                              size_t errn)
 {
     int outp[2] = {-1, -1}, errp[2] = {-1, -1}, statep[2] = {-1, -1};
     if (pipe2(outp, O_CLOEXEC) != 0 || (kind != SIM_CMD_SESSION && pipe2(errp, O_CLOEXEC) != 0) ||
@@ -488,27 +496,39 @@ static void sim_stream_set(struct sim_stream *st, char *data, size_t len)
 static ssize_t sim_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct sim_stream *st = cls;
+    size_t out = 0; /* bytes already placed in buf: never block once we have some */
     (void)pos;
     for (;;) {
         if (st->pending && st->poff < st->plen) {
             size_t n = st->plen - st->poff;
-            if (n > max)
-                n = max;
-            memcpy(buf, st->pending + st->poff, n);
+            if (n > max - out)
+                n = max - out;
+            memcpy(buf + out, st->pending + st->poff, n);
             st->poff += n;
-            return (ssize_t)n;
+            out += n;
+            if (out == max)
+                return (ssize_t)out;
+            continue;
         }
         if (st->finished)
-            return MHD_CONTENT_READER_END_OF_STREAM;
-        if (g_sim.shutting_down)
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return out ? (ssize_t)out : MHD_CONTENT_READER_END_OF_STREAM;
         struct sim_faults f;
         sim_faults_get(&f);
-        if (f.cut_stream_after >= 0 && st->events >= f.cut_stream_after)
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+        bool cut = f.cut_stream_after >= 0 && st->events >= f.cut_stream_after;
+        if (g_sim.shutting_down || cut)
+            return out ? (ssize_t)out : MHD_CONTENT_READER_END_WITH_ERROR;
         if (f.stall_stream_after >= 0 && st->events >= f.stall_stream_after) {
+            if (out)
+                return (ssize_t)out;
             sim_sleep_ms(100);
             continue;
+        }
+        if (out) {
+            pthread_mutex_lock(&st->cmd->mu);
+            bool more = st->cmd->head != NULL;
+            pthread_mutex_unlock(&st->cmd->mu);
+            if (!more)
+                return (ssize_t)out;
         }
         struct sim_cmd *cmd = st->cmd;
         pthread_mutex_lock(&cmd->mu);
@@ -589,9 +609,8 @@ struct MHD_Response *sim_cmd_stream_response(struct sim_cmd *cmd)
     sim_cmd_ref(cmd);
     st->cmd = cmd;
     st->last_send_ms = sim_now_ms();
-    struct MHD_Response *r =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024, sim_stream_read, st,
-                                          sim_stream_free);
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 64 * 1024, sim_stream_read, st, sim_stream_free);
     if (!r) {
         sim_stream_free(st);
         return NULL;

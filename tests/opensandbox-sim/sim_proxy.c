@@ -34,10 +34,19 @@ static void sim_buf_add(struct sim_buf *b, const char *s, size_t n)
 /* True for hop-by-hop or otherwise non-forwarded request headers. */
 static bool sim_skip_header(const char *k)
 {
-    static const char *skip[] = {"Host", "Connection", "Keep-Alive", "Proxy-Connection",
-                                 "Transfer-Encoding", "Upgrade", "TE", "Trailer",
-                                 "Content-Length", "Authorization", "Cookie",
-                                 "OPEN-SANDBOX-API-KEY", "Expect"};
+    static const char *skip[] = {"Host",
+                                 "Connection",
+                                 "Keep-Alive",
+                                 "Proxy-Connection",
+                                 "Transfer-Encoding",
+                                 "Upgrade",
+                                 "TE",
+                                 "Trailer",
+                                 "Content-Length",
+                                 "Authorization",
+                                 "Cookie",
+                                 "OPEN-SANDBOX-API-KEY",
+                                 "Expect"};
     for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
         if (strcasecmp(k, skip[i]) == 0)
             return true;
@@ -66,7 +75,8 @@ static enum MHD_Result sim_copy_arg(void *cls, enum MHD_ValueKind kind, const ch
     (void)kind;
     struct sim_buf *b = cls;
     const char *parts[2] = {key, value ? value : ""};
-    sim_buf_add(b, b->len && b->d[b->len - 1] != '?' ? "&" : "", b->len && b->d[b->len - 1] != '?' ? 1 : 0);
+    if (b->len && b->d[b->len - 1] != '?')
+        sim_buf_add(b, "&", 1);
     for (int i = 0; i < 2; i++) {
         if (i == 1)
             sim_buf_add(b, "=", 1);
@@ -116,8 +126,8 @@ enum MHD_Result sim_proxy_relay(struct MHD_Connection *c, struct sim_req *r, int
     }
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
         char msg[256];
-        snprintf(msg, sizeof msg, "Could not connect to the backend sandbox 127.0.0.1:%d: %s",
-                 port, strerror(errno));
+        snprintf(msg, sizeof msg, "Could not connect to the backend sandbox 127.0.0.1:%d: %s", port,
+                 strerror(errno));
         if (fd >= 0)
             close(fd);
         free(req.d);

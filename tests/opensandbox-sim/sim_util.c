@@ -53,9 +53,9 @@ void sim_uuid(char out[37])
     sim_random(b, sizeof b);
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
 }
 
 /* Random 32-hex-digit id (execd command ids). */
@@ -184,22 +184,18 @@ static size_t sim_utf8_len(const unsigned char *p, size_t n)
     return len;
 }
 
-/* Copy len bytes replacing invalid UTF-8 (and NUL) with U+FFFD, like Go's JSON encoder. */
-char *sim_sanitize_utf8(const char *in, size_t len)
+/* Copy len bytes replacing invalid UTF-8 with U+FFFD, like Go's JSON encoder (NUL is kept;
+ * json-c writes it as \u0000). The output length is stored in *out_len. */
+char *sim_sanitize_utf8(const char *in, size_t len, size_t *out_len)
 {
     char *out = sim_xmalloc(len * 3 + 1);
     size_t o = 0;
     const unsigned char *p = (const unsigned char *)in;
     for (size_t i = 0; i < len;) {
-        size_t k = p[i] ? sim_utf8_len(p + i, len - i) : 0;
+        size_t k = sim_utf8_len(p + i, len - i);
         if (k == 0) {
-            if (p[i] == 0) {
-                memcpy(out + o, "\xef\xbf\xbd", 3);
-                o += 3;
-            } else {
-                memcpy(out + o, "\xef\xbf\xbd", 3);
-                o += 3;
-            }
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
             i++;
         } else {
             memcpy(out + o, p + i, k);
@@ -208,14 +204,15 @@ char *sim_sanitize_utf8(const char *in, size_t len)
         }
     }
     out[o] = 0;
+    *out_len = o;
     return out;
 }
 
 /* Serialise a stream event compactly, escaping <, > and & the way Go does. */
 char *sim_json_event_string(json_object *o)
 {
-    const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-                                                          JSON_C_TO_STRING_NOSLASHESCAPE);
+    const char *s =
+        json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
     size_t n = strlen(s), extra = 0;
     for (size_t i = 0; i < n; i++)
         if (s[i] == '<' || s[i] == '>' || s[i] == '&')

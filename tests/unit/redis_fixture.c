@@ -132,8 +132,7 @@ int rk_redis_fixture_start(struct rk_redis_fixture *fx, int port, const char *pa
         int status = 0;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             fx->pid = 0;
-            snprintf(msg, msglen, "%s exited early (status %d) on port %d", bin, status,
-                     fx->port);
+            snprintf(msg, msglen, "%s exited early (status %d) on port %d", bin, status, fx->port);
             return -1;
         }
         if (answers_ping(fx->port, fx->password))

@@ -125,7 +125,7 @@ static void test_replace(void **state)
 static void test_ignore(void **state)
 {
     (void)state;
-    OK("a\xff" "b\xe2\x82z", "utf-8", "ignore", "abz");
+    OK("a\xff-\xe2\x82z", "utf-8", "ignore", "a-z");
     OK("a\x80\x81z", "ascii", "ignore", "az");
 }
 
@@ -133,7 +133,7 @@ static void test_ignore(void **state)
 static void test_backslashreplace(void **state)
 {
     (void)state;
-    OK("a\xff" "b", "utf-8", "backslashreplace", "a\\xff" "b");
+    OK("a\xff-", "utf-8", "backslashreplace", "a\\xff-");
     OK("\xe2\x82X", "utf-8", "backslashreplace", "\\xe2\\x82X");
     OK("\xe9t\xe9", "ascii", "backslashreplace", "\\xe9t\\xe9");
 }
@@ -148,9 +148,9 @@ static void test_latin1(void **state)
     char *out = NULL;
     size_t out_len = 0;
     char msg[128];
-    assert_int_equal(rk_decode((const char *)all, 256, "latin-1", "strict", &out, &out_len, msg,
-                               sizeof msg),
-                     RK_DECODE_OK);
+    assert_int_equal(
+        rk_decode((const char *)all, 256, "latin-1", "strict", &out, &out_len, msg, sizeof msg),
+        RK_DECODE_OK);
     assert_int_equal(out_len, 128 + 2 * 128);
     /* Round trip: UTF-8 back to latin-1 gives the original bytes. */
     unsigned char back[256];
@@ -199,11 +199,11 @@ static void test_unknown_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_valid_utf8),     cmocka_unit_test(test_invalid_start_byte),
-        cmocka_unit_test(test_truncated),      cmocka_unit_test(test_overlong),
-        cmocka_unit_test(test_surrogates),     cmocka_unit_test(test_replace),
-        cmocka_unit_test(test_ignore),         cmocka_unit_test(test_backslashreplace),
-        cmocka_unit_test(test_latin1),         cmocka_unit_test(test_ascii),
+        cmocka_unit_test(test_valid_utf8),    cmocka_unit_test(test_invalid_start_byte),
+        cmocka_unit_test(test_truncated),     cmocka_unit_test(test_overlong),
+        cmocka_unit_test(test_surrogates),    cmocka_unit_test(test_replace),
+        cmocka_unit_test(test_ignore),        cmocka_unit_test(test_backslashreplace),
+        cmocka_unit_test(test_latin1),        cmocka_unit_test(test_ascii),
         cmocka_unit_test(test_unknown_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,7 +11,6 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,7 +89,6 @@ static redisContext *raw_conn(int port)
 static int group_setup(void **state)
 {
     (void)state;
-    signal(SIGPIPE, SIG_IGN);
     char msg[512];
     if (rk_redis_fixture_start(&g_redis, 0, NULL, msg, sizeof msg) != 0) {
         fprintf(stderr, "test_store: cannot start redis-server: %s\n", msg);
@@ -143,8 +141,8 @@ static json_object *mkrec(const char *state, const char *image)
 }
 
 /* Create a record and assert the result code. */
-static void create_expect(struct rk_store *st, const char *id, const char *state,
-                          const char *image, int64_t expire, rk_store_rc want)
+static void create_expect(struct rk_store *st, const char *id, const char *state, const char *image,
+                          int64_t expire, rk_store_rc want)
 {
     char err[RK_STORE_ERRLEN];
     json_object *rec = mkrec(state, image);
@@ -248,9 +246,8 @@ static void test_update(void **state)
     char err[RK_STORE_ERRLEN];
     create_expect(tc->st, "sbx-u", "pending", "img", 500, RK_STORE_OK);
     json_object *out = NULL;
-    assert_int_equal(
-        rk_store_update(tc->st, "sbx-u", set_state, "running", &out, err, sizeof err),
-        RK_STORE_OK);
+    assert_int_equal(rk_store_update(tc->st, "sbx-u", set_state, "running", &out, err, sizeof err),
+                     RK_STORE_OK);
     assert_string_equal(member(out, "state"), "running");
     assert_string_equal(member(out, "image"), "img");
     assert_int_equal(expire_of(out), 500);
@@ -294,9 +291,8 @@ static void test_active_index_and_replace(void **state)
     create_expect(tc->st, "a-1", "pending", "other", 0, RK_STORE_EXISTS);
     create_expect(tc->st, "a-3", "running", "img-3b", 0, RK_STORE_OK);
 
-    assert_int_equal(
-        rk_store_update(tc->st, "a-1", set_state, "deleted", NULL, err, sizeof err),
-        RK_STORE_OK);
+    assert_int_equal(rk_store_update(tc->st, "a-1", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
     assert_int_equal(rk_store_list_active(tc->st, &ids, &n, err, sizeof err), RK_STORE_OK);
     assert_int_equal(n, 2);
     assert_true(has_id(ids, n, "a-2") && has_id(ids, n, "a-3") && !has_id(ids, n, "a-1"));
@@ -372,9 +368,8 @@ static void test_touch_and_expired(void **state)
     rk_store_free_ids(ids, n);
 
     /* Deleted and unknown sandboxes are not resurrected by a late touch. */
-    assert_int_equal(
-        rk_store_update(tc->st, "e-2", set_state, "deleted", NULL, err, sizeof err),
-        RK_STORE_OK);
+    assert_int_equal(rk_store_update(tc->st, "e-2", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
     assert_int_equal(rk_store_touch(tc->st, "e-2", 10, err, sizeof err), RK_STORE_OK);
     assert_int_equal(rk_store_touch(tc->st, "ghost", 10, err, sizeof err), RK_STORE_OK);
     assert_int_equal(rk_store_expired(tc->st, 250, 10, &ids, &n, err, sizeof err), RK_STORE_OK);
@@ -446,9 +441,8 @@ static void test_b91_commit_makes_visible(void **state)
     assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 0, tok, err, sizeof err),
                      RK_STORE_EXISTS);
     /* The token is spent: committing again conflicts. */
-    assert_int_equal(
-        rk_session_commit(tc->st, "sbx-1", "default", "0123", "os-x", err, sizeof err),
-        RK_STORE_CONFLICT);
+    assert_int_equal(rk_session_commit(tc->st, "sbx-1", "default", "0123", "os-x", err, sizeof err),
+                     RK_STORE_CONFLICT);
 }
 
 /* B92: rollback releases the name. */
@@ -480,8 +474,7 @@ static void map_session(struct rk_store *st, const char *sbx, const char *name, 
 }
 
 /* Assert the committed mapping of name (NULL = none). */
-static void expect_session(struct rk_store *st, const char *sbx, const char *name,
-                           const char *want)
+static void expect_session(struct rk_store *st, const char *sbx, const char *name, const char *want)
 {
     char err[RK_STORE_ERRLEN];
     char *sid = NULL;
@@ -501,22 +494,18 @@ static void test_b93_b94_remove(void **state)
     struct tctx *tc = *state;
     char err[RK_STORE_ERRLEN];
     map_session(tc->st, "sbx-1", "default", "os-session-1");
-    assert_int_equal(
-        rk_session_remove(tc->st, "sbx-1", "default", "os-session-1", err, sizeof err),
-        RK_STORE_OK);
+    assert_int_equal(rk_session_remove(tc->st, "sbx-1", "default", "os-session-1", err, sizeof err),
+                     RK_STORE_OK);
     expect_session(tc->st, "sbx-1", "default", NULL);
-    assert_int_equal(
-        rk_session_remove(tc->st, "sbx-1", "default", "os-session-1", err, sizeof err),
-        RK_STORE_NOT_FOUND);
+    assert_int_equal(rk_session_remove(tc->st, "sbx-1", "default", "os-session-1", err, sizeof err),
+                     RK_STORE_NOT_FOUND);
 
     map_session(tc->st, "sbx-1", "default", "old-session");
-    assert_int_equal(
-        rk_session_remove(tc->st, "sbx-1", "default", "old-session", err, sizeof err),
-        RK_STORE_OK);
+    assert_int_equal(rk_session_remove(tc->st, "sbx-1", "default", "old-session", err, sizeof err),
+                     RK_STORE_OK);
     map_session(tc->st, "sbx-1", "default", "new-session");
-    assert_int_equal(
-        rk_session_remove(tc->st, "sbx-1", "default", "old-session", err, sizeof err),
-        RK_STORE_CONFLICT);
+    assert_int_equal(rk_session_remove(tc->st, "sbx-1", "default", "old-session", err, sizeof err),
+                     RK_STORE_CONFLICT);
     expect_session(tc->st, "sbx-1", "default", "new-session");
 
     /* A reservation is never removed by remove. */
@@ -578,9 +567,8 @@ static void test_b99_conditional(void **state)
     assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 120, tok, err, sizeof err),
                      RK_STORE_EXISTS);
     expect_session(tc->st, "sbx-1", "default", "os-session-1");
-    assert_int_equal(
-        rk_session_remove(tc->st, "sbx-1", "default", "os-session-1", err, sizeof err),
-        RK_STORE_OK);
+    assert_int_equal(rk_session_remove(tc->st, "sbx-1", "default", "os-session-1", err, sizeof err),
+                     RK_STORE_OK);
     expect_session(tc->st, "sbx-1", "default", NULL);
 }
 
@@ -617,8 +605,7 @@ static void test_invalid_arguments(void **state)
     assert_int_equal(rk_store_get(tc->st, long_id, &out, err, sizeof err), RK_STORE_ERROR);
     assert_int_equal(rk_session_reserve(tc->st, "sbx", NULL, 1, tok, err, sizeof err),
                      RK_STORE_ERROR);
-    assert_int_equal(rk_session_commit(tc->st, "sbx", "n", "a:b", "sid", NULL, 0),
-                     RK_STORE_ERROR);
+    assert_int_equal(rk_session_commit(tc->st, "sbx", "n", "a:b", "sid", NULL, 0), RK_STORE_ERROR);
     assert_int_equal(rk_store_error_count(tc->st), before + 4);
 }
 
@@ -670,8 +657,7 @@ static void *update_worker(void *arg)
 #define NSTORES 4
 
 /* Run fn on NTHREADS threads; Redis threads share NSTORES separate stores. */
-static void run_workers(struct tctx *tc, void *(*fn)(void *), int iterations,
-                        struct worker *sum)
+static void run_workers(struct tctx *tc, void *(*fn)(void *), int iterations, struct worker *sum)
 {
     struct rk_store *stores[NSTORES] = {NULL};
     struct worker w[NTHREADS];
@@ -716,6 +702,8 @@ static void test_concurrent_update(void **state)
     create_expect(tc->st, "counter", "running", "c", 0, RK_STORE_OK);
     struct worker sum;
     run_workers(tc, update_worker, 25, &sum);
+    print_message("%d updates written, %d gave up after %d attempts\n", sum.ok, sum.contention,
+                  RK_STORE_MAX_ATTEMPTS);
     assert_int_equal(sum.other, 0);
     assert_int_equal(sum.ok + sum.contention, NTHREADS * 25);
     assert_true(sum.ok > 0);
@@ -792,8 +780,8 @@ static int conflicting(json_object *rec, void *arg)
 {
     struct conflict_ctx *cc = arg;
     cc->calls++;
-    redisReply *r = redisCommand(cc->c, "SET %s {\"state\":\"running\",\"x\":%d}", cc->key,
-                                 cc->calls);
+    redisReply *r =
+        redisCommand(cc->c, "SET %s {\"state\":\"running\",\"x\":%d}", cc->key, cc->calls);
     freeReplyObject(r);
     json_object_object_add(rec, "mine", json_object_new_boolean(1));
     return 0;
@@ -837,6 +825,22 @@ static void test_redis_outage_and_recovery(void **state)
 
     rk_redis_fixture_stop(&fx);
     uint64_t before = rk_store_error_count(st);
+    /* A large pipeline on the stale pooled connection hits EPIPE; the store
+     * must not let SIGPIPE kill the process (this test does not ignore it). */
+    enum { NBIG = 10000 };
+    char(*names)[16] = malloc(NBIG * sizeof *names);
+    const char **ids = malloc(NBIG * sizeof *ids);
+    json_object **outs = malloc(NBIG * sizeof *outs);
+    assert_true(names && ids && outs);
+    for (int i = 0; i < NBIG; i++) {
+        snprintf(names[i], sizeof names[i], "big-%d", i);
+        ids[i] = names[i];
+    }
+    assert_int_equal(rk_store_get_many(st, ids, NBIG, outs, err, sizeof err), RK_STORE_ERROR);
+    assert_non_null(strstr(err, "redis"));
+    free(names);
+    free(ids);
+    free(outs);
     for (int i = 0; i < 5; i++) {
         json_object *got = NULL;
         int64_t t0 = now_ms();
@@ -848,7 +852,7 @@ static void test_redis_outage_and_recovery(void **state)
         if (!strstr(err, "redis"))
             fail_msg("error does not mention redis: %s", err);
     }
-    assert_true(rk_store_error_count(st) >= before + 5);
+    assert_true(rk_store_error_count(st) >= before + 6);
 
     if (rk_redis_fixture_start(&fx, fx.port, NULL, msg, sizeof msg) != 0)
         fail_msg("cannot restart redis-server: %s", msg);
@@ -899,6 +903,44 @@ static void test_redis_password(void **state)
     rk_redis_fixture_stop(&fx);
 }
 
+/* Ping repeatedly, counting outcomes. */
+static void *ping_worker(void *arg)
+{
+    struct worker *w = arg;
+    char err[RK_STORE_ERRLEN];
+    for (int i = 0; i < w->iterations; i++) {
+        if (rk_store_ping(w->st, err, sizeof err) == RK_STORE_OK)
+            w->ok++;
+        else
+            w->other++;
+    }
+    return NULL;
+}
+
+/* Callers wait for a free connection when the pool is exhausted. */
+static void test_redis_pool_wait(void **state)
+{
+    (void)state;
+    struct rk_store *st = open_redis(g_redis.port, NULL, NULL, 1);
+    struct worker w[NTHREADS];
+    pthread_t th[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].st = st;
+        w[i].iterations = 50;
+        assert_int_equal(pthread_create(&th[i], NULL, ping_worker, &w[i]), 0);
+    }
+    int ok = 0, other = 0;
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_join(th[i], NULL);
+        ok += w[i].ok;
+        other += w[i].other;
+    }
+    assert_int_equal(ok, NTHREADS * 50);
+    assert_int_equal(other, 0);
+    rk_store_close(st);
+}
+
 /* A Redis store refuses a missing host; an unreachable one fails fast. */
 static void test_redis_open_and_unreachable(void **state)
 {
@@ -918,11 +960,11 @@ static void test_redis_open_and_unreachable(void **state)
 #define BOTH(fn)                                                                                   \
     {#fn "[memory]", fn, setup, teardown, (void *)&k_memory},                                      \
     {                                                                                              \
-        #fn "[redis]", fn, setup, teardown, (void *)&k_redis                                       \
+#fn "[redis]", fn, setup, teardown, (void *)&k_redis                                       \
     }
 #define REDIS_ONLY(fn)                                                                             \
     {                                                                                              \
-        #fn, fn, setup, teardown, (void *)&k_redis                                                 \
+#fn, fn, setup, teardown, (void *)&k_redis                                                 \
     }
 
 /* Run every store test against both backends. */
@@ -952,6 +994,7 @@ int main(void)
         REDIS_ONLY(test_redis_outage_and_recovery),
         REDIS_ONLY(test_redis_password),
         REDIS_ONLY(test_redis_open_and_unreachable),
+        REDIS_ONLY(test_redis_pool_wait),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file test_os_http.c
+ * @brief Request-shape tests of the plugin against a scripted loopback HTTP server:
+ *        create body and headers, lost-reply adoption, status mapping, kill, execd
+ *        routing (endpoint headers, no API key), streamed exec and proxy targets.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <json-c/json.h>
+
+#include "../os_internal.h"
+#include "fake_server.h"
+#include "mock_host.h"
+
+static int port;
+static char endpoint[64];
+static const char *scenario = "";
+
+/** Scripted upstream: lifecycle routes under /v1, execd under /proxy/44772. */
+static void handler(const struct fake_req *rq, struct fake_resp *r)
+{
+    static char buf[1024];
+    const char *t = rq->target;
+    if (strcmp(rq->method, "POST") == 0 && strcmp(t, "/v1/sandboxes") == 0) {
+        if (strcmp(scenario, "lost") == 0) {
+            r->no_reply = 1;
+            return;
+        }
+        r->status = 202;
+        r->body = "{\"id\":\"osb-1\",\"status\":{\"state\":\"Pending\"}}";
+    } else if (strncmp(t, "/v1/sandboxes?metadata=", 23) == 0) {
+        r->body = strcmp(scenario, "lost") == 0
+                      ? "{\"items\":[{\"id\":\"osb-9\",\"status\":{\"state\":\"Running\"}}],"
+                        "\"pagination\":{\"hasNextPage\":false}}"
+                      : "{\"items\":[],\"pagination\":{\"hasNextPage\":false}}";
+    } else if (strcmp(rq->method, "GET") == 0 && strcmp(t, "/v1/sandboxes/osb-failed") == 0) {
+        r->body = "{\"id\":\"osb-failed\",\"status\":{\"state\":\"Failed\",\"reason\":"
+                  "\"PROVISIONING_ERROR\",\"message\":\"boom\"}}";
+    } else if (strcmp(rq->method, "GET") == 0 && strcmp(t, "/v1/sandboxes/osb-term") == 0) {
+        r->body = "{\"id\":\"osb-term\",\"status\":{\"state\":\"Terminated\"}}";
+    } else if (strcmp(rq->method, "GET") == 0 && strcmp(t, "/v1/sandboxes/osb-gone") == 0) {
+        r->status = 404;
+        r->body = "{\"code\":\"DOCKER::SANDBOX_NOT_FOUND\",\"message\":\"gone\"}";
+    } else if (strcmp(rq->method, "DELETE") == 0 && strncmp(t, "/v1/sandboxes/", 14) == 0) {
+        r->status = strcmp(t, "/v1/sandboxes/osb-gone") == 0 ? 404 : 204;
+    } else if (strcmp(t, "/v1/sandboxes/osb-1/endpoints/44772?use_server_proxy=false") == 0) {
+        snprintf(buf, sizeof buf,
+                 "{\"endpoint\":\"127.0.0.1:%d/proxy/44772\",\"headers\":{\"X-Sandbox-Token\":"
+                 "\"abc\"}}",
+                 port);
+        r->body = buf;
+    } else if (strcmp(t, "/v1/sandboxes/osb-1/endpoints/9000?use_server_proxy=false") == 0) {
+        r->body = "{\"endpoint\":\"https://proxy.example/base?endpoint_token=abc\","
+                  "\"headers\":{\"X-Endpoint\":\"yes\"}}";
+    } else if (strcmp(t, "/proxy/44772/command") == 0) {
+        r->stream = 1;
+        r->body =
+            "{\"type\":\"init\",\"text\":\"c1\"}\n\n{\"type\":\"stdout\",\"text\":\"out\"}\n\n"
+            "{\"type\":\"stderr\",\"text\":\"err\"}\n\n{\"type\":\"error\",\"error\":{\"ename\":"
+            "\"CommandExecError\",\"evalue\":\"7\",\"traceback\":[\"exit status 7\"]}}\n\n";
+    } else if (strncmp(t, "/proxy/44772/files/info?path=", 29) == 0) {
+        r->status = 404;
+        r->body = "{\"code\":\"FILE_NOT_FOUND\",\"message\":\"file not found\"}";
+    } else {
+        r->status = 599;
+    }
+}
+
+/** Start the fake upstream and an instance configured against it. */
+static void *start(const char *use_proxy)
+{
+    mock_reset();
+    port = fake_start(handler);
+    assert_true(port > 0);
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
+    static struct mock_cfg_entry e[6];
+    e[0] = (struct mock_cfg_entry){"endpoint", endpoint};
+    e[1] = (struct mock_cfg_entry){"protocol", "http"};
+    e[2] = (struct mock_cfg_entry){"api_key", "secret"};
+    e[3] = (struct mock_cfg_entry){"use_server_proxy", use_proxy};
+    e[4] = (struct mock_cfg_entry){"image_registry_prefix", "registry.example.com/library"};
+    e[5] = (struct mock_cfg_entry){NULL, NULL};
+    static struct rk_cfg cfg;
+    cfg = (struct rk_cfg){e, os_config_keys};
+    struct os_inst *inst = NULL;
+    assert_int_equal(os_config_init(&mock_host, &cfg, &inst), RK_OK);
+    return inst;
+}
+
+/** Stop everything. */
+static void stop(void *inst)
+{
+    os_config_free(inst);
+    fake_stop();
+    mock_reset();
+    scenario = "";
+}
+
+/** String member of a JSON object path a.b. */
+static const char *jget(json_object *o, const char *a, const char *b)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(o, a, &v))
+        return NULL;
+    if (b && !json_object_object_get_ex(v, b, &v))
+        return NULL;
+    return json_object_get_string(v);
+}
+
+/** create: body mapping and lifecycle headers. */
+static void test_create_body(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    struct rk_kv env[] = {{"WORKSPACE", "/workspace"}};
+    struct rk_create_spec spec = {.sandbox_id = "sbx-2",
+                                  .image = "python:3.11",
+                                  .cpus = 4,
+                                  .memory = "8g",
+                                  .env = env,
+                                  .env_len = 1,
+                                  .user_id = "u1"};
+    struct rk_created out = {0};
+    assert_int_equal(os_lc_create(inst, mock_call(), &spec, &out), RK_OK);
+    assert_string_equal(out.upstream_id, "osb-1");
+    assert_string_equal(out.image, "registry.example.com/library/python:3.11");
+    assert_int_equal(fake_count(), 1);
+    const struct fake_req *rq = fake_get(0);
+    char h[256];
+    assert_string_equal(fake_header(rq, "OPEN-SANDBOX-API-KEY", h, sizeof h), "secret");
+    assert_string_equal(fake_header(rq, "X-Request-ID", h, sizeof h), "test-request-id");
+    json_object *o = json_tokener_parse(rq->body);
+    assert_non_null(o);
+    assert_string_equal(jget(o, "image", "uri"), "registry.example.com/library/python:3.11");
+    assert_string_equal(jget(o, "resourceLimits", "cpu"), "4");
+    assert_string_equal(jget(o, "resourceLimits", "memory"), "8Gi");
+    assert_string_equal(jget(o, "env", "WORKSPACE"), "/workspace");
+    assert_string_equal(jget(o, "metadata", "rock_sandbox_id"), "sbx-2");
+    assert_string_equal(jget(o, "metadata", "user_id"), "u1");
+    assert_string_equal(jget(o, "metadata", "experiment_id"), "default");
+    assert_string_equal(jget(o, "metadata", "namespace"), "default");
+    json_object *md, *ep, *to;
+    assert_true(json_object_object_get_ex(o, "metadata", &md));
+    assert_int_equal(json_object_object_length(md), 4);
+    assert_true(json_object_object_get_ex(o, "entrypoint", &ep));
+    assert_string_equal(
+        json_object_to_json_string_ext(ep, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE),
+        "[\"tail\",\"-f\",\"/dev/null\"]");
+    assert_true(json_object_object_get_ex(o, "timeout", &to));
+    assert_true(json_object_is_type(to, json_type_int));
+    assert_int_equal(json_object_get_int64(to), 86400);
+    json_object_put(o);
+    stop(inst);
+}
+
+/** create: a lost reply is resolved by listing metadata rock_sandbox_id. */
+static void test_create_lost_reply(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    scenario = "lost";
+    struct rk_create_spec spec = {.sandbox_id = "sbx-7", .image = "python:3.11", .cpus = 1};
+    struct rk_created out = {0};
+    assert_int_equal(os_lc_create(inst, mock_call(), &spec, &out), RK_OK);
+    assert_string_equal(out.upstream_id, "osb-9");
+    assert_int_equal(fake_count(), 2);
+    assert_string_equal(fake_get(1)->target,
+                        "/v1/sandboxes?metadata=rock_sandbox_id%3Dsbx-7&page=1&pageSize=200");
+    stop(inst);
+}
+
+/** status: Failed with reason, Terminated, 404; lookup without upstream id. */
+static void test_status(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    struct rk_status_info si;
+    struct rk_sandbox_ref ref = {.sandbox_id = "sbx-1", .upstream_id = "osb-failed"};
+    assert_int_equal(os_lc_status(inst, mock_call(), &ref, &si), RK_OK);
+    assert_int_equal(si.state, RK_STATE_STOPPED);
+    assert_true(si.failed);
+    assert_string_equal(si.reason, "PROVISIONING_ERROR: boom");
+    ref.upstream_id = "osb-term";
+    assert_int_equal(os_lc_status(inst, mock_call(), &ref, &si), RK_OK);
+    assert_int_equal(si.state, RK_STATE_DELETED);
+    assert_false(si.failed);
+    ref.upstream_id = "osb-gone";
+    assert_int_equal(os_lc_status(inst, mock_call(), &ref, &si), RK_E_NOT_FOUND);
+    assert_non_null(strstr(mock_last_error, "opensandbox get_state failed for osb-gone: HTTP 404"));
+    ref.upstream_id = NULL;
+    assert_int_equal(os_lc_status(inst, mock_call(), &ref, &si), RK_E_NOT_FOUND);
+    stop(inst);
+}
+
+/** destroy: 404 and 204 both succeed. */
+static void test_destroy(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    struct rk_sandbox_ref ref = {.sandbox_id = "sbx-1", .upstream_id = "osb-gone"};
+    assert_int_equal(os_lc_destroy(inst, mock_call(), &ref), RK_OK);
+    ref.upstream_id = "osb-1";
+    assert_int_equal(os_lc_destroy(inst, mock_call(), &ref), RK_OK);
+    assert_string_equal(fake_get(1)->method, "DELETE");
+    stop(inst);
+}
+
+/** Test sink collecting both streams. */
+static rk_status sink_write(void *ctx, enum rk_stream s, const char *b, size_t n)
+{
+    struct os_sb *sbs = ctx;
+    os_sb_putn(&sbs[s == RK_STREAM_STDERR ? 1 : 0], b, n);
+    return RK_OK;
+}
+
+/** exec: endpoint discovery, endpoint headers, no API key to execd, body shape, outcome. */
+static void test_exec_routing(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    struct os_sb out[2] = {{0}, {0}};
+    struct rk_sink sink = {sink_write, out};
+    struct rk_kv env[] = {{"A", "B"}};
+    struct rk_exec_req req = {
+        .command = "secret-command", .cwd = "/work", .env = env, .env_len = 1, .timeout_ms = 9000};
+    struct rk_sandbox_ref ref = {.sandbox_id = "sbx-1", .upstream_id = "osb-1"};
+    struct rk_exec_res res;
+    assert_int_equal(os_exec(inst, mock_call(), &ref, &req, &sink, &res), RK_OK);
+    assert_string_equal(out[0].p, "out\n");
+    assert_string_equal(out[1].p, "err\n");
+    assert_true(res.has_exit_code);
+    assert_int_equal(res.exit_code, 7);
+    assert_false(res.timed_out);
+    assert_int_equal(fake_count(), 2);
+    const struct fake_req *ep = fake_get(0), *cmd = fake_get(1);
+    char h[256];
+    assert_string_equal(ep->target, "/v1/sandboxes/osb-1/endpoints/44772?use_server_proxy=false");
+    assert_string_equal(fake_header(ep, "OPEN-SANDBOX-API-KEY", h, sizeof h), "secret");
+    assert_string_equal(cmd->target, "/proxy/44772/command");
+    assert_null(fake_header(cmd, "OPEN-SANDBOX-API-KEY", h, sizeof h));
+    assert_string_equal(fake_header(cmd, "X-Sandbox-Token", h, sizeof h), "abc");
+    assert_string_equal(fake_header(cmd, "X-Request-ID", h, sizeof h), "test-request-id");
+    json_object *o = json_tokener_parse(cmd->body), *to;
+    assert_string_equal(jget(o, "command", NULL), "secret-command");
+    assert_string_equal(jget(o, "cwd", NULL), "/work");
+    assert_string_equal(jget(o, "envs", "A"), "B");
+    assert_true(json_object_object_get_ex(o, "timeout", &to));
+    assert_true(json_object_is_type(to, json_type_int));
+    assert_int_equal(json_object_get_int64(to), 9000);
+    json_object_put(o);
+    os_sb_free(&out[0]);
+    os_sb_free(&out[1]);
+
+    /* A second call reuses the cached endpoint; file_stat maps FILE_NOT_FOUND to exists=0. */
+    struct rk_file_info fi;
+    assert_int_equal(os_file_stat(inst, mock_call(), &ref, "/tmp/a b+c", &fi), RK_OK);
+    assert_false(fi.exists);
+    assert_int_equal(fake_count(), 3);
+    assert_string_equal(fake_get(2)->target, "/proxy/44772/files/info?path=%2Ftmp%2Fa%20b%2Bc");
+    stop(inst);
+}
+
+/** proxy_target: endpoint with scheme, path and query kept; headers passed; no API key. */
+static void test_proxy_target(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    struct rk_sandbox_ref ref = {.sandbox_id = "sbx-1", .upstream_id = "osb-1"};
+    struct rk_proxy_target pt;
+    assert_int_equal(os_proxy_target(inst, mock_call(), &ref, 9000, RK_PROXY_HTTP, &pt), RK_OK);
+    assert_string_equal(pt.base_url, "https://proxy.example/base?endpoint_token=abc");
+    assert_int_equal(pt.headers_len, 1);
+    assert_string_equal(pt.headers[0].key, "X-Endpoint");
+    assert_string_equal(pt.headers[0].value, "yes");
+    assert_int_equal(os_proxy_target(inst, mock_call(), &ref, 9000, RK_PROXY_TCP, &pt),
+                     RK_E_UNSUPPORTED);
+    stop(inst);
+}
+
+/** Run the suite. */
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_body),  cmocka_unit_test(test_create_lost_reply),
+        cmocka_unit_test(test_status),       cmocka_unit_test(test_destroy),
+        cmocka_unit_test(test_exec_routing), cmocka_unit_test(test_proxy_target),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}

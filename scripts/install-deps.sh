@@ -1,0 +1,20 @@
+#!/bin/sh
+# Install what building and testing rock-admin needs on Debian 12 (apt), and
+# the JavaScript test clients (npm, into tests/js/node_modules).
+set -eu
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+    build-essential autoconf automake libtool libtool-bin pkg-config \
+    libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libjson-c-dev libyaml-dev \
+    libltdl-dev libcmocka-dev redis-server redis-tools python3 curl ca-certificates >/dev/null
+# Node.js >= 20 runs the OpenSandbox SDK conformance test; keep a newer one if present.
+if ! command -v node >/dev/null 2>&1; then
+    $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+if [ "${ROCK_SKIP_NPM:-0}" != 1 ]; then
+    (cd tests/js && (npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error))
+fi

@@ -1,0 +1,84 @@
+#!/bin/sh
+# The whole test suite from a clean clone on Debian 12:
+#   1. install dependencies (apt, npm);
+#   2. build and run `make check` with -Werror;
+#   3. build and run `make check` again under AddressSanitizer + UBSan;
+#   4. `make distcheck` (tarball builds, installs and passes its own check).
+set -eu
+cd "$(dirname "$0")/.."
+top=$(pwd)
+sh scripts/install-deps.sh
+autoreconf -fi >/dev/null 2>&1 || autoreconf -fi
+jobs=$(nproc 2>/dev/null || echo 2)
+export ROCK_TEST_NODE_MODULES="$top/tests/js/node_modules"
+status=0
+summary=""
+
+run_check() { # name, configure args...
+    name=$1
+    shift
+    dir="$top/_build/$name"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    echo "==> [$name] configure $*"
+    (cd "$dir" && "$top/configure" --enable-werror "$@" >configure.out 2>&1) || {
+        cat "$dir/configure.out"
+        return 1
+    }
+    echo "==> [$name] build"
+    make -C "$dir" -j"$jobs" >"$dir/build.out" 2>&1 || {
+        tail -n 60 "$dir/build.out"
+        return 1
+    }
+    echo "==> [$name] make check"
+    if make -C "$dir" -j"$jobs" check >"$dir/check.out" 2>&1; then rc=0; else rc=1; fi
+    grep -E '^(PASS|FAIL|ERROR|SKIP|XFAIL|XPASS):' "$dir/check.out" || true
+    if [ $rc != 0 ]; then
+        for log in $(find "$dir/tests" -name '*.log' ! -name test-suite.log); do
+            if grep -qE '^(FAIL|ERROR)' "${log%.log}.trs" 2>/dev/null; then
+                echo "---- $log"
+                tail -n 80 "$log"
+            fi
+        done
+    fi
+    return $rc
+}
+
+count() { # dir -> "pass fail"
+    p=$(find "$1" -name '*.trs' -exec grep -h '^:test-result: PASS' {} + 2>/dev/null | wc -l)
+    f=$(find "$1" -name '*.trs' -exec grep -hE '^:test-result: (FAIL|ERROR|XPASS)' {} + 2>/dev/null | wc -l)
+    echo "$p $f"
+}
+
+run_check normal || status=1
+set -- $(count "$top/_build/normal")
+np=$1 nf=$2
+summary="normal: $np passed, $nf failed"
+
+ASAN_FLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=23"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+run_check sanitizers CFLAGS="$ASAN_FLAGS" LDFLAGS="-fsanitize=address,undefined" || status=1
+unset ASAN_OPTIONS UBSAN_OPTIONS
+set -- $(count "$top/_build/sanitizers")
+sp=$1 sf=$2
+summary="$summary; sanitizers: $sp passed, $sf failed"
+
+if [ "${ROCK_SKIP_DISTCHECK:-0}" != 1 ]; then
+    echo "==> make distcheck"
+    if make -C "$top/_build/normal" -j"$jobs" distcheck >"$top/_build/distcheck.out" 2>&1; then
+        summary="$summary; distcheck: ok"
+        dp=1 df=0
+    else
+        tail -n 80 "$top/_build/distcheck.out"
+        summary="$summary; distcheck: FAILED"
+        status=1
+        dp=0 df=1
+    fi
+else
+    dp=0 df=0
+fi
+
+echo "$summary"
+echo "$((np + sp + dp)) passed, $((nf + sf + df)) failed"
+exit $status

@@ -1,0 +1,437 @@
+# SPDX-License-Identifier: Apache-2.0
+"""HTTP and WebSocket service proxy through rock-admin (issue 6), with the test
+operator: its proxy_target maps sandbox port N to http://127.0.0.1:N, so an
+application is simply a server on a free loopback port of this machine.
+"""
+import gzip
+import hashlib
+import http.client
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import harness
+from harness import PREFIX, Admin, test
+
+BIG = 100 * 1024 * 1024
+
+
+def pattern(n):
+    """n deterministic bytes, produced in 1 MiB blocks."""
+    block = bytes(range(256)) * 4096
+    while n > 0:
+        k = min(n, len(block))
+        yield block[:k]
+        n -= k
+
+
+class App(BaseHTTPRequestHandler):
+    """The application 'inside the sandbox'."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _body(self):
+        h = hashlib.sha256()
+        n = 0
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().strip(), 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                left = size
+                while left:
+                    b = self.rfile.read(min(left, 1 << 20))
+                    h.update(b)
+                    n += len(b)
+                    left -= len(b)
+                self.rfile.readline()
+        else:
+            left = int(self.headers.get("Content-Length") or 0)
+            while left:
+                b = self.rfile.read(min(left, 1 << 20))
+                h.update(b)
+                n += len(b)
+                left -= len(b)
+        return n, h.hexdigest()
+
+    def _send(self, status, body, ctype="application/json", extra=None):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _handle(self):
+        path, _, query = self.path.partition("?")
+        n, digest = self._body()
+        if path.startswith("/big"):
+            size = int(query.split("=")[1])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            for b in pattern(size):
+                self.wfile.write(b)
+            return
+        if path == "/gzip":
+            self._send(200, gzip.compress(b"hello gzip " * 100), "text/plain",
+                       {"Content-Encoding": "gzip"})
+            return
+        if path == "/redirect":
+            port = self.server.server_address[1]
+            self._send(302, b"", "text/plain",
+                       {"Location": "http://127.0.0.1:%d/target?x=1" % port})
+            return
+        if path == "/sse":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(3):
+                data = ("data: %d %f\n\n" % (i, time.time())).encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+                time.sleep(0.7)
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        if path == "/slow":
+            time.sleep(4)
+        if path == "/hop":
+            self._send(200, b"{}", extra={"Connection": "x-secret", "X-Secret": "1",
+                                          "X-Kept": "2"})
+            return
+        body = json.dumps({"method": self.command, "path": path, "query": query,
+                           "headers": {k.lower(): v for k, v in self.headers.items()},
+                           "body_len": n, "body_sha256": digest}).encode()
+        self._send(200, body)
+
+    def _safe(self):
+        try:
+            self._handle()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _safe
+
+
+def start_app():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), App)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    harness._cleanups.append(srv.shutdown)
+    return srv.server_address[1]
+
+
+_env = {}
+
+
+def setup(config=None):
+    """A fresh rock-admin with the test operator and one running sandbox."""
+    cfg = {"testop": {"proxy_base": "http://127.0.0.1:{port}"}}
+    cfg.update(config or {})
+    admin = Admin(config=cfg)
+    harness._cleanups.append(admin.stop)
+    sid = admin.start_sandbox()
+    return admin, sid
+
+
+def proxy_path(sid, sub=""):
+    return "%s/sandboxes/%s/proxy%s" % (PREFIX, sid, sub)
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+@test
+def test_port_sources_and_forwarding():
+    admin, sid = setup()
+    port = start_app()
+    hdr = {"X-ROCK-Target-Port": str(port), "X-Key": "k", "X-API-Key": "k2",
+           "XRL-Authorization": "a", "Authorization": "app-cred", "X-Trace": "t",
+           "X-Testop-Endpoint": "client"}
+    st, js = admin.request("GET", proxy_path(sid, "/echo/a?x=1&x=2&y=%2F"), headers=hdr)
+    assert st == 200, (st, js)
+    assert js["path"] == "/echo/a" and js["query"] == "x=1&x=2&y=%2F", js
+    h = js["headers"]
+    assert h["x-testop-endpoint"] == "yes", h  # endpoint headers win
+    assert "x-key" not in h and "x-api-key" not in h and "xrl-authorization" not in h, h
+    assert h["authorization"] == "app-cred" and h["x-trace"] == "t", h
+    assert h.get("x-request-id"), h
+    # path form, with the rest of the path forwarded
+    st, js = admin.request("GET", proxy_path(sid, "/port/%d/echo/b" % port))
+    assert st == 200 and js["path"] == "/echo/b", (st, js)
+    st, js = admin.request("GET", proxy_path(sid, "/port/%d" % port))
+    assert st == 200 and js["path"] == "/", (st, js)
+    # query form, passed on upstream too
+    st, js = admin.request("GET", proxy_path(sid, "/q?rock_target_port=%d" % port))
+    assert st == 200 and js["query"] == "rock_target_port=%d" % port, (st, js)
+    # the user-documentation form
+    st, js = admin.request("GET", "%s/proxy/%s/port/%d/doc/x" % (PREFIX, sid, port))
+    assert st == 200 and js["path"] == "/doc/x", (st, js)
+    # bare /proxy
+    st, js = admin.request("POST", proxy_path(sid), body=b"abc", headers=hdr)
+    assert st == 200 and js["path"] == "/" and js["body_len"] == 3, (st, js)
+
+
+@test
+def test_port_errors():
+    admin, sid = setup()
+    st, js = admin.request("GET", proxy_path(sid, "/port/1/x?rock_target_port=2"),
+                           headers={"X-ROCK-Target-Port": "3"})
+    assert st == 400, (st, js)
+    assert js["detail"] == ("Cannot specify target port via multiple sources: path, header "
+                            "X-ROCK-Target-Port, query parameter rock_target_port"), js
+    st, js = admin.request("GET", proxy_path(sid, "/x"), headers={"X-ROCK-Target-Port": "abc"})
+    assert st == 200 and js["status"] == "Failed" and js["message"] == "http proxy failed", js
+    assert js["error"] == "invalid literal for int() with base 10: 'abc'" and js["result"] is None
+    st, js = admin.request("GET", proxy_path(sid, "/x?rock_target_port=abc"))
+    assert st == 200 and js["status"] == "Failed" and js["message"] == "invalid parameter", js
+    for bad in ("0", "70000", "-5"):
+        st, js = admin.request("GET", proxy_path(sid, "/x"), headers={"X-ROCK-Target-Port": bad})
+        assert st == 400 and "between 1 and 65535" in js["detail"], (bad, st, js)
+
+
+@test
+def test_traversal_refused():
+    admin, sid = setup()
+    port = start_app()
+    for sub in ("/../admin", "/%2e%2e/admin", "/%252e%252e/admin", "/a/..%5cadmin",
+                "/port/%d/./x" % port):
+        conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
+        conn.putrequest("GET", proxy_path(sid, sub), skip_accept_encoding=True)
+        conn.putheader("X-ROCK-Target-Port", str(port)) if "port/" not in sub else None
+        conn.endheaders()
+        resp = conn.getresponse()
+        js = json.loads(resp.read())
+        conn.close()
+        assert resp.status == 200 and js["status"] == "Failed", (sub, js)
+        assert js["error"] == "invalid proxy path: relative path segments are not allowed", js
+        assert js["result"]["code"] == 4000, js
+
+
+@test
+def test_bodies_headers_redirects():
+    admin, sid = setup()
+    port = start_app()
+    hp = {"X-ROCK-Target-Port": str(port)}
+    body = os.urandom(100000)
+    st, js = admin.request("DELETE", proxy_path(sid, "/del?a=%2F&a=2"), body=body, headers=hp)
+    assert st == 200 and js["method"] == "DELETE" and js["query"] == "a=%2F&a=2", js
+    assert js["body_sha256"] == hashlib.sha256(body).hexdigest(), js
+    for m in ("PUT", "PATCH", "OPTIONS"):
+        st, js = admin.request(m, proxy_path(sid, "/m"), body=b"xyz", headers=hp)
+        assert st == 200 and js["method"] == m and js["body_len"] == 3, (m, js)
+    st, raw, headers = admin.request("GET", proxy_path(sid, "/gzip"), headers=hp, raw=True)
+    assert st == 200 and headers.get("Content-Encoding") == "gzip", headers
+    assert raw == gzip.compress(b"hello gzip " * 100, mtime=0) or \
+        gzip.decompress(raw) == b"hello gzip " * 100
+    st, raw, headers = admin.request("HEAD", proxy_path(sid, "/echo"), headers=hp, raw=True)
+    assert st == 200 and raw == b"", (st, raw)
+    st, raw, headers = admin.request("GET", proxy_path(sid, "/port/%d/redirect" % port), raw=True)
+    assert st == 302, st
+    assert headers["Location"] == proxy_path(sid, "/port/%d/target?x=1" % port), headers
+    st, raw, headers = admin.request("GET", proxy_path(sid, "/hop"), headers=hp, raw=True)
+    assert "X-Secret" not in headers and headers.get("X-Kept") == "2", headers
+
+
+@test
+def test_sse_streams_chunks_as_produced():
+    admin, sid = setup()
+    port = start_app()
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
+    t0 = time.time()
+    conn.request("GET", proxy_path(sid, "/port/%d/sse" % port))
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+    first = resp.read1(65536)
+    assert first.startswith(b"data: 0"), first
+    assert time.time() - t0 < 1.2, "first event was delayed"
+    rest = resp.read()
+    assert b"data: 2" in first + rest, first + rest
+    conn.close()
+
+
+@test
+def test_upstream_errors():
+    admin, sid = setup({"proxy": {"timeout": 2}})
+    port = start_app()
+    closed = harness.free_port()
+    st, js = admin.request("GET", proxy_path(sid, "/port/%d/x" % closed))
+    assert st == 502 and "cannot reach" in js["detail"], (st, js)
+    t0 = time.time()
+    st, js = admin.request("GET", proxy_path(sid, "/port/%d/slow" % port))
+    assert st == 504 and "did not answer" in js["detail"], (st, js)
+    assert time.time() - t0 < 4, "timeout not applied"
+    st, js = admin.request("GET", "%s/sandboxes/%s/vnc/x" % (PREFIX, sid))
+    assert st in (502, 200), (st, js)  # nothing on port 8006 (or something unrelated)
+    st, js = admin.request("GET", proxy_path("nope", "/x"))
+    assert st == 200 and js["status"] == "Failed" and "not found" in js["error"], js
+
+
+@test
+def test_big_bodies_stream_with_flat_memory():
+    admin, sid = setup()
+    port = start_app()
+    base = rss_kib(admin.proc.pid)
+    # upload, chunked, 100 MiB
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=120)
+    conn.request("POST", proxy_path(sid, "/port/%d/up" % port), body=pattern(BIG),
+                 encode_chunked=True, headers={"Transfer-Encoding": "chunked"})
+    resp = conn.getresponse()
+    js = json.loads(resp.read())
+    conn.close()
+    want = hashlib.sha256()
+    for b in pattern(BIG):
+        want.update(b)
+    assert js["body_len"] == BIG and js["body_sha256"] == want.hexdigest(), js
+    # download, 100 MiB
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=120)
+    conn.request("GET", proxy_path(sid, "/port/%d/big?n=%d" % (port, BIG)))
+    resp = conn.getresponse()
+    got = hashlib.sha256()
+    total = 0
+    while True:
+        b = resp.read(1 << 20)
+        if not b:
+            break
+        got.update(b)
+        total += len(b)
+    conn.close()
+    assert total == BIG and got.hexdigest() == want.hexdigest(), total
+    grown = rss_kib(admin.proc.pid) - base
+    assert grown < 64 * 1024, "rock-admin RSS grew by %d KiB" % grown
+
+
+WS_SCRIPT = r"""
+const path = require('path');
+const WebSocket = require(path.join(process.env.NODE_MODULES, 'ws'));
+const crypto = require('crypto');
+const mode = process.argv[2];
+function out(o) { process.stdout.write(JSON.stringify(o) + '\n'); }
+if (mode === 'server') {
+  const wss = new WebSocket.Server({port: 0, host: '127.0.0.1',
+    handleProtocols: (ps) => ps.has('chat') ? 'chat' : false, maxPayload: 64 << 20});
+  wss.on('listening', () => out({port: wss.address().port}));
+  wss.on('connection', (ws, req) => {
+    ws.on('message', (data, isBinary) => {
+      const s = isBinary ? null : data.toString();
+      if (s === 'close-me') { ws.close(4001, 'bye'); return; }
+      if (s === 'headers') { ws.send(JSON.stringify(req.headers)); return; }
+      ws.send(data, {binary: isBinary});
+    });
+  });
+} else {
+  const url = process.argv[3];
+  const protos = process.argv[4] ? process.argv[4].split(',') : undefined;
+  const ws = new WebSocket(url, protos, {maxPayload: 64 << 20, headers: {'X-Trace': 'tr', 'X-Key': 'secret'}});
+  const res = {open: false, echoed: 0, mismatch: 0};
+  const sent = [];
+  ws.on('open', () => {
+    res.open = true; res.protocol = ws.protocol;
+    if (mode === 'echo') {
+      for (let i = 0; i < 200; i++) {
+        const n = i % 50 === 0 ? (4 << 20) : Math.floor(Math.random() * 5000);
+        const bin = i % 2 === 0;
+        const buf = crypto.randomBytes(n);
+        const m = bin ? buf : buf.toString('base64');
+        sent.push({bin, m});
+        ws.send(m, {binary: bin});
+      }
+      ws.send('headers');
+    } else if (mode === 'close') {
+      ws.send('close-me');
+    }
+  });
+  ws.on('message', (data, isBinary) => {
+    if (mode !== 'echo') return;
+    if (sent.length === 0) { res.headers = JSON.parse(data.toString()); ws.close(1000, 'done'); return; }
+    const exp = sent.shift();
+    const same = exp.bin ? (isBinary && Buffer.compare(exp.m, data) === 0)
+                         : (!isBinary && data.toString() === exp.m);
+    if (same) res.echoed++; else res.mismatch++;
+  });
+  ws.on('unexpected-response', (req, r) => { res.http = r.statusCode; out(res); process.exit(0); });
+  ws.on('error', (e) => { res.error = String(e); });
+  ws.on('close', (code, reason) => { res.code = code; res.reason = reason.toString(); out(res); process.exit(0); });
+}
+"""
+
+
+def node_script():
+    p = os.path.join(harness.tmpdir(), "ws.js")
+    with open(p, "w") as f:
+        f.write(WS_SCRIPT)
+    return p
+
+
+def ws_env():
+    env = dict(os.environ)
+    env["NODE_MODULES"] = harness.NODE_MODULES
+    return env
+
+
+def ws_server(script):
+    proc = subprocess.Popen(["node", script, "server"], stdout=subprocess.PIPE, env=ws_env(),
+                            text=True)
+    harness._cleanups.append(proc.kill)
+    return json.loads(proc.stdout.readline())["port"]
+
+
+def ws_client(script, mode, url, protos=""):
+    out = subprocess.run(["node", script, mode, url, protos], capture_output=True, text=True,
+                         env=ws_env(), timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@test
+def test_websocket_relay():
+    if not harness.node_available():
+        print("skip: node/ws not available")
+        return
+    admin, sid = setup()
+    script = node_script()
+    port = ws_server(script)
+    base = "ws://127.0.0.1:%d%s" % (admin.port, proxy_path(sid))
+    res = ws_client(script, "echo", "%s/port/%d/echo" % (base, port))
+    assert res["open"] and res["echoed"] == 200 and res["mismatch"] == 0, res
+    assert res["code"] == 1000 and res["protocol"] == "", res
+    assert res["headers"].get("x-trace") == "tr" and "x-key" not in res["headers"], res
+    assert res["headers"].get("x-testop-endpoint") == "yes", res
+    res = ws_client(script, "close", "%s/port/%d/x" % (base, port), "chat,other")
+    assert res["code"] == 4001 and res["reason"] == "bye" and res["protocol"] == "chat", res
+    res = ws_client(script, "close", "%s/port/80/x" % base)
+    assert res["code"] == 1008 and res["reason"] == "Port 80 is below minimum allowed port 1024"
+    res = ws_client(script, "close", "%s/port/%d/x" % (base, harness.free_port()))
+    assert res["code"] == 1011 and res["reason"].startswith("Proxy error: "), res
+    res = ws_client(script, "close", "ws://127.0.0.1:%d%s/sandboxes/nope/proxy/x"
+                    % (admin.port, PREFIX))
+    assert res["code"] == 1011 and "not found" in res["reason"], res
+    pf = "ws://127.0.0.1:%d%s/sandboxes/%s/portforward" % (admin.port, PREFIX, sid)
+    res = ws_client(script, "close", pf + "?port=22")
+    assert res["code"] == 1008 and res["reason"] == "Port 22 is not allowed for port forwarding"
+    res = ws_client(script, "close", pf + "?port=8000")
+    assert res["code"] == 1011, res
+    assert res["reason"] == "Proxy error: testop backend does not support portforward in this " \
+        "release", res
+    res = ws_client(script, "close", pf)
+    assert res.get("http") == 400, res
+
+
+if __name__ == "__main__":
+    harness.run()

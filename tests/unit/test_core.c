@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests of core helpers: envelope shapes, record/status encoding,
+ * quoting and Python-compatible formatting, memory normalisation, the
+ * dispatch policy table and the byte pipe. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "bytepipe.h"
+#include "dispatch.h"
+#include "envelope.h"
+#include "record.h"
+#include "util.h"
+
+static const char *js(json_object *o)
+{
+    return json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
+}
+
+static void test_envelope_success_and_failures(void **state)
+{
+    (void)state;
+    json_object *o = rk_envelope_success(json_object_new_string("x deleted"));
+    assert_string_equal(js(o), "{\"status\":\"Success\",\"message\":null,\"error\":null,"
+                               "\"result\":\"x deleted\"}");
+    json_object_put(o);
+    o = rk_envelope_failure("read file failed", "boom", 5000, RK_SHAPE_READ_FILE);
+    assert_string_equal(js(o), "{\"status\":\"Failed\",\"message\":\"read file failed\","
+                               "\"error\":\"boom\",\"result\":{\"content\":\"\",\"code\":5000,"
+                               "\"failure_reason\":\"boom\"}}");
+    json_object_put(o);
+    o = rk_envelope_failure("run in session failed", "session 'x' does not exist", 0,
+                            RK_SHAPE_RUN_SESSION);
+    assert_string_equal(js(o), "{\"status\":\"Failed\",\"message\":\"run in session failed\","
+                               "\"error\":\"session 'x' does not exist\",\"result\":null}");
+    json_object_put(o);
+    o = rk_envelope_failure("stop sandbox failed", "no", 4000, RK_SHAPE_SANDBOX_RESPONSE);
+    assert_string_equal(js(o), "{\"status\":\"Failed\",\"message\":\"stop sandbox failed\","
+                               "\"error\":\"no\",\"result\":{\"code\":4000,\"exit_code\":null,"
+                               "\"failure_reason\":\"no\"}}");
+    json_object_put(o);
+    assert_int_equal(rk_status_rock_code(RK_E_NOT_RUNNING), 4000);
+    assert_int_equal(rk_status_rock_code(RK_E_UNAVAILABLE), 5000);
+    assert_int_equal(rk_status_rock_code(RK_E_TIMEOUT), 0);
+    assert_int_equal(rk_status_rock_code(RK_E_COMMAND), 0);
+}
+
+static void test_shell_quote(void **state)
+{
+    (void)state;
+    struct rk_buf b = {0};
+    rk_shell_quote(&b, "echo");
+    rk_buf_append(&b, " ", 1);
+    rk_shell_quote(&b, "hello world");
+    rk_buf_append(&b, " ", 1);
+    rk_shell_quote(&b, "it's");
+    rk_buf_append(&b, " ", 1);
+    rk_shell_quote(&b, "");
+    assert_string_equal(rk_buf_cstr(&b), "echo 'hello world' 'it'\"'\"'s' ''");
+    rk_buf_free(&b);
+}
+
+static void test_py_repr_and_float(void **state)
+{
+    (void)state;
+    struct rk_buf b = {0};
+    rk_py_repr(&b, "out\n", 4);
+    assert_string_equal(rk_buf_cstr(&b), "'out\\n'");
+    rk_buf_free(&b);
+    rk_py_repr(&b, "it's", 4);
+    assert_string_equal(rk_buf_cstr(&b), "\"it's\"");
+    rk_buf_free(&b);
+    rk_py_repr(&b, "a\\b\t\x01", 5);
+    assert_string_equal(rk_buf_cstr(&b), "'a\\\\b\\t\\x01'");
+    rk_buf_free(&b);
+    char f[64];
+    rk_py_float(9, f);
+    assert_string_equal(f, "9.0");
+    rk_py_float(2.5, f);
+    assert_string_equal(f, "2.5");
+    rk_py_float(0.1, f);
+    assert_string_equal(f, "0.1");
+}
+
+static void test_memory_normalize(void **state)
+{
+    (void)state;
+    char out[32];
+    assert_int_equal(rk_memory_normalize("8g", out, NULL), 0);
+    assert_string_equal(out, "8.00g");
+    assert_int_equal(rk_memory_normalize("4096m", out, NULL), 0);
+    assert_string_equal(out, "4.00g");
+    assert_int_equal(rk_memory_normalize("512Mi", out, NULL), 0);
+    assert_string_equal(out, "0.50g");
+    assert_int_equal(rk_memory_normalize("1T", out, NULL), 0);
+    assert_string_equal(out, "1024.00g");
+    assert_int_equal(rk_memory_normalize("lots", out, NULL), -1);
+    assert_int_equal(rk_memory_normalize("8x", out, NULL), -1);
+}
+
+static void test_status_object(void **state)
+{
+    (void)state;
+    json_object *rec = json_object_new_object();
+    rk_rec_set_str(rec, "sandbox_id", "abc");
+    rk_rec_set_str(rec, "state", "pending");
+    rk_rec_set_str(rec, "image", "python:3.11");
+    rk_rec_set_backend(rec, "opensandbox", "osb-1");
+    assert_string_equal(rk_rec_backend(rec), "opensandbox");
+    assert_string_equal(rk_rec_upstream_id(rec, "opensandbox"), "osb-1");
+    rk_rec_transition(rec, RK_STATE_RUNNING, "alive");
+    rk_rec_transition(rec, RK_STATE_RUNNING, "alive"); /* no-op: same state */
+    json_object *st = rk_rec_status(rec, RK_STATE_RUNNING, 1);
+    json_object *v;
+    const char *nonnull[] = {"host_name", "host_ip", "status", "port_mapping", "image",
+                             "gateway_version", "swe_rex_version", "user_id", "experiment_id",
+                             "namespace", "cpus", "memory", "is_alive", "state_history"};
+    for (size_t i = 0; i < sizeof nonnull / sizeof nonnull[0]; i++) {
+        assert_true(json_object_object_get_ex(st, nonnull[i], &v));
+        assert_non_null(v);
+    }
+    json_object_object_get_ex(st, "state_history", &v);
+    assert_int_equal(json_object_array_length(v), 1);
+    json_object_object_get_ex(st, "host_name", &v);
+    assert_string_equal(json_object_get_string(v), "abc");
+    json_object_object_get_ex(st, "start_time", &v);
+    assert_non_null(v);
+    json_object_put(st);
+    /* history is capped at 100 entries */
+    for (int i = 0; i < 120; i++)
+        rk_rec_transition(rec, i % 2 ? RK_STATE_RUNNING : RK_STATE_STOPPED, "flip");
+    json_object_object_get_ex(rec, "state_history", &v);
+    assert_int_equal(json_object_array_length(v), 100);
+    json_object_put(rec);
+}
+
+static void test_dispatch_table(void **state)
+{
+    (void)state;
+    assert_int_equal(rk_op_info(RK_OP_EXEC)->cap, RK_CAP_EXEC);
+    assert_true(rk_op_info(RK_OP_EXEC)->needs_running);
+    assert_false(rk_op_info(RK_OP_STOP)->needs_running);
+    assert_int_equal(rk_op_info(RK_OP_STOP)->cap, RK_CAP_STOP);
+    assert_int_equal(rk_op_info(RK_OP_DELETE)->cap, 0);
+    for (int op = 0; op < RK_OP_COUNT; op++)
+        assert_non_null(rk_op_info((enum rk_op)op)->name);
+}
+
+struct pipe_job {
+    struct rk_bytepipe *p;
+    size_t total;
+};
+
+static void *pipe_writer(void *arg)
+{
+    struct pipe_job *j = arg;
+    char chunk[777];
+    for (size_t i = 0; i < sizeof chunk; i++)
+        chunk[i] = (char)i;
+    size_t sent = 0;
+    while (sent < j->total) {
+        size_t n = j->total - sent < sizeof chunk ? j->total - sent : sizeof chunk;
+        if (rk_bytepipe_write(j->p, chunk, n) != 0)
+            break;
+        sent += n;
+    }
+    rk_bytepipe_close(j->p);
+    return NULL;
+}
+
+static void test_bytepipe_streams_bounded(void **state)
+{
+    (void)state;
+    struct pipe_job j = {rk_bytepipe_new(1000), 1 << 20};
+    pthread_t th;
+    pthread_create(&th, NULL, pipe_writer, &j);
+    size_t got = 0, pos = 0;
+    char buf[333];
+    ssize_t n;
+    while ((n = rk_bytepipe_read(j.p, buf, sizeof buf, 5000)) > 0) {
+        for (ssize_t i = 0; i < n; i++, pos++)
+            assert_int_equal((unsigned char)buf[i], (unsigned char)((pos % 777) & 0xff));
+        got += (size_t)n;
+    }
+    assert_int_equal(n, 0);
+    assert_int_equal(got, j.total);
+    pthread_join(th, NULL);
+    rk_bytepipe_free(j.p);
+}
+
+int main(void)
+{
+    rk_time_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_envelope_success_and_failures),
+        cmocka_unit_test(test_shell_quote),
+        cmocka_unit_test(test_py_repr_and_float),
+        cmocka_unit_test(test_memory_normalize),
+        cmocka_unit_test(test_status_object),
+        cmocka_unit_test(test_dispatch_table),
+        cmocka_unit_test(test_bytepipe_streams_bounded),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,383 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Unit tests for core/relay_common.c: port selection, traversal check, header
+ * filtering, URL building, Location rewriting, WebSocket accept key and
+ * close frames, frame boundary tracking and the timed pipe. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "relay_common.h"
+
+/* Port selection: one source, none, several, bad values (§5.20, U31). */
+static void test_port_sources(void **state)
+{
+    (void)state;
+    struct rk_port_choice pc;
+    char err[256];
+
+    assert_int_equal(rk_relay_select_port("api/items", NULL, NULL, 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_OK);
+    assert_int_equal(pc.port, 8080);
+    assert_string_equal(pc.fwd, "api/items");
+    assert_int_equal(pc.from_path, 0);
+
+    assert_int_equal(rk_relay_select_port("port/9000/health", NULL, NULL, 8080, &pc, err,
+                                          sizeof err),
+                     RK_PORTSEL_OK);
+    assert_int_equal(pc.port, 9000);
+    assert_string_equal(pc.fwd, "health");
+    assert_int_equal(pc.from_path, 1);
+
+    assert_int_equal(rk_relay_select_port("port/8080", NULL, NULL, 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_OK);
+    assert_string_equal(pc.fwd, "");
+    assert_int_equal(pc.from_path, 1);
+
+    /* A non-integer segment is no port: the whole path is forwarded. */
+    assert_int_equal(rk_relay_select_port("port/abc/x", NULL, NULL, 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_OK);
+    assert_int_equal(pc.port, 8080);
+    assert_string_equal(pc.fwd, "port/abc/x");
+
+    /* An empty header counts as absent. */
+    assert_int_equal(rk_relay_select_port("x", "", NULL, 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_OK);
+    assert_int_equal(pc.port, 8080);
+    assert_int_equal(rk_relay_select_port("x", " 7000 ", NULL, 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_OK);
+    assert_int_equal(pc.port, 7000);
+    assert_int_equal(rk_relay_select_port("x", NULL, "3000", 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_OK);
+    assert_int_equal(pc.port, 3000);
+
+    assert_int_equal(rk_relay_select_port("port/1/x", "2", "3", 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_MULTIPLE);
+    assert_string_equal(err, "Cannot specify target port via multiple sources: path, header "
+                             "X-ROCK-Target-Port, query parameter rock_target_port");
+    assert_int_equal(rk_relay_select_port("port/1/x", NULL, "3", 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_MULTIPLE);
+    assert_string_equal(err, "Cannot specify target port via multiple sources: path, query "
+                             "parameter rock_target_port");
+    assert_int_equal(rk_relay_select_port("x", "2", "3", 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_MULTIPLE);
+    assert_string_equal(err, "Cannot specify target port via multiple sources: header "
+                             "X-ROCK-Target-Port, query parameter rock_target_port");
+
+    assert_int_equal(rk_relay_select_port("x", "abc", NULL, 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_BAD_HEADER);
+    assert_string_equal(err, "invalid literal for int() with base 10: 'abc'");
+    assert_int_equal(rk_relay_select_port("x", NULL, "1.5", 8080, &pc, err, sizeof err),
+                     RK_PORTSEL_BAD_QUERY);
+}
+
+/* Python int() parsing rules. */
+static void test_parse_int(void **state)
+{
+    (void)state;
+    long long v;
+    assert_int_equal(rk_relay_parse_int("8080", &v), 0);
+    assert_int_equal(v, 8080);
+    assert_int_equal(rk_relay_parse_int("+0080", &v), 0);
+    assert_int_equal(v, 80);
+    assert_int_equal(rk_relay_parse_int("-1", &v), 0);
+    assert_int_equal(v, -1);
+    assert_int_equal(rk_relay_parse_int("8_080", &v), 0);
+    assert_int_equal(v, 8080);
+    assert_int_equal(rk_relay_parse_int("8__080", &v), -1);
+    assert_int_equal(rk_relay_parse_int("_8", &v), -1);
+    assert_int_equal(rk_relay_parse_int("", &v), -1);
+    assert_int_equal(rk_relay_parse_int(" ", &v), -1);
+    assert_int_equal(rk_relay_parse_int("80a", &v), -1);
+    assert_int_equal(rk_relay_parse_int("99999999999999999999999", &v), 0);
+    assert_true(v > 65535);
+}
+
+/* Range checks: HTTP 1-65535; WebSocket 1024-65535 and not 22. */
+static void test_port_ranges(void **state)
+{
+    (void)state;
+    char err[128];
+    assert_int_equal(rk_relay_check_port_http(80, err, sizeof err), 0);
+    assert_int_equal(rk_relay_check_port_http(22, err, sizeof err), 0);
+    assert_int_equal(rk_relay_check_port_http(0, err, sizeof err), -1);
+    assert_int_equal(rk_relay_check_port_http(65536, err, sizeof err), -1);
+    assert_non_null(strstr(err, "65536"));
+
+    assert_int_equal(rk_relay_check_port_ws(8080, err, sizeof err), 0);
+    assert_int_equal(rk_relay_check_port_ws(80, err, sizeof err), -1);
+    assert_string_equal(err, "Port 80 is below minimum allowed port 1024");
+    assert_int_equal(rk_relay_check_port_ws(70000, err, sizeof err), -1);
+    assert_string_equal(err, "Port 70000 is above maximum allowed port 65535");
+    assert_int_equal(rk_relay_check_port_ws(22, err, sizeof err), -1);
+    assert_string_equal(err, "Port 22 is not allowed for port forwarding");
+}
+
+/* Traversal: repeated decoding, backslashes, dot segments (B103). */
+static void test_traversal(void **state)
+{
+    (void)state;
+    assert_true(rk_relay_has_dot_segment("../admin/health"));
+    assert_true(rk_relay_has_dot_segment("%2e%2e/admin/health"));
+    assert_true(rk_relay_has_dot_segment("%252e%252e/admin/health"));
+    assert_true(rk_relay_has_dot_segment("..\\admin"));
+    assert_true(rk_relay_has_dot_segment("a/%5c..%5cb"));
+    assert_true(rk_relay_has_dot_segment("a/./b"));
+    assert_true(rk_relay_has_dot_segment("a/.."));
+    assert_true(rk_relay_has_dot_segment("."));
+    assert_false(rk_relay_has_dot_segment(""));
+    assert_false(rk_relay_has_dot_segment("api/items"));
+    assert_false(rk_relay_has_dot_segment("a/..b/c.d/.e"));
+    assert_false(rk_relay_has_dot_segment("a%2Fb%20c"));
+    assert_false(rk_relay_has_dot_segment("a/b/"));
+}
+
+/* Sub-path extraction from raw request paths. */
+static void test_raw_rest(void **state)
+{
+    (void)state;
+    assert_int_equal(rk_relay_pattern_segments("/apis/envs/sandbox/v1/sandboxes/{id}/proxy/{*}"),
+                     7);
+    assert_int_equal(rk_relay_pattern_segments("/apis/envs/sandbox/v1/sandboxes/{id}/proxy"), 7);
+    const char *p = "/apis/envs/sandbox/v1/sandboxes/sb1/proxy/port/9000/a%2Fb";
+    assert_string_equal(rk_relay_raw_rest(p, 7), "port/9000/a%2Fb");
+    assert_string_equal(rk_relay_raw_rest("/apis/envs/sandbox/v1/sandboxes/sb1/proxy", 7), "");
+    assert_string_equal(rk_relay_raw_rest("/apis/envs/sandbox/v1/sandboxes/sb1/proxy/", 7), "");
+    assert_null(rk_relay_raw_rest("/apis/envs", 7));
+}
+
+/* Hop-by-hop, Connection-listed and credential headers (anchor 17). */
+static void test_header_filters(void **state)
+{
+    (void)state;
+    assert_true(rk_relay_is_hop_header("Connection", NULL));
+    assert_true(rk_relay_is_hop_header("Keep-Alive", NULL));
+    assert_true(rk_relay_is_hop_header("proxy-authorization", NULL));
+    assert_true(rk_relay_is_hop_header("Proxy-Foo", NULL));
+    assert_true(rk_relay_is_hop_header("TE", NULL));
+    assert_true(rk_relay_is_hop_header("Trailer", NULL));
+    assert_true(rk_relay_is_hop_header("Transfer-Encoding", NULL));
+    assert_true(rk_relay_is_hop_header("Upgrade", NULL));
+    assert_true(rk_relay_is_hop_header("X-Foo", "keep-alive, x-foo"));
+    assert_true(rk_relay_is_hop_header("x-bar", "X-Foo ,X-Bar"));
+    assert_false(rk_relay_is_hop_header("X-Foobar", "x-foo"));
+    assert_false(rk_relay_is_hop_header("Content-Type", "close"));
+
+    assert_true(rk_relay_skip_request_header("Host", NULL));
+    assert_true(rk_relay_skip_request_header("content-length", NULL));
+    assert_true(rk_relay_skip_request_header("X-Key", NULL));
+    assert_true(rk_relay_skip_request_header("X-API-Key", NULL));
+    assert_true(rk_relay_skip_request_header("XRL-Authorization", NULL));
+    assert_true(rk_relay_skip_request_header("Expect", NULL));
+    assert_false(rk_relay_skip_request_header("Authorization", NULL));
+    assert_false(rk_relay_skip_request_header("Content-Encoding", NULL));
+    assert_false(rk_relay_skip_request_header("Cookie", NULL));
+
+    assert_true(rk_relay_skip_response_header("Content-Length", NULL));
+    assert_true(rk_relay_skip_response_header("Transfer-Encoding", NULL));
+    assert_false(rk_relay_skip_response_header("Content-Encoding", NULL));
+    assert_false(rk_relay_skip_response_header("Set-Cookie", NULL));
+
+    /* B107's reserved set. */
+    const char *blocked[] = {"host", "connection", "upgrade", "sec-websocket-key",
+                             "Sec-WebSocket-Version", "sec-websocket-extensions",
+                             "sec-websocket-protocol", "transfer-encoding", "te", "trailer",
+                             "keep-alive", "proxy-authorization", "proxy-connection",
+                             "Content-Length", "x-api-key"};
+    for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
+        assert_true(rk_relay_ws_blocked_header(blocked[i]));
+    assert_false(rk_relay_ws_blocked_header("Authorization"));
+    assert_false(rk_relay_ws_blocked_header("Origin"));
+    assert_false(rk_relay_ws_blocked_header("X-Trace"));
+}
+
+/* Upstream URLs (B101, B102, B106). */
+static void test_urls(void **state)
+{
+    (void)state;
+    char *u = rk_relay_build_url("https://sandbox-osb-1-8080.example.test", "api/items", "page=2");
+    assert_string_equal(u, "https://sandbox-osb-1-8080.example.test/api/items?page=2");
+    free(u);
+    u = rk_relay_build_url("https://proxy.example/base?endpoint_token=abc", "health", "verbose=1");
+    assert_string_equal(u, "https://proxy.example/base/health?endpoint_token=abc&verbose=1");
+    free(u);
+    u = rk_relay_build_url("10.0.0.5:44772/", "", "");
+    assert_string_equal(u, "http://10.0.0.5:44772/");
+    free(u);
+    u = rk_relay_build_url("http://h/p", "x", "a=%2F&a=2");
+    assert_string_equal(u, "http://h/p/x?a=%2F&a=2");
+    free(u);
+    assert_null(rk_relay_build_url("ftp://h/", "x", NULL));
+
+    struct rk_url_parts p;
+    assert_int_equal(rk_relay_split_url("https://proxy.example/sandboxes/osb-1/ports/7000", &p), 0);
+    assert_int_equal(p.tls, 1);
+    assert_string_equal(p.host, "proxy.example");
+    assert_int_equal(p.port, 443);
+    char *t = rk_relay_ws_request_target(&p, "socket/connect");
+    assert_string_equal(t, "/sandboxes/osb-1/ports/7000/socket/connect");
+    free(t);
+    rk_relay_url_parts_free(&p);
+    assert_int_equal(rk_relay_split_url("ws://[::1]:9000/x?q=1", &p), 0);
+    assert_int_equal(p.tls, 0);
+    assert_string_equal(p.host, "::1");
+    assert_string_equal(p.hostport, "[::1]:9000");
+    assert_int_equal(p.port, 9000);
+    assert_string_equal(p.query, "q=1");
+    rk_relay_url_parts_free(&p);
+    assert_int_equal(rk_relay_split_url("http://h:99999/", &p), -1);
+}
+
+/* Redirects under the proxy prefix stay under it, /port/N included. */
+static void test_location(void **state)
+{
+    (void)state;
+    const char *pre = "/apis/envs/sandbox/v1/sandboxes/sb1/proxy/port/9000";
+    char *l = rk_relay_rewrite_location("http://10.0.0.5:9000/login?next=%2F", pre, "");
+    assert_string_equal(l, "/apis/envs/sandbox/v1/sandboxes/sb1/proxy/port/9000/login?next=%2F");
+    free(l);
+    l = rk_relay_rewrite_location("/login", pre, "");
+    assert_string_equal(l, "/apis/envs/sandbox/v1/sandboxes/sb1/proxy/port/9000/login");
+    free(l);
+    l = rk_relay_rewrite_location("https://h", pre, "");
+    assert_string_equal(l, "/apis/envs/sandbox/v1/sandboxes/sb1/proxy/port/9000/");
+    free(l);
+    l = rk_relay_rewrite_location("https://proxy.example/sandboxes/osb-1/ports/9000/a?b=1", pre,
+                                  "/sandboxes/osb-1/ports/9000");
+    assert_string_equal(l, "/apis/envs/sandbox/v1/sandboxes/sb1/proxy/port/9000/a?b=1");
+    free(l);
+    l = rk_relay_rewrite_location("next/page", pre, "");
+    assert_string_equal(l, "next/page");
+    free(l);
+    l = rk_relay_rewrite_location("//other.example/x", pre, "");
+    assert_string_equal(l, "/apis/envs/sandbox/v1/sandboxes/sb1/proxy/port/9000/x");
+    free(l);
+    /* Already under the prefix: unchanged. */
+    l = rk_relay_rewrite_location("/apis/envs/sandbox/v1/sandboxes/sb1/proxy/port/9000/y", pre, "");
+    assert_string_equal(l, "/apis/envs/sandbox/v1/sandboxes/sb1/proxy/port/9000/y");
+    free(l);
+}
+
+/* RFC 6455 §1.3 example and SHA-1 test vectors. */
+static void test_ws_accept(void **state)
+{
+    (void)state;
+    char acc[29];
+    rk_ws_accept_key("dGhlIHNhbXBsZSBub25jZQ==", acc);
+    assert_string_equal(acc, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    unsigned char d[20];
+    char hex[41];
+    const char *abc56 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    rk_sha1(abc56, strlen(abc56), d);
+    for (int i = 0; i < 20; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    assert_string_equal(hex, "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+    rk_sha1("", 0, d);
+    for (int i = 0; i < 20; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    assert_string_equal(hex, "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+    char b64[16];
+    rk_base64((const unsigned char *)"fo", 2, b64);
+    assert_string_equal(b64, "Zm8=");
+    assert_true(rk_ws_key_valid("dGhlIHNhbXBsZSBub25jZQ=="));
+    assert_false(rk_ws_key_valid("short"));
+    assert_false(rk_ws_key_valid(NULL));
+}
+
+/* Close frames: unmasked, code big-endian, reason cut at a UTF-8 boundary. */
+static void test_close_frame(void **state)
+{
+    (void)state;
+    unsigned char f[256];
+    size_t n = rk_ws_close_frame(1008, "Port 80 is below minimum allowed port 1024", f, sizeof f);
+    assert_int_equal(n, 4 + 42);
+    assert_int_equal(f[0], 0x88);
+    assert_int_equal(f[1], 44);
+    assert_int_equal(f[2], 0x03);
+    assert_int_equal(f[3], 0xF0);
+    assert_memory_equal(f + 4, "Port 80", 7);
+
+    char longr[300];
+    memset(longr, 'a', sizeof longr);
+    longr[122] = (char)0xC3; /* a two-byte character straddling the 123-byte cut */
+    longr[123] = (char)0xA9;
+    longr[299] = '\0';
+    n = rk_ws_close_frame(1011, longr, f, sizeof f);
+    assert_int_equal(f[1], 2 + 122);
+    assert_int_equal(n, 4 + 122);
+    n = rk_ws_close_frame(1001, NULL, f, sizeof f);
+    assert_int_equal(n, 4);
+}
+
+/* Frame boundary tracking across arbitrary splits. */
+static void test_tracker(void **state)
+{
+    (void)state;
+    unsigned char stream[2 + 5 + 4 + 300 + 2 + 4 + 3];
+    size_t o = 0;
+    stream[o++] = 0x81; /* text, 5 bytes */
+    stream[o++] = 5;
+    memcpy(stream + o, "hello", 5);
+    o += 5;
+    stream[o++] = 0x82; /* binary, 300 bytes (16-bit length) */
+    stream[o++] = 126;
+    stream[o++] = 300 >> 8;
+    stream[o++] = 300 & 0xFF;
+    memset(stream + o, 7, 300);
+    o += 300;
+    stream[o++] = 0x89; /* masked ping, 3 bytes */
+    stream[o++] = 0x80 | 3;
+    memset(stream + o, 0, 4 + 3);
+    o += 7;
+    for (size_t split = 1; split < o; split++) {
+        struct rk_ws_tracker t;
+        memset(&t, 0, sizeof t);
+        rk_ws_track(&t, stream, split);
+        int boundary = split == 7 || split == 7 + 304;
+        assert_int_equal(rk_ws_at_boundary(&t), boundary);
+        rk_ws_track(&t, stream + split, o - split);
+        assert_true(rk_ws_at_boundary(&t));
+    }
+}
+
+/* The timed pipe: data, end, timeouts, abort. */
+static void test_rpipe(void **state)
+{
+    (void)state;
+    struct rk_rpipe *p = rk_rpipe_new(8);
+    size_t w = 0;
+    assert_int_equal(rk_rpipe_write(p, "abcdef", 6, 10, &w), 0);
+    assert_int_equal(w, 6);
+    assert_int_equal(rk_rpipe_write(p, "ghijkl", 6, 10, &w), 1);
+    assert_int_equal(w, 2);
+    char buf[16];
+    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), 8);
+    assert_memory_equal(buf, "abcdefgh", 8);
+    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), -2);
+    assert_int_equal(rk_rpipe_write(p, "xy", 2, 10, &w), 0);
+    rk_rpipe_close(p);
+    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), 2);
+    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), 0);
+    rk_rpipe_abort(p);
+    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), -1);
+    assert_int_equal(rk_rpipe_write(p, "z", 1, 10, &w), -1);
+    rk_rpipe_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_port_sources), cmocka_unit_test(test_parse_int),
+        cmocka_unit_test(test_port_ranges),  cmocka_unit_test(test_traversal),
+        cmocka_unit_test(test_raw_rest),     cmocka_unit_test(test_header_filters),
+        cmocka_unit_test(test_urls),         cmocka_unit_test(test_location),
+        cmocka_unit_test(test_ws_accept),    cmocka_unit_test(test_close_frame),
+        cmocka_unit_test(test_tracker),      cmocka_unit_test(test_rpipe),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
