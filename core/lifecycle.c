@@ -233,7 +233,9 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
 {
     const struct rk_plugin *pl = app->plugin;
     json_object *rec = *rec_io;
-    const char *id = rk_rec_str(rec, "sandbox_id");
+    /* Copy what we need: patch_record() replaces (and frees) *rec_io. */
+    char id[256], upstream[256];
+    snprintf(id, sizeof id, "%s", rk_rec_str(rec, "sandbox_id") ? rk_rec_str(rec, "sandbox_id") : "");
     enum rk_state stored = rk_rec_state(rec);
     *shown = stored;
     *alive = 0;
@@ -242,7 +244,9 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
         return RK_OK; /* the failed phase tells the client why */
 
     const char *tag = pl->desc->backend_tag;
-    struct rk_sandbox_ref ref = {id, rk_rec_upstream_id(rec, tag), tag, stored};
+    const char *up = rk_rec_upstream_id(rec, tag);
+    snprintf(upstream, sizeof upstream, "%s", up ? up : "");
+    struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, stored};
     struct rk_status_info info = {0};
     rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
     rk_metrics_upstream("status", st);
@@ -252,7 +256,7 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
         if (!ref.upstream_id) {
             json_object *dl;
             int64_t deadline = 0;
-            if (json_object_object_get_ex(rec, "create_deadline", &dl) && dl)
+            if (json_object_object_get_ex(*rec_io, "create_deadline", &dl) && dl)
                 deadline = json_object_get_int64(dl);
             if (rk_epoch_s() < deadline)
                 return RK_OK; /* the create is still running somewhere */

@@ -117,8 +117,9 @@ enum rk_portsel rk_relay_select_port(const char *rest, const char *header, const
         }
     } else if (have_query) {
         if (rk_relay_parse_int(query, &out->port) != 0) {
-            snprintf(err, errlen, "query.rock_target_port: Input should be a valid integer, "
-                                  "unable to parse string as an integer");
+            snprintf(err, errlen,
+                     "query.rock_target_port: Input should be a valid integer, "
+                     "unable to parse string as an integer");
             return RK_PORTSEL_BAD_QUERY;
         }
     } else if (have_path) {
@@ -296,8 +297,9 @@ static int listed_in_connection(const char *name, const char *connection)
 
 int rk_relay_is_hop_header(const char *name, const char *connection)
 {
-    static const char *const hop[] = {"connection", "keep-alive", "te",      "trailer",
-                                      "trailers",   "upgrade",    "transfer-encoding", NULL};
+    static const char *const hop[] = {"connection",        "keep-alive", "te",
+                                      "trailer",           "trailers",   "upgrade",
+                                      "transfer-encoding", NULL};
     if (name_in(name, hop))
         return 1;
     if (strncasecmp(name, "proxy-", 6) == 0)

@@ -33,7 +33,7 @@ enum rk_portsel {
 /** The chosen port and the forwarded path. */
 struct rk_port_choice {
     long long port;
-    int from_path; /* the port came from a "port/N/" prefix */
+    int from_path;   /* the port came from a "port/N/" prefix */
     const char *fwd; /* forwarded raw path (points into the rest given) */
 };
 
@@ -94,12 +94,12 @@ int rk_relay_ws_blocked_header(const char *name);
 
 /** A base URL split into parts (malloc'd strings). */
 struct rk_url_parts {
-    int tls;     /* https/wss */
-    char *host;  /* without brackets for IPv6 */
-    int port;    /* explicit or the scheme default */
+    int tls;        /* https/wss */
+    char *host;     /* without brackets for IPv6 */
+    int port;       /* explicit or the scheme default */
     char *hostport; /* as written in the URL (for Host:) */
-    char *path;  /* "" or "/..." without a trailing '/' */
-    char *query; /* "" or the query without '?' */
+    char *path;     /* "" or "/..." without a trailing '/' */
+    char *query;    /* "" or the query without '?' */
 };
 
 /** Split base (scheme optional, "http" assumed). Returns 0 or -1. */
@@ -139,8 +139,8 @@ size_t rk_ws_close_frame(uint16_t code, const char *reason, unsigned char *out, 
  *  close frame of our own can be inserted between frames. */
 struct rk_ws_tracker {
     unsigned char hdr[14];
-    size_t hdr_len;   /* header bytes collected for the current frame */
-    uint64_t remain;  /* payload bytes still to pass */
+    size_t hdr_len;  /* header bytes collected for the current frame */
+    uint64_t remain; /* payload bytes still to pass */
     int in_payload;
 };
 /** Feed relayed bytes. */

@@ -82,9 +82,9 @@ struct px_http {
     struct rk_bytepipe *req; /* client body -> curl; NULL without a streamed body */
     struct rk_rpipe *resp;   /* curl -> client */
     int client_fd;
-    int timeout_ms;     /* upstream inactivity limit; 0 = none */
-    char *prefix;       /* proxy prefix for Location rewriting */
-    char *base_path;    /* the endpoint's own path */
+    int timeout_ms;  /* upstream inactivity limit; 0 = none */
+    char *prefix;    /* proxy prefix for Location rewriting */
+    char *base_path; /* the endpoint's own path */
     char sandbox_id[128];
     int port;
     /* response head (written by the worker until head_done) */
@@ -380,8 +380,8 @@ static void px_route_free(struct rk_req *r)
 
 /* Per-route facts. */
 struct px_route_kind {
-    int vnc;       /* fixed port 8006, no port selection */
-    int doc_form;  /* /proxy/{id}/port/{port}/... : the sub-path starts at "port/" */
+    int vnc;      /* fixed port 8006, no port selection */
+    int doc_form; /* /proxy/{id}/port/{port}/... : the sub-path starts at "port/" */
 };
 
 /* Which relay route r matched. */
@@ -737,8 +737,9 @@ static void px_reply_upstream_error(struct rk_req *r, struct px_http *px)
     char msg[CURL_ERROR_SIZE + 512];
     const char *what = r->route->fail_message;
     if (px->timed_out) {
-        snprintf(msg, sizeof msg, "%s: the application in sandbox %s (port %d) did not answer "
-                                  "within %d s (proxy.timeout_s)",
+        snprintf(msg, sizeof msg,
+                 "%s: the application in sandbox %s (port %d) did not answer "
+                 "within %d s (proxy.timeout_s)",
                  what, px->sandbox_id, px->port, px->timeout_ms / 1000);
         r->outcome = "timeout";
         rk_reply_detail(r, 504, msg);
@@ -747,8 +748,8 @@ static void px_reply_upstream_error(struct rk_req *r, struct px_http *px)
     const char *cause = px->head_too_big ? "response headers too large"
                         : px->errbuf[0]  ? px->errbuf
                                          : curl_easy_strerror(px->result);
-    snprintf(msg, sizeof msg, "%s: cannot reach the application in sandbox %s (port %d): %s",
-             what, px->sandbox_id, px->port, cause);
+    snprintf(msg, sizeof msg, "%s: cannot reach the application in sandbox %s (port %d): %s", what,
+             px->sandbox_id, px->port, cause);
     rk_info("%s", msg);
     r->outcome = "upstream_error";
     rk_reply_detail(r, 502, msg);

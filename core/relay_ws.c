@@ -13,8 +13,8 @@
  * connection's own thread and relays bytes both ways with poll() until one
  * side ends: no frame is parsed or rebuilt, so text, binary, fragments,
  * ping/pong, close codes and multi-MiB frames pass unchanged. Only the frame
- * boundaries of the upstream->client direction are tracked, so that at daemon
- * shutdown a close 1001 can be inserted between frames.
+ * boundaries of the upstream->client direction are tracked, so that when the
+ * daemon starts draining a close 1001 can be inserted between frames.
  *
  * Errors are reported as WebSocket close frames after accepting the client
  * (ROCK closes before accepting, which loses the code): 1008 for port policy,
@@ -61,7 +61,7 @@
 /* State of one WebSocket request, owned by the request (route_ctx). */
 struct ws_relay {
     struct rk_app *app;
-    uint16_t close_code; /* non-zero: accept, send this close, end */
+    uint16_t close_code;    /* non-zero: accept, send this close, end */
     char close_reason[512]; /* cut to 123 bytes when framed */
     CURL *curl;
     curl_socket_t up_fd;
@@ -225,9 +225,9 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
     curl_easy_setopt(ws->curl, CURLOPT_PROXY, "");
     curl_easy_setopt(ws->curl, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(ws->curl, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(ws->curl, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)(cfg->proxy.connect_timeout_s > 0 ? cfg->proxy.connect_timeout_s * 1000
-                                                             : 5000));
+    curl_easy_setopt(
+        ws->curl, CURLOPT_CONNECTTIMEOUT_MS,
+        (long)(cfg->proxy.connect_timeout_s > 0 ? cfg->proxy.connect_timeout_s * 1000 : 5000));
     CURLcode cc = curl_easy_perform(ws->curl);
     curl_easy_setopt(ws->curl, CURLOPT_ERRORBUFFER, NULL);
     if (cc != CURLE_OK) {
@@ -319,8 +319,7 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
     if (strncmp(head.data, "HTTP/1.", 7) == 0 && strlen(head.data) > 12)
         status = atoi(head.data + 9);
     if (status != 101) {
-        snprintf(why, whylen, "the application refused the WebSocket handshake (HTTP %d)",
-                 status);
+        snprintf(why, whylen, "the application refused the WebSocket handshake (HTTP %d)", status);
         goto out;
     }
     accept = head_value(head.data, "Sec-WebSocket-Accept");
@@ -398,9 +397,11 @@ static void ws_relay_loop(struct ws_relay *ws, int sock, const char *extra, size
     u2c.data = malloc(u2c.cap);
     if (!c2u.data || !u2c.data)
         goto done;
-    memcpy(c2u.data, extra, extra_len);
+    if (extra_len)
+        memcpy(c2u.data, extra, extra_len);
     c2u.len = extra_len;
-    memcpy(u2c.data, ws->leftover, ws->leftover_len);
+    if (ws->leftover_len)
+        memcpy(u2c.data, ws->leftover, ws->leftover_len);
     u2c.len = ws->leftover_len;
 
     struct rk_ws_tracker track;
@@ -457,7 +458,9 @@ static void ws_relay_loop(struct ws_relay *ws, int sock, const char *extra, size
         }
         if (c_dead || (c_eof && c2u.len == 0) || (u_eof && u2c.len == 0))
             break;
-        if (ws->app->stopping) {
+        /* WebSocket sessions never finish by themselves: end them as soon
+         * as the drain starts, between two frames, with 1001. */
+        if (ws->app->draining || ws->app->stopping) {
             if (!stop_since)
                 stop_since = rk_now_ms();
             if (u2c.len == 0 && rk_ws_at_boundary(&track)) {
@@ -630,8 +633,7 @@ void rk_relay_ws_handler(struct rk_req *r)
     }
     char why[CURL_ERROR_SIZE + 128];
     if (ws_open_upstream(ws, r, &pt, fwd, vnc, &chosen, why, sizeof why) != 0) {
-        rk_info("websocket proxy to sandbox %s port %d failed: %s", ws->sandbox_id, ws->port,
-                why);
+        rk_info("websocket proxy to sandbox %s port %d failed: %s", ws->sandbox_id, ws->port, why);
         ws_fail(ws, 1011, "Proxy error: %s", why);
         goto accept;
     }
@@ -645,8 +647,9 @@ void rk_relay_portforward_handler(struct rk_req *r)
     long long port = 0;
     const char *q = rk_req_query(r, "port");
     if (!q || rk_relay_parse_int(q, &port) != 0) {
-        rk_reply_detail(r, 400, q ? "Query parameter port must be an integer"
-                                  : "Query parameter port is required");
+        rk_reply_detail(r, 400,
+                        q ? "Query parameter port must be an integer"
+                          : "Query parameter port is required");
         return;
     }
     if (ws_check_handshake(r) != 0)

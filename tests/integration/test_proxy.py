@@ -8,6 +8,7 @@ import hashlib
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -344,6 +345,7 @@ if (mode === 'server') {
   const sent = [];
   ws.on('open', () => {
     res.open = true; res.protocol = ws.protocol;
+    if (mode === 'hold') out({opened: true});
     if (mode === 'echo') {
       for (let i = 0; i < 200; i++) {
         const n = i % 50 === 0 ? (4 << 20) : Math.floor(Math.random() * 5000);
@@ -431,6 +433,44 @@ def test_websocket_relay():
         "release", res
     res = ws_client(script, "close", pf)
     assert res.get("http") == 400, res
+
+
+@test
+def test_websocket_closed_with_1001_on_drain():
+    if not harness.node_available():
+        print("skip: node/ws not available")
+        return
+    admin, sid = setup()
+    script = node_script()
+    port = ws_server(script)
+    url = "ws://127.0.0.1:%d%s/port/%d/x" % (admin.port, proxy_path(sid), port)
+    proc = subprocess.Popen(["node", script, "hold", url], stdout=subprocess.PIPE, env=ws_env(),
+                            text=True)
+    harness._cleanups.append(proc.kill)
+    assert json.loads(proc.stdout.readline()).get("opened")
+    t0 = time.time()
+    admin.proc.send_signal(signal.SIGTERM)
+    res = json.loads(proc.stdout.readline())
+    assert res["code"] == 1001, res
+    assert admin.proc.wait(timeout=15) == 0
+    assert time.time() - t0 < 8, "drain waited for the WebSocket session"
+
+
+@test
+def test_client_disconnect_aborts_upstream():
+    admin, sid = setup()
+    port = start_app()
+    before = threading.active_count()
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
+    conn.request("GET", proxy_path(sid, "/port/%d/big?n=%d" % (port, BIG)))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    resp.read(1 << 20)
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    # the app's sending thread ends once rock-admin drops the upstream connection
+    harness.wait_until(lambda: threading.active_count() <= before, 10, 0.1,
+                       "upstream transfer aborted")
 
 
 if __name__ == "__main__":

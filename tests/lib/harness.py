@@ -28,6 +28,7 @@ NODE_MODULES = os.environ.get("ROCK_TEST_NODE_MODULES", "")
 
 _cleanups = []
 _admins = []
+_procs = []
 
 
 def free_port():
@@ -68,6 +69,7 @@ class Process:
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=full_env, start_new_session=True)
         _cleanups.append(self.kill)
+        _procs.append(self)
 
     def output(self):
         with open(self.logpath, "rb") as f:
@@ -316,9 +318,12 @@ def run():
             failed += 1
             print("not ok - %s" % fn.__name__, flush=True)
             traceback.print_exc()
+            for p in _procs:
+                print("---- output of %s (last 3000 chars):\n%s" % (p.name, p.output()[-3000:]))
         finally:
             _admins.clear()
             cleanup()
+            _procs.clear()
     print("%d passed, %d failed" % (passed, failed), flush=True)
     sys.exit(0 if failed == 0 else 1)
 

@@ -27,9 +27,9 @@ static void test_port_sources(void **state)
     assert_string_equal(pc.fwd, "api/items");
     assert_int_equal(pc.from_path, 0);
 
-    assert_int_equal(rk_relay_select_port("port/9000/health", NULL, NULL, 8080, &pc, err,
-                                          sizeof err),
-                     RK_PORTSEL_OK);
+    assert_int_equal(
+        rk_relay_select_port("port/9000/health", NULL, NULL, 8080, &pc, err, sizeof err),
+        RK_PORTSEL_OK);
     assert_int_equal(pc.port, 9000);
     assert_string_equal(pc.fwd, "health");
     assert_int_equal(pc.from_path, 1);
@@ -184,11 +184,21 @@ static void test_header_filters(void **state)
     assert_false(rk_relay_skip_response_header("Set-Cookie", NULL));
 
     /* B107's reserved set. */
-    const char *blocked[] = {"host", "connection", "upgrade", "sec-websocket-key",
-                             "Sec-WebSocket-Version", "sec-websocket-extensions",
-                             "sec-websocket-protocol", "transfer-encoding", "te", "trailer",
-                             "keep-alive", "proxy-authorization", "proxy-connection",
-                             "Content-Length", "x-api-key"};
+    const char *blocked[] = {"host",
+                             "connection",
+                             "upgrade",
+                             "sec-websocket-key",
+                             "Sec-WebSocket-Version",
+                             "sec-websocket-extensions",
+                             "sec-websocket-protocol",
+                             "transfer-encoding",
+                             "te",
+                             "trailer",
+                             "keep-alive",
+                             "proxy-authorization",
+                             "proxy-connection",
+                             "Content-Length",
+                             "x-api-key"};
     for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; i++)
         assert_true(rk_relay_ws_blocked_header(blocked[i]));
     assert_false(rk_relay_ws_blocked_header("Authorization"));
