@@ -23,6 +23,7 @@ static int py_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+/* Python int() over an ASCII string. */
 int rk_relay_parse_int(const char *s, long long *out)
 {
     if (!s)
@@ -71,6 +72,7 @@ static void int_error(const char *value, char *err, size_t errlen)
     rk_buf_free(&b);
 }
 
+/* Path prefix, header, query: at most one may name the port (§5.20). */
 enum rk_portsel rk_relay_select_port(const char *rest, const char *header, const char *query,
                                      int def_port, struct rk_port_choice *out, char *err,
                                      size_t errlen)
@@ -130,6 +132,7 @@ enum rk_portsel rk_relay_select_port(const char *rest, const char *header, const
     return RK_PORTSEL_OK;
 }
 
+/* The HTTP proxy accepts every TCP port. */
 int rk_relay_check_port_http(long long port, char *err, size_t errlen)
 {
     if (port >= 1 && port <= 65535)
@@ -138,6 +141,7 @@ int rk_relay_check_port_http(long long port, char *err, size_t errlen)
     return -1;
 }
 
+/* The original's WebSocket/portforward policy, 22 first. */
 int rk_relay_check_port_ws(long long port, char *err, size_t errlen)
 {
     if (port == 22) {
@@ -157,6 +161,7 @@ int rk_relay_check_port_ws(long long port, char *err, size_t errlen)
 
 /* ---- paths --------------------------------------------------------------- */
 
+/* Count literal and capture segments of a pattern. */
 int rk_relay_pattern_segments(const char *pattern)
 {
     int n = 0;
@@ -175,6 +180,7 @@ int rk_relay_pattern_segments(const char *pattern)
     return n;
 }
 
+/* Skip nseg segments of a raw path. */
 const char *rk_relay_raw_rest(const char *raw_path, int nseg)
 {
     const char *p = raw_path;
@@ -220,6 +226,7 @@ static int pct_decode(const char *src, char *dst)
     return changed;
 }
 
+/* Decode until stable (backslash read as '/'), then look for dot segments. */
 int rk_relay_has_dot_segment(const char *raw)
 {
     size_t n = strlen(raw);
@@ -295,6 +302,7 @@ static int listed_in_connection(const char *name, const char *connection)
     return 0;
 }
 
+/* RFC 7230 §6.1 hop-by-hop headers. */
 int rk_relay_is_hop_header(const char *name, const char *connection)
 {
     static const char *const hop[] = {"connection",        "keep-alive", "te",
@@ -310,6 +318,7 @@ int rk_relay_is_hop_header(const char *name, const char *connection)
 /* Headers that carry the client's credentials for rock-admin itself. */
 static const char *const rock_credentials[] = {"x-key", "x-api-key", "xrl-authorization", NULL};
 
+/* Client headers that stay with rock-admin. */
 int rk_relay_skip_request_header(const char *name, const char *connection)
 {
     static const char *const skip[] = {"host", "content-length", "expect", "x-request-id", NULL};
@@ -317,11 +326,13 @@ int rk_relay_skip_request_header(const char *name, const char *connection)
            name_in(name, rock_credentials);
 }
 
+/* Upstream headers the server re-creates or that are per hop. */
 int rk_relay_skip_response_header(const char *name, const char *connection)
 {
     return rk_relay_is_hop_header(name, connection) || rk_strcaseeq(name, "content-length");
 }
 
+/* Headers the upstream WebSocket handshake sets itself (§5.21, B107). */
 int rk_relay_ws_blocked_header(const char *name)
 {
     static const char *const blocked[] = {"host",
@@ -345,6 +356,7 @@ int rk_relay_ws_blocked_header(const char *name)
 
 /* ---- URLs ------------------------------------------------------------------ */
 
+/* Parse scheme://[user@]host[:port][/path][?query]. */
 int rk_relay_split_url(const char *base, struct rk_url_parts *out)
 {
     memset(out, 0, sizeof *out);
@@ -411,6 +423,7 @@ bad:
     return -1;
 }
 
+/* Release the strings of a split URL. */
 void rk_relay_url_parts_free(struct rk_url_parts *u)
 {
     free(u->host);
@@ -420,6 +433,7 @@ void rk_relay_url_parts_free(struct rk_url_parts *u)
     memset(u, 0, sizeof *u);
 }
 
+/* Endpoint path + '/' + forwarded path, endpoint query first (B101, B102). */
 char *rk_relay_build_url(const char *base, const char *fwd, const char *client_query)
 {
     struct rk_url_parts u;
@@ -434,6 +448,7 @@ char *rk_relay_build_url(const char *base, const char *fwd, const char *client_q
     return url;
 }
 
+/* Request-line target of the upstream handshake (no client query). */
 char *rk_relay_ws_request_target(const struct rk_url_parts *u, const char *fwd)
 {
     return rk_strdup_printf("%s/%s%s%s", u->path, fwd, u->query[0] ? "?" : "", u->query);
@@ -448,6 +463,7 @@ static int has_path_prefix(const char *s, const char *prefix)
     return s[n] == '\0' || s[n] == '/' || s[n] == '?' || s[n] == '#';
 }
 
+/* Keep redirects under the proxy prefix. */
 char *rk_relay_rewrite_location(const char *loc, const char *prefix, const char *base_path)
 {
     const char *rest = loc;
@@ -535,6 +551,7 @@ static void sha1_block(uint32_t h[5], const unsigned char *blk)
     h[4] += e;
 }
 
+/* SHA-1 over a whole buffer. */
 void rk_sha1(const void *data, size_t len, unsigned char out[20])
 {
     uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
@@ -563,6 +580,7 @@ void rk_sha1(const void *data, size_t len, unsigned char out[20])
     }
 }
 
+/* RFC 4648 base64 with padding. */
 void rk_base64(const unsigned char *in, size_t len, char *out)
 {
     static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -581,6 +599,7 @@ void rk_base64(const unsigned char *in, size_t len, char *out)
     out[o] = '\0';
 }
 
+/* RFC 6455 §4.2.2: base64(SHA-1(key + GUID)). */
 void rk_ws_accept_key(const char *key, char out[29])
 {
     static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -593,6 +612,7 @@ void rk_ws_accept_key(const char *key, char out[29])
     rk_base64(digest, sizeof digest, out);
 }
 
+/* A key is base64 of 16 bytes: 22 characters and "==". */
 int rk_ws_key_valid(const char *key)
 {
     if (!key || strlen(key) != 24 || key[22] != '=' || key[23] != '=')
@@ -603,6 +623,7 @@ int rk_ws_key_valid(const char *key)
     return 1;
 }
 
+/* FIN + close opcode, unmasked (server to client). */
 size_t rk_ws_close_frame(uint16_t code, const char *reason, unsigned char *out, size_t outlen)
 {
     size_t rlen = reason ? strlen(reason) : 0;
@@ -622,6 +643,7 @@ size_t rk_ws_close_frame(uint16_t code, const char *reason, unsigned char *out, 
     return 4 + rlen;
 }
 
+/* Walk frame headers and skip payloads. */
 void rk_ws_track(struct rk_ws_tracker *t, const unsigned char *data, size_t len)
 {
     while (len > 0) {
@@ -656,6 +678,7 @@ void rk_ws_track(struct rk_ws_tracker *t, const unsigned char *data, size_t len)
     }
 }
 
+/* Between frames: no header or payload bytes pending. */
 int rk_ws_at_boundary(const struct rk_ws_tracker *t)
 {
     return !t->in_payload && t->hdr_len == 0;
@@ -671,6 +694,7 @@ struct rk_rpipe {
     int closed, aborted;
 };
 
+/* Allocate the ring and its monotonic-clock conditions. */
 struct rk_rpipe *rk_rpipe_new(size_t cap)
 {
     struct rk_rpipe *p = calloc(1, sizeof *p);
@@ -692,6 +716,7 @@ struct rk_rpipe *rk_rpipe_new(size_t cap)
     return p;
 }
 
+/* Free a pipe nobody uses any more. */
 void rk_rpipe_free(struct rk_rpipe *p)
 {
     if (!p)
@@ -717,6 +742,7 @@ static struct timespec deadline_in(int timeout_ms)
     return ts;
 }
 
+/* Copy into the ring, waiting for room at most timeout_ms at a time. */
 int rk_rpipe_write(struct rk_rpipe *p, const void *data, size_t len, int timeout_ms,
                    size_t *written)
 {
@@ -760,6 +786,7 @@ int rk_rpipe_write(struct rk_rpipe *p, const void *data, size_t len, int timeout
     return rc;
 }
 
+/* End of data: readers drain and then see 0. */
 void rk_rpipe_close(struct rk_rpipe *p)
 {
     pthread_mutex_lock(&p->mu);
@@ -768,6 +795,7 @@ void rk_rpipe_close(struct rk_rpipe *p)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Take what is there, waiting for data at most timeout_ms. */
 ssize_t rk_rpipe_read(struct rk_rpipe *p, void *buf, size_t len, int timeout_ms)
 {
     pthread_mutex_lock(&p->mu);
@@ -799,6 +827,7 @@ ssize_t rk_rpipe_read(struct rk_rpipe *p, void *buf, size_t len, int timeout_ms)
     return (ssize_t)n;
 }
 
+/* Fail both sides from now on. */
 void rk_rpipe_abort(struct rk_rpipe *p)
 {
     pthread_mutex_lock(&p->mu);
@@ -810,6 +839,7 @@ void rk_rpipe_abort(struct rk_rpipe *p)
 
 /* ---- misc --------------------------------------------------------------------------- */
 
+/* Hang-up probe without reading. */
 int rk_relay_peer_gone(int fd)
 {
     if (fd < 0)
@@ -822,6 +852,7 @@ static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t live_cv = PTHREAD_COND_INITIALIZER;
 static int live_count;
 
+/* One more live relay. */
 void rk_relay_enter(void)
 {
     pthread_mutex_lock(&live_mu);
@@ -829,6 +860,7 @@ void rk_relay_enter(void)
     pthread_mutex_unlock(&live_mu);
 }
 
+/* One live relay less; wakes rk_relay_wait(). */
 void rk_relay_leave(void)
 {
     pthread_mutex_lock(&live_mu);
@@ -837,6 +869,7 @@ void rk_relay_leave(void)
     pthread_mutex_unlock(&live_mu);
 }
 
+/* Live relays right now. */
 int rk_relay_active(void)
 {
     pthread_mutex_lock(&live_mu);
@@ -845,6 +878,7 @@ int rk_relay_active(void)
     return n;
 }
 
+/* Wait for the live relays to end, bounded by deadline_ms. */
 int rk_relay_wait(int64_t deadline_ms)
 {
     pthread_mutex_lock(&live_mu);

@@ -568,6 +568,7 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
     return 0;
 }
 
+/* Headers complete: choose the port, resolve the endpoint, start the worker. */
 int rk_relay_http_begin(struct rk_req *r)
 {
     struct rk_app *app = r->app;
@@ -701,6 +702,7 @@ replied:
     return 1;
 }
 
+/* One chunk of client body: into the request pipe (blocks while it is full). */
 int rk_relay_http_body(struct rk_req *r, const char *data, size_t len)
 {
     struct px_http *px = r->route_ctx;
@@ -761,6 +763,7 @@ static int px_bodyless(long status)
     return status < 200 || status == 204 || status == 304;
 }
 
+/* Body complete: wait for the upstream head and stream the answer back. */
 void rk_relay_http_handler(struct rk_req *r)
 {
     struct px_http *px = r->route_ctx;

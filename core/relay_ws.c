@@ -591,6 +591,7 @@ static int ws_port(struct rk_req *r, struct ws_relay *ws, int vnc, const char **
     return 0;
 }
 
+/* WS proxy/vnc: open the upstream WebSocket, then accept the client. */
 void rk_relay_ws_handler(struct rk_req *r)
 {
     if (ws_check_handshake(r) != 0)
@@ -642,6 +643,7 @@ accept:
     free(chosen);
 }
 
+/* WS portforward: port check, gate, then refusal (no raw TCP tunnel yet). */
 void rk_relay_portforward_handler(struct rk_req *r)
 {
     long long port = 0;

@@ -11,12 +11,14 @@
  *   "...failed..."   reports Failed;  anything else       Running at once.
  * Commands (exec and session_run): "echo X" prints X, "fail N" exits N,
  * "stderr X" prints X on stderr, "sleep" times out when timeout_ms > 0,
- * "env NAME" prints the value of NAME from the request env.
+ * "env NAME" prints the value of NAME from the request env, "wait N" sleeps
+ * N x 100 ms (honouring cancellation), "big N" prints N bytes.
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rock-admin/operator.h"
 
@@ -247,6 +249,16 @@ static rk_status run_command(struct testop *t, struct rk_call *call, const char 
             out->has_exit_code = 1;
             out->exit_code = -1;
         }
+    } else if (strncmp(cmd, "wait ", 5) == 0) {
+        /* Sleep N x 100 ms, giving up when the call is cancelled (drain tests). */
+        int n = atoi(cmd + 5);
+        for (int i = 0; i < n; i++) {
+            if (t->host->cancelled(call))
+                return t->host->set_error(call, RK_E_CANCELLED, "cancelled after %d00 ms", i);
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        st = sink->write(sink->ctx, RK_STREAM_STDOUT, "waited\n", 7);
     } else if (strcmp(cmd, "backend-error") == 0) {
         out->error_text = t->host->arena_strdup(call, "RuntimeError: boom");
         out->has_exit_code = 0;
