@@ -102,7 +102,12 @@ const char *rk_req_raw_query(struct rk_req *r)
 
 const char *rk_req_raw_path(struct rk_req *r)
 {
-    return r->raw_uri ? r->raw_uri : r->path;
+    if (!r->raw_path) {
+        const char *u = r->raw_uri ? r->raw_uri : r->path;
+        const char *q = strchr(u, '?');
+        r->raw_path = q ? strndup(u, (size_t)(q - u)) : strdup(u);
+    }
+    return r->raw_path ? r->raw_path : r->path;
 }
 
 int rk_req_client_fd(struct rk_req *r)
@@ -352,6 +357,7 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r->body);
     free(r->param_buf);
     free(r->raw_uri);
+    free(r->raw_path);
     free(r);
 }
 
@@ -401,6 +407,7 @@ int rk_http_start(struct rk_app *app)
 
     hs->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->server.port, NULL, NULL, access_handler, app,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->server.max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->server.per_ip_connections,
@@ -410,7 +417,6 @@ int rk_http_start(struct rk_app *app)
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app,
         MHD_OPTION_NOTIFY_COMPLETED, completed_cb, app,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_END);
     if (!hs->daemon) {
         rk_err("cannot listen on %s:%d (address in use or not permitted)", host, cfg->server.port);

@@ -33,6 +33,7 @@ struct rk_req {
     const char *method;        /* "GET", ... */
     const char *path;          /* percent-decoded path without the query */
     char *raw_uri;             /* as received: raw path + "?" + raw query */
+    char *raw_path;            /* raw_uri up to '?' (lazily split) */
     const char *params[RK_MAX_PARAMS]; /* decoded path parameters (point into param_buf) */
     char *param_buf;
     struct rk_call *call;      /* deadline, arena, error slot, request id */

@@ -16,10 +16,26 @@ void rk_log_set_level(enum rk_log_level level)
     max_level = level;
 }
 
+/* Format and write one line; level_name is printed as the severity. */
+static void write_line(const char *level_name, const char *prefix, const char *fmt, va_list ap);
+
 void rk_logv(enum rk_log_level level, const char *prefix, const char *fmt, va_list ap)
 {
     if (level > max_level)
         return;
+    write_line(level_names[level], prefix, fmt, ap);
+}
+
+void rk_notice(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    write_line("notice", NULL, fmt, ap);
+    va_end(ap);
+}
+
+static void write_line(const char *level_name, const char *prefix, const char *fmt, va_list ap)
+{
     char line[2048];
     struct timespec ts;
     struct tm tm;
@@ -27,7 +43,7 @@ void rk_logv(enum rk_log_level level, const char *prefix, const char *fmt, va_li
     gmtime_r(&ts.tv_sec, &tm);
     int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: %s%s",
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, level_names[level], prefix ? prefix : "",
+                     tm.tm_sec, ts.tv_nsec / 1000000, level_name, prefix ? prefix : "",
                      prefix ? ": " : "");
     if (n < 0 || (size_t)n >= sizeof line)
         n = 0;

@@ -16,6 +16,9 @@ void rk_log(enum rk_log_level level, const char *fmt, ...) RK_PRINTF(2, 3);
 /** Log one line at level with an explicit va_list; prefix may be NULL. */
 void rk_logv(enum rk_log_level level, const char *prefix, const char *fmt, va_list ap);
 
+/** Log one line whatever the level (startup/ready/stop milestones). */
+void rk_notice(const char *fmt, ...) RK_PRINTF(1, 2);
+
 #define rk_err(...) rk_log(RK_LOG_ERROR, __VA_ARGS__)
 #define rk_warn(...) rk_log(RK_LOG_WARNING, __VA_ARGS__)
 #define rk_info(...) rk_log(RK_LOG_INFO, __VA_ARGS__)

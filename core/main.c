@@ -14,6 +14,7 @@
 #include "http_server.h"
 #include "log.h"
 #include "plugin_loader.h"
+#include "relay.h"
 #include "store.h"
 #include "sweeper.h"
 #include "util.h"
@@ -211,7 +212,7 @@ int main(int argc, char **argv)
         curl_global_cleanup();
         return 0;
     }
-    rk_info("rock-admin %s starting: operator %s %s (ABI %u.%u) from %s", PACKAGE_VERSION,
+    rk_notice("rock-admin %s starting: operator %s %s (ABI %u.%u) from %s", PACKAGE_VERSION,
             pl->desc->name, pl->desc->version ? pl->desc->version : "", pl->desc->abi_major,
             pl->desc->abi_minor, pl->path);
 
@@ -226,16 +227,18 @@ int main(int argc, char **argv)
         goto out;
     if (rk_sweeper_start(&app) != 0)
         rk_warn("cannot start the idle sweeper");
-    rk_info("rock-admin ready on http://%s:%d", cfg->server.host, rk_http_port(&app));
+    rk_notice("rock-admin ready on http://%s:%d", cfg->server.host, rk_http_port(&app));
     wait_and_drain(&app, &set);
     rk_sweeper_stop(&app);
     rc = 0;
 out:
     rk_http_stop(&app);
+    /* Detached HTTP relay workers may still be inside libcurl. */
+    rk_relay_wait(rk_now_ms() + 5000);
     rk_plugin_unload(pl);
     rk_store_close(app.store);
     rk_config_free(cfg);
     curl_global_cleanup();
-    rk_info("rock-admin stopped");
+    rk_notice("rock-admin stopped");
     return rc;
 }

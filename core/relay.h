@@ -7,10 +7,16 @@
 #ifndef RK_RELAY_H
 #define RK_RELAY_H
 
-struct rk_route;
+#include <stdint.h>
+
+#include "router.h"
 
 /** Proxy, VNC and portforward routes (NULL-pattern terminated); the router
- *  matches them after the main table. */
+ *  matches them before the main table. */
 extern const struct rk_route rk_relay_routes[];
+
+/** Wait until detached relay workers finished or deadline_ms (monotonic)
+ *  passed; returns how many are still running. */
+int rk_relay_wait(int64_t deadline_ms);
 
 #endif /* RK_RELAY_H */

@@ -421,6 +421,8 @@ def test_websocket_relay():
     assert res["code"] == 1008 and res["reason"] == "Port 80 is below minimum allowed port 1024"
     res = ws_client(script, "close", "%s/port/%d/x" % (base, harness.free_port()))
     assert res["code"] == 1011 and res["reason"].startswith("Proxy error: "), res
+    res = ws_client(script, "close", "%s/port/%d/x" % (base, start_app()))  # plain HTTP app
+    assert res["code"] == 1011 and "refused the WebSocket handshake (HTTP 200)" in res["reason"]
     res = ws_client(script, "close", "ws://127.0.0.1:%d%s/sandboxes/nope/proxy/x"
                     % (admin.port, PREFIX))
     assert res["code"] == 1011 and "not found" in res["reason"], res

@@ -1,0 +1,759 @@
+# SPDX-License-Identifier: Apache-2.0
+"""rock-admin with operator_type opensandbox, end to end: a real redis-server,
+the OpenSandbox simulator (tests/opensandbox-sim) and rock-admin, all on
+127.0.0.1 over real sockets. Every assertion is about what a ROCK client sees
+(rock-admin-api.md §4-§7, rock-opensandbox-behaviour.md), plus what really
+happened in the simulator (lifecycle API, fault switches).
+
+Some tests put a small recording HTTP relay between rock-admin and the
+simulator ("Recorder"): the simulator's lifecycle API does not echo
+resourceLimits/timeout of a create, and has no request log, so the relay is
+how the test sees the exact create body and which execd route (direct
+`/sandboxes/<id>/execd` or server proxy `/sandboxes/<id>/proxy/44772`) and
+which headers rock-admin used. Endpoint discovery builds execd addresses from
+the Host header the client sent, so execd traffic flows through the relay too.
+"""
+import hashlib
+import http.client
+import http.server
+import json
+import os
+import random
+import re
+import socketserver
+import threading
+import time
+import urllib.parse
+
+from harness import Admin, Redis, Sim, run, test, tmpdir, wait_until
+
+# The admin must get its key from the config only (tests of the absent key).
+os.environ.pop("OPEN_SANDBOX_API_KEY", None)
+
+API_KEY = "sim-key-1"
+EXECD_HDR = ("X-Execd-Token", "tok-42")
+STOP_TEXT = ("OpenSandbox backend does not support stop by default. OpenSandbox pause requires "
+             "creating the sandbox with persistence enabled; use delete instead.")
+TS_NON_NULL = ("host_name", "host_ip", "status", "port_mapping", "image", "gateway_version",
+               "swe_rex_version", "user_id", "experiment_id", "namespace", "cpus", "memory",
+               "is_alive", "state_history")
+START_BODY = {"image": "python:3.11", "image_os": "linux", "auto_clear_time": 5,
+              "auto_clear_time_minutes": 5, "startup_timeout": 180, "memory": "8g", "cpus": 2,
+              "num_gpus": None, "accelerator_type": None, "registry_username": None,
+              "registry_password": None, "use_kata_runtime": False, "limit_cpus": None,
+              "sandbox_id": None, "auto_archive_seconds": None, "auto_delete_seconds": None,
+              "disk": "50G"}
+CLIENT_HDRS = {"X-Cluster": "vpc-nt-a", "X-User-Id": "alice", "X-Experiment-Id": "exp-7",
+               "X-Namespace": "team-a"}
+
+
+# ---- helpers --------------------------------------------------------------------
+
+def os_config(endpoint, api_key=API_KEY, **over):
+    c = {"endpoint": endpoint, "protocol": "http", "use_server_proxy": False}
+    if api_key is not None:
+        c["api_key"] = api_key
+    c.update(over)
+    return {"opensandbox": c}
+
+
+def setup(api_key=API_KEY, sim_extra=None, admin_cfg=None, recorder=False, **os_over):
+    """redis + sim (+ recorder) + admin; returns (admin, sim, redis, recorder)."""
+    redis = Redis()
+    sim = Sim(api_key=API_KEY if api_key is not False else None, extra=sim_extra)
+    rec = Recorder(sim.port) if recorder else None
+    endpoint = rec.endpoint if rec else sim.endpoint
+    cfg = os_config(endpoint, api_key=api_key if api_key else None, **os_over)
+    for k, v in (admin_cfg or {}).items():
+        cfg[k] = v
+    admin = Admin(operator="opensandbox", config=cfg, redis=redis)
+    return admin, sim, redis, rec
+
+
+def status(admin, sid, all_states=False, headers=None):
+    return admin.api("GET", "/get_status", query={
+        "sandbox_id": sid, "include_all_states": "True" if all_states else "False"},
+        headers=headers)
+
+
+def osid_of(admin, sid):
+    js = status(admin, sid, all_states=True)[1]
+    return js["result"]["host_name"]
+
+
+def sim_sandbox(sim, osid):
+    return sim.request("GET", "/v1/sandboxes/" + osid)
+
+
+def sim_list_by_rock_id(sim, sid):
+    q = urllib.parse.urlencode({"metadata": "rock_sandbox_id=" + sid, "pageSize": 200})
+    st, js = sim.request("GET", "/v1/sandboxes?" + q)
+    assert st == 200, (st, js)
+    return js["items"]
+
+
+def faults(sim, cfg=None):
+    if cfg is None:
+        st, _ = sim.request("DELETE", "/_sim/faults")
+    else:
+        st, _ = sim.request("POST", "/_sim/faults", cfg)
+    assert st in (200, 204), st
+
+
+def execute(admin, sid, command, **kw):
+    body = {"sandbox_id": sid, "command": command, "timeout": 60, "cwd": None, "env": None}
+    body.update(kw)
+    return admin.api("POST", "/execute", body)
+
+
+def run_ok(admin, sid, command, **kw):
+    st, js = execute(admin, sid, command, **kw)
+    assert st == 200 and js["status"] == "Success", js
+    return js["result"]
+
+
+def start_alive(admin, headers=None, **body):
+    b = dict(START_BODY)
+    b.update(body)
+    st, js = admin.api("POST", "/start_async", b, headers=headers)
+    assert st == 200 and js["status"] == "Success", js
+    sid = js["result"]["sandbox_id"]
+    admin.wait_alive(sid, timeout=30)
+    return sid
+
+
+def vm_rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+class Recorder:
+    """A recording HTTP relay in front of the simulator (buffers each response)."""
+
+    def __init__(self, sim_port):
+        self.sim_port = sim_port
+        self.log = []  # (method, path, headers(lower-case dict), body bytes)
+        self.lock = threading.Lock()
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _relay(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                hdrs = {k.lower(): v for k, v in self.headers.items()}
+                with outer.lock:
+                    outer.log.append((self.command, self.path, hdrs, body))
+                conn = http.client.HTTPConnection("127.0.0.1", outer.sim_port, timeout=120)
+                fwd = {k: v for k, v in self.headers.items()
+                       if k.lower() not in ("connection", "content-length", "transfer-encoding",
+                                            "expect")}
+                conn.request(self.command, self.path, body=body if n else None, headers=fwd)
+                try:
+                    r = conn.getresponse()
+                    data = r.read()
+                except (http.client.HTTPException, OSError):
+                    self.close_connection = True  # mirror a dropped upstream connection
+                    conn.close()
+                    return
+                conn.close()
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("connection", "content-length", "transfer-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = do_HEAD = _relay
+
+        class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.server = S(("127.0.0.1", 0), H)
+        self.endpoint = "127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        from harness import _cleanups
+        _cleanups.append(self.server.shutdown)
+
+    def requests(self, pred=lambda m, p: True):
+        with self.lock:
+            return [e for e in self.log if pred(e[0], e[1])]
+
+
+# ---- tests ----------------------------------------------------------------------
+
+@test
+def client_sequence_and_create_mapping():
+    """§7: start_async → poll → execute → arun → files → stop → delete → status;
+    the create body really sent; the id rule; execd reached directly with the
+    endpoint headers and without the API key."""
+    admin, sim, redis, rec = setup(
+        sim_extra=["--execd-header", "%s:%s" % EXECD_HDR], recorder=True,
+        image_registry_prefix="registry.example.com/library")
+    bodies = []  # every client-visible response, for the id check
+
+    def api(method, route, body=None, query=None):
+        st, js = admin.api(method, route, body, query, headers=CLIENT_HDRS)
+        bodies.append(js)
+        return st, js
+
+    # 1. start_async answers pending at once; the record already exists (Pitfall 8)
+    st, js = api("POST", "/start_async", START_BODY)
+    assert st == 200 and js["status"] == "Success", js
+    sid = js["result"]["sandbox_id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", sid), sid
+    st, js = api("GET", "/get_status", query={"sandbox_id": sid, "include_all_states": "False"})
+    assert st == 200 and js["status"] == "Success", js
+    assert js["result"]["sandbox_id"] == sid
+
+    # 2. poll until alive (P polls every 3 s; faster here)
+    def alive():
+        st, js = api("GET", "/get_status", query={"sandbox_id": sid,
+                                                  "include_all_states": "False"})
+        assert js["status"] == "Success", js
+        for k in TS_NON_NULL:  # TS zod rejects null in these, also while pending
+            assert js["result"].get(k) is not None, (k, js["result"])
+        return js["result"] if js["result"]["is_alive"] else None
+    s = wait_until(alive, 30, 0.2, "sandbox alive")
+    assert s["state"] == "running", s
+    assert s["image"] == "registry.example.com/library/python:3.11", s
+    assert s["cpus"] == 2.0 and s["memory"] == "8.00g", s
+    assert (s["user_id"], s["experiment_id"], s["namespace"]) == ("alice", "exp-7", "team-a"), s
+    assert s["start_time"] and s["create_time"] and s["auto_stop_time"], s
+    assert isinstance(s["status"], dict) and isinstance(s["port_mapping"], dict), s
+    assert [(h["from_state"], h["to_state"], h["event"]) for h in s["state_history"]] == \
+        [("pending", "running", "alive")], s
+    osid = s["host_name"]  # host_name is the OpenSandbox id by design (a non-empty string)
+    assert osid and osid != sid, s
+
+    # the sandbox really exists in OpenSandbox with the mapped fields
+    st, sb = sim_sandbox(sim, osid)
+    assert st == 200, (st, sb)
+    assert sb["status"]["state"] == "Running", sb
+    assert sb["image"]["uri"] == "registry.example.com/library/python:3.11", sb
+    assert sb["metadata"] == {"rock_sandbox_id": sid, "user_id": "alice",
+                              "experiment_id": "exp-7", "namespace": "team-a"}, sb
+    creates = rec.requests(lambda m, p: m == "POST" and p.rstrip("/") in ("/v1/sandboxes",
+                                                                           "/sandboxes"))
+    assert len(creates) == 1, creates
+    cb = json.loads(creates[0][3])
+    assert cb["resourceLimits"] == {"cpu": "2", "memory": "8Gi"}, cb
+    assert cb["image"] == {"uri": "registry.example.com/library/python:3.11"}, cb
+    assert cb["metadata"] == sb["metadata"], cb
+    assert cb["timeout"] == 86400, cb  # sandbox_timeout default, not startup_timeout (180)
+    assert cb["entrypoint"], cb
+    assert creates[0][2].get("open-sandbox-api-key") == API_KEY
+    # the lifetime the simulator applied: expiresAt - createdAt == sandbox_timeout
+    def ts(x):
+        return time.mktime(time.strptime(x[:19], "%Y-%m-%dT%H:%M:%S"))
+    assert abs(ts(sb["expiresAt"]) - ts(sb["createdAt"]) - 86400) <= 2, sb
+
+    # 3. execute
+    st, js = api("POST", "/execute", {"command": "echo hello; echo oops >&2", "sandbox_id": sid,
+                                      "timeout": 1200, "cwd": None, "env": None})
+    assert js == {"status": "Success", "message": None, "error": None,
+                  "result": {"stdout": "hello\n", "stderr": "oops\n", "exit_code": 0}}, js
+    st, js = api("POST", "/execute", {"command": ["ls", "-d", "/tmp"], "sandbox_id": sid})
+    assert js["result"] == {"stdout": "/tmp\n", "stderr": "", "exit_code": 0}, js
+
+    # 4. sessions, arun style: create bash-<ns> then run (never closed by the SDK)
+    name = "bash-%d" % time.time_ns()
+    st, js = api("POST", "/create_session", {
+        "sandbox_id": sid, "session_type": "bash", "session": name, "startup_source": [],
+        "env_enable": False, "env": None, "remote_user": None})
+    assert js == {"status": "Success", "message": None, "error": None,
+                  "result": {"output": "", "session_type": "bash"}}, js
+    st, js = api("POST", "/run_in_session", {"action_type": "bash", "session": name,
+                                             "command": "echo hi", "sandbox_id": sid,
+                                             "check": "raise", "timeout": None})
+    assert js["status"] == "Success", js
+    assert js["result"] == {"session_type": "bash", "output": "hi\n", "exit_code": 0,
+                            "failure_reason": "", "expect_string": ""}, js
+    st, js = api("POST", "/run_in_session", {"action_type": "bash", "session": name,
+                                             "command": "false", "sandbox_id": sid,
+                                             "check": "raise", "timeout": None})
+    assert js == {"status": "Failed", "message": "run in session failed",
+                  "error": "Command 'false' failed with exit code 1. Here is the output:\n''",
+                  "result": None}, js
+    st, js = api("POST", "/close_session", {"sandbox_id": sid, "session_type": "bash",
+                                            "session": name})
+    assert js["status"] == "Success" and js["result"] == {"session_type": "bash"}, js
+
+    # 5. files
+    d = tmpdir("rock-os-files-")
+    path = os.path.join(d, "a.txt")
+    st, js = api("POST", "/write_file", {"content": "hello\n", "path": path, "sandbox_id": sid})
+    assert js == {"status": "Success", "message": None, "error": None,
+                  "result": {"success": True, "message": ""}}, js
+    st, js = api("POST", "/read_file", {"path": path, "encoding": None, "errors": None,
+                                        "sandbox_id": sid})
+    assert js == {"status": "Success", "message": None, "error": None,
+                  "result": {"content": "hello\n"}}, js
+    blob = bytes(range(256)) * 64 + b"\r\n\x00--boundary\r\n"  # binary-safe
+    target = os.path.join(d, "data", "input.bin")
+    st, js = upload(admin, sid, target, [blob], len(blob), headers=CLIENT_HDRS)
+    bodies.append(js)
+    assert js == {"status": "Success", "message": None, "error": None,
+                  "result": {"success": True, "message": "", "file_name": "input.bin"}}, js
+    with open(target, "rb") as f:  # the sim's sandbox paths are host paths
+        assert f.read() == blob
+    st, js = api("GET", "/get_token", query={"account": "primary"})
+    assert js == {"status": "Success", "message": None, "error": None, "result": None}, js
+
+    # 6. stop is refused (HTTP 200, exact B25 text), then delete frees it
+    st, js = api("POST", "/stop", {"sandbox_id": sid})
+    assert st == 200, st
+    assert js == {"status": "Failed", "message": "stop sandbox failed", "error": STOP_TEXT,
+                  "result": {"code": 4000, "exit_code": None, "failure_reason": STOP_TEXT}}, js
+    st, js = sim_sandbox(sim, osid)
+    assert st == 200 and js["status"]["state"] == "Running", js  # stop did not touch it
+    st, js = api("POST", "/delete", {"sandbox_id": sid})
+    assert js == {"status": "Success", "message": None, "error": None,
+                  "result": "%s deleted" % sid}, js
+    st, js = sim_sandbox(sim, osid)
+    assert st == 404 or js["status"]["state"] == "Terminated", (st, js)
+    st, js = api("GET", "/get_status", query={"sandbox_id": sid, "include_all_states": "False"})
+    nf = "Sandbox %s not found" % sid
+    assert js == {"status": "Failed", "message": "get sandbox status failed", "error": nf,
+                  "result": {"code": 4000, "exit_code": None, "failure_reason": nf}}, js
+    st, js = api("GET", "/get_status", query={"sandbox_id": sid, "include_all_states": "true"})
+    assert js["status"] == "Success", js
+    r = js["result"]
+    assert r["state"] == "deleted" and r["is_alive"] is False and r["delete_time"], r
+
+    # the OpenSandbox id appears in client responses only as host_name
+    for b in bodies:
+        b2 = json.loads(json.dumps(b))
+        if isinstance(b2, dict) and isinstance(b2.get("result"), dict):
+            b2["result"].pop("host_name", None)
+        assert osid not in json.dumps(b2), b
+
+    # execd was reached directly, with the endpoint headers and never the API key
+    execd = rec.requests(lambda m, p: "/execd/" in p or "/proxy/" in p)
+    assert execd, rec.log
+    for m, p, h, _ in execd:
+        assert p.startswith("/sandboxes/%s/execd/" % osid), p
+        assert h.get(EXECD_HDR[0].lower()) == EXECD_HDR[1], (p, h)
+        assert "open-sandbox-api-key" not in h, (p, h)
+    assert any(p.endswith("/command") for _, p, _, _ in execd)
+
+
+@test
+def server_proxy_route():
+    """use_server_proxy true: every execd call goes through the server proxy
+    route /sandboxes/<id>/proxy/44772 (with the endpoint headers, no API key);
+    never through the direct route."""
+    admin, sim, redis, rec = setup(sim_extra=["--execd-header", "%s:%s" % EXECD_HDR],
+                                   recorder=True, use_server_proxy=True)
+    sid = start_alive(admin)
+    osid = osid_of(admin, sid)
+    assert run_ok(admin, sid, "echo via-proxy")["stdout"] == "via-proxy\n"
+    d = tmpdir("rock-os-px-")
+    p = os.path.join(d, "f.txt")
+    assert admin.ok("POST", "/write_file", {"sandbox_id": sid, "path": p, "content": "x"})
+    assert admin.ok("POST", "/read_file", {"sandbox_id": sid, "path": p}) == {"content": "x"}
+    eps = rec.requests(lambda m, p: "/endpoints/" in p)
+    assert eps and all("use_server_proxy=true" in p.lower() for _, p, _, _ in eps), eps
+    execd = rec.requests(lambda m, p: "/execd/" in p or "/proxy/" in p)
+    assert execd
+    for m, path, h, _ in execd:
+        assert path.startswith("/sandboxes/%s/proxy/44772/" % osid), path
+        assert h.get(EXECD_HDR[0].lower()) == EXECD_HDR[1], (path, h)
+        assert "open-sandbox-api-key" not in h, (path, h)
+    assert any(p.endswith("/command") for _, p, _, _ in execd)
+    assert any("/files/" in p for _, p, _, _ in execd)
+
+
+@test
+def execute_semantics():
+    """Exit codes, timeouts, check=true, env overlay, cwd, list quoting,
+    shell=false warning without the command text."""
+    admin, sim, redis, _ = setup()
+    sid = start_alive(admin)
+
+    r = run_ok(admin, sid, "echo out; echo err >&2; exit 7")
+    assert r == {"stdout": "out\n", "stderr": "err\n", "exit_code": 7}, r
+    r = run_ok(admin, sid, ["sh", "-c", "exit 3"])
+    assert r["exit_code"] == 3, r
+
+    t0 = time.time()
+    st, js = execute(admin, sid, "sleep 5", timeout=1)
+    assert st == 200 and js == {"status": "Failed", "message": "execute command failed",
+                                "error": "Timeout (1.0s) exceeded while running command",
+                                "result": None}, js
+    assert time.time() - t0 < 4.5, time.time() - t0
+    st, js = execute(admin, sid, "sleep 3", timeout=1.5)
+    assert js["error"] == "Timeout (1.5s) exceeded while running command", js
+
+    st, js = execute(admin, sid, "echo out; echo err >&2; exit 2", check=True, error_msg="prefix")
+    assert js == {"status": "Failed", "message": "execute command failed",
+                  "error": "prefix: Command failed with exit code 2. Stdout:\n'out\\n'\n"
+                           "Stderr:\n'err\\n'", "result": None}, js
+    st, js = execute(admin, sid, "exit 1", check=True)
+    assert js["error"] == "Command failed with exit code 1. Stdout:\n''\nStderr:\n''", js
+    r = run_ok(admin, sid, "echo fine", check=True)
+    assert r["exit_code"] == 0
+
+    # env: the sandbox's stored env overlaid by the request's (B54)
+    rec = json.loads(redis.cli("GET", "rock:sandbox:" + sid))
+    rec["env"] = {"WORKSPACE": "/workspace", "SHARED": "sandbox"}
+    redis.cli("SET", "rock:sandbox:" + sid, json.dumps(rec))
+    r = run_ok(admin, sid, 'echo "$WORKSPACE|$SHARED|$COMMAND_ONLY"',
+               env={"SHARED": "request", "COMMAND_ONLY": "va lue"})
+    assert r["stdout"] == "/workspace|request|va lue\n", r
+    r = run_ok(admin, sid, 'echo "$WORKSPACE|$SHARED|$COMMAND_ONLY"')
+    assert r["stdout"] == "/workspace|sandbox|\n", r
+
+    # cwd
+    d = tmpdir("rock-os-cwd-")
+    assert run_ok(admin, sid, "pwd", cwd=d)["stdout"] == d + "\n"
+    assert run_ok(admin, sid, ["pwd"], cwd=d)["stdout"] == d + "\n"
+
+    # list: argument boundaries kept, no shell interpretation
+    r = run_ok(admin, sid, ["printf", "%s|", "a b", "it's"])
+    # execd sends output line by line; the plugin terminates each line (README: printf x → x\n)
+    assert r["stdout"] == "a b|it's|\n", r
+    r = run_ok(admin, sid, ["echo", "$HOME; `id` \"q\" \\ *"])
+    assert r["stdout"] == "$HOME; `id` \"q\" \\ *\n", r
+
+    # a string with shell=false runs through the shell; the warning never shows the command
+    r = run_ok(admin, sid, "echo secret-command-text | tr a-z A-Z", shell=False)
+    assert r["stdout"] == "SECRET-COMMAND-TEXT\n", r
+    out = admin.output()
+    assert "shell=False" in out or "shell=false" in out, out[-2000:]
+    assert "secret-command-text" not in out
+
+
+@test
+def file_semantics():
+    """read_file with invalid UTF-8 under strict/replace, write_file keeps the
+    mode of an existing file, new files get 644, missing parents, missing file."""
+    admin, sim, redis, _ = setup()
+    sid = start_alive(admin)
+    d = tmpdir("rock-os-rw-")
+    bad = os.path.join(d, "bad.bin")
+    run_ok(admin, sid, "printf 'hello\\377world' > '%s'" % bad)
+    with open(bad, "rb") as f:
+        assert f.read() == b"hello\xffworld"
+
+    st, js = admin.api("POST", "/read_file", {"sandbox_id": sid, "path": bad, "encoding": None,
+                                              "errors": None})
+    assert st == 200 and js["status"] == "Failed", js
+    assert js["message"] == "read file failed", js
+    assert js["result"] is None or js["result"].get("content") == "", js  # never the bytes
+    assert js["error"] and ("utf-8" in js["error"] or "decode" in js["error"]), js
+    st, js = admin.api("POST", "/read_file", {"sandbox_id": sid, "path": bad,
+                                              "encoding": "utf-8", "errors": "replace"})
+    assert js["status"] == "Success" and js["result"] == {"content": "hello\ufffdworld"}, js
+
+    # existing file: mode kept
+    p = os.path.join(d, "script.sh")
+    run_ok(admin, sid, "echo old > '%s' && chmod 755 '%s'" % (p, p))
+    assert admin.ok("POST", "/write_file", {"sandbox_id": sid, "path": p,
+                                            "content": "#!/bin/sh\necho new\n"}) == \
+        {"success": True, "message": ""}
+    assert run_ok(admin, sid, "stat -c %a '" + p + "'")["stdout"] == "755\n"
+    assert run_ok(admin, sid, ["cat", p])["stdout"] == "#!/bin/sh\necho new\n"
+    # new file: 644 (also in a directory that does not exist yet)
+    n = os.path.join(d, "new", "sub", "n.txt")
+    assert admin.ok("POST", "/write_file", {"sandbox_id": sid, "path": n,
+                                            "content": "caf\u00e9 \u2603\n"})["success"] is True
+    assert run_ok(admin, sid, ["stat", "-c", "%a", n])["stdout"] == "644\n"
+    with open(n, "rb") as f:
+        assert f.read() == "caf\u00e9 \u2603\n".encode()
+    assert admin.ok("POST", "/read_file", {"sandbox_id": sid, "path": n}) == \
+        {"content": "caf\u00e9 \u2603\n"}
+
+    # missing file: 5000 with {"content":""} (P returns "" without raising)
+    st, js = admin.api("POST", "/read_file", {"sandbox_id": sid,
+                                              "path": os.path.join(d, "nope")})
+    assert js["status"] == "Failed" and js["message"] == "read file failed", js
+    assert js["result"]["content"] == "" and js["result"]["code"] == 5000, js
+
+
+def upload(admin, sid, target, chunks, size, headers=None, boundary="rockBoundaryQ7x9"):
+    """POST /upload with hand-written multipart framing; chunks is an iterable
+    of bytes (never joined), size its total length."""
+    pre = ("--%s\r\nContent-Disposition: form-data; name=\"sandbox_id\"\r\n\r\n%s\r\n"
+           "--%s\r\nContent-Disposition: form-data; name=\"target_path\"\r\n\r\n%s\r\n"
+           "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
+           "Content-Type: application/octet-stream\r\n\r\n"
+           % (boundary, sid, boundary, target, boundary, os.path.basename(target))).encode()
+    post = ("\r\n--%s--\r\n" % boundary).encode()
+
+    def body():
+        yield pre
+        yield from chunks
+        yield post
+    h = dict(headers or {})
+    h["Content-Type"] = "multipart/form-data; boundary=" + boundary
+    h["Content-Length"] = str(len(pre) + size + len(post))
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=300)
+    conn.request("POST", "/apis/envs/sandbox/v1/upload", body=body(), headers=h)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, json.loads(data)
+
+
+@test
+def upload_1gib_streamed():
+    """A 1 GiB deterministic pseudo-random file streamed through /upload: the
+    sha256 inside the sandbox matches, and rock-admin's RSS stays flat."""
+    admin, sim, redis, _ = setup(sim_extra=["--max-upload-mb", "2048"])
+    sid = start_alive(admin)
+    d = tmpdir("rock-os-big-")
+    src = os.path.join(d, "src.bin")
+    size = 1 << 30
+    block = 1 << 20
+    rng = random.Random(20260121)
+    h = hashlib.sha256()
+    with open(src, "wb") as f:
+        for _ in range(size // block):
+            b = rng.randbytes(block)
+            h.update(b)
+            f.write(b)
+    want = h.hexdigest()
+
+    def chunks():
+        with open(src, "rb") as f:
+            while True:
+                b = f.read(block)
+                if not b:
+                    return
+                yield b
+
+    pid = admin.proc.pid
+    base = vm_rss_kib(pid)
+    peak = [base]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            try:
+                peak[0] = max(peak[0], vm_rss_kib(pid))
+            except (OSError, AssertionError):
+                pass
+            time.sleep(0.05)
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    target = os.path.join(d, "dst", "big.bin")
+    t0 = time.time()
+    try:
+        st, js = upload(admin, sid, target, chunks(), size)
+    finally:
+        done.set()
+        th.join()
+    secs = time.time() - t0
+    growth_mib = (peak[0] - base) / 1024.0
+    print("# 1 GiB upload: %.1fs (%.0f MiB/s), rock-admin VmRSS %d KiB -> peak %d KiB "
+          "(+%.1f MiB)" % (secs, 1024 / secs, base, peak[0], growth_mib), flush=True)
+    assert st == 200 and js == {"status": "Success", "message": None, "error": None,
+                                "result": {"success": True, "message": "",
+                                           "file_name": "big.bin"}}, js
+    r = run_ok(admin, sid, ["sha256sum", target], timeout=120)
+    assert r["stdout"].split()[0] == want, (r, want)
+    assert run_ok(admin, sid, ["stat", "-c", "%a %s", target])["stdout"] == "644 %d\n" % size
+    os.unlink(target)
+    os.unlink(src)
+    assert growth_mib < 64, "rock-admin RSS grew by %.1f MiB" % growth_mib
+
+
+@test
+def api_key_absent_fails_visibly():
+    """Simulator requires a key, rock-admin has none: the start fails visibly
+    (a failed phase or an error naming 401), never pending forever."""
+    redis = Redis()
+    sim = Sim(api_key=API_KEY)
+    admin = Admin(operator="opensandbox", config=os_config(sim.endpoint, api_key=None),
+                  redis=redis)
+    st, js = admin.api("POST", "/start_async", dict(START_BODY))
+    assert st == 200, st
+    if js["status"] == "Failed":  # synchronous create failure
+        assert js["result"]["code"] == 5000 and "401" in js["error"], js
+        return
+
+    sid = js["result"]["sandbox_id"]
+
+    def failed():
+        st, js = status(admin, sid)
+        if js["status"] == "Failed":
+            return js if "401" in (js["error"] or "") else None
+        phases = js["result"]["status"] or {}
+        bad = [p for p in phases.values() if p.get("status") in ("failed", "timeout")]
+        assert js["result"]["is_alive"] is False, js
+        return js if bad and any("401" in p.get("message", "") for p in bad) else None
+    js = wait_until(failed, 15, 0.2, "start failure visible with 401")
+    assert sim_list_by_rock_id(sim, sid) == []  # nothing was created upstream
+    # a sandbox that never started can still be cleaned up
+    st, js = admin.api("POST", "/delete", {"sandbox_id": sid})
+    assert js["status"] == "Success", js
+
+
+@test
+def lifecycle_down():
+    """Lifecycle API answering 503 / dropping connections: get_status gives a
+    clear 5000 error (not a silent pending), a start fails visibly, and
+    everything recovers when the fault clears."""
+    admin, sim, redis, _ = setup(default_timeout=5, connect_timeout=2)
+    sid = start_alive(admin)
+    for fault in ({"lifecycle_status": 503}, {"drop_lifecycle": True}):
+        faults(sim, fault)
+        st, js = status(admin, sid)
+        assert st == 200 and js["status"] == "Failed", (fault, js)
+        assert js["message"] == "get sandbox status failed", js
+        assert js["result"]["code"] == 5000, js
+        assert "opensandbox" in js["error"], js
+        if "lifecycle_status" in fault:
+            assert "503" in js["error"], js
+
+        st, js = admin.api("POST", "/start_async", dict(START_BODY))
+        if js["status"] == "Failed":
+            assert js["result"]["code"] == 5000 and "opensandbox create failed" in js["error"], js
+        else:
+            sid2 = js["result"]["sandbox_id"]
+
+            def visible():
+                st, js = status(admin, sid2)
+                if js["status"] == "Failed":
+                    return js["result"] and js["result"].get("code") == 5000 and js
+                phases = js["result"]["status"] or {}
+                assert js["result"]["is_alive"] is False, js
+                return any(p.get("status") == "failed" for p in phases.values()) and js
+            wait_until(visible, 20, 0.2, "start failure visible under %s" % fault)
+        faults(sim)
+        st, js = status(admin, sid)
+        assert js["status"] == "Success" and js["result"]["is_alive"] is True, js
+    assert run_ok(admin, sid, "echo back")["stdout"] == "back\n"
+
+
+@test
+def stream_cut():
+    """execd closes the command stream without a terminal event: execute is
+    Failed 5000 "... stream ended ...", and the next command works."""
+    admin, sim, redis, _ = setup()
+    sid = start_alive(admin)
+    faults(sim, {"cut_stream_after": 2})
+    st, js = execute(admin, sid, "echo a; echo b; echo c; sleep 0.3; echo d")
+    assert st == 200 and js["status"] == "Failed", js
+    assert js["message"] == "execute command failed", js
+    assert js["result"]["code"] == 5000, js
+    assert "stream ended" in js["error"], js
+    assert js["result"]["failure_reason"] == js["error"], js
+    faults(sim)
+    assert run_ok(admin, sid, "echo ok")["stdout"] == "ok\n"
+
+
+@test
+def vanished_sandbox():
+    """The sandbox disappears from OpenSandbox: runtime ops fail cleanly,
+    get_status marks the record deleted, delete still succeeds."""
+    admin, sim, redis, _ = setup()
+    sid = start_alive(admin)
+    osid = osid_of(admin, sid)
+    st, _ = sim.request("POST", "/_sim/sandboxes/%s/vanish" % osid)
+    assert st == 204, st
+    st, js = execute(admin, sid, "echo x")
+    assert st == 200 and js["status"] == "Failed", js
+    assert js["result"]["code"] in (4000, 5000), js
+
+    st, js = status(admin, sid)
+    assert st == 200, st
+    if js["status"] == "Success":
+        assert js["result"]["state"] == "deleted" and js["result"]["is_alive"] is False, js
+    else:
+        assert js["error"] == "Sandbox %s not found" % sid and js["result"]["code"] == 4000, js
+    st, js = status(admin, sid, all_states=True)
+    assert js["status"] == "Success", js
+    assert js["result"]["state"] == "deleted" and js["result"]["is_alive"] is False, js
+    assert js["result"]["delete_time"], js
+    st, js = status(admin, sid)  # persisted: now plainly not found
+    assert js["status"] == "Failed" and js["result"]["code"] == 4000, js
+    assert redis.cli("SISMEMBER", "rock:active", sid) == "0"
+
+    st, js = execute(admin, sid, "echo x")
+    assert js["status"] == "Failed" and js["result"]["code"] == 4000, js
+    st, js = admin.api("POST", "/read_file", {"sandbox_id": sid, "path": "/etc/hostname"})
+    assert js["status"] == "Failed" and js["result"] == {
+        "content": "", "code": 4000, "exit_code": None,
+        "failure_reason": js["error"]}, js
+    st, js = admin.api("POST", "/delete", {"sandbox_id": sid})
+    assert js["status"] == "Success", js
+
+
+@test
+def lost_create_reply():
+    """The simulator makes the sandbox but drops the 202: the sandbox still
+    becomes alive and exactly one upstream sandbox carries the ROCK id."""
+    admin, sim, redis, _ = setup()
+    faults(sim, {"drop_create_reply": 1})
+    sid = start_alive(admin)
+    items = sim_list_by_rock_id(sim, sid)
+    assert len(items) == 1, items
+    assert items[0]["id"] == osid_of(admin, sid)
+    assert run_ok(admin, sid, "echo adopted")["stdout"] == "adopted\n"
+    admin.ok("POST", "/delete", {"sandbox_id": sid})
+    assert [i for i in sim_list_by_rock_id(sim, sid)
+            if i["status"]["state"] not in ("Terminated",)] == []
+
+
+@test
+def failed_sandbox():
+    """OpenSandbox reports Failed: is_alive false, a failed phase with the reason."""
+    admin, sim, redis, _ = setup()
+    sid = start_alive(admin)
+    osid = osid_of(admin, sid)
+    st, _ = sim.request("POST", "/_sim/sandboxes/%s/fail" % osid)
+    assert st == 204, st
+
+    def failed():
+        st, js = status(admin, sid)
+        assert js["status"] == "Success", js
+        return js["result"] if not js["result"]["is_alive"] else None
+    r = wait_until(failed, 10, 0.2, "failed sandbox not alive")
+    assert r["state"] == "stopped", r
+    bad = [p for p in r["status"].values() if p.get("status") == "failed"]
+    assert bad and "CONTAINER_EXITED_ERROR" in bad[0]["message"], r
+    st, js = execute(admin, sid, "echo x")
+    assert js["status"] == "Failed" and js["result"]["code"] in (4000, 5000), js
+    admin.ok("POST", "/delete", {"sandbox_id": sid})
+    st, js = sim_sandbox(sim, osid)
+    assert st == 404 or js["status"]["state"] == "Terminated", js
+
+
+@test
+def idle_expiry_kills_and_deletes():
+    """auto_clear_time_minutes with the deadline forced into the past: the
+    sweep kills the OpenSandbox sandbox and marks the record deleted."""
+    admin, sim, redis, _ = setup(admin_cfg={"runtime": {"sweep_interval": 1}})
+    sid = start_alive(admin, auto_clear_time_minutes=1)
+    osid = osid_of(admin, sid)
+    exp = float(redis.cli("ZSCORE", "rock:expire", sid))
+    assert 0 < exp - time.time() <= 61, exp
+    redis.cli("ZADD", "rock:expire", "1", sid)
+
+    def gone():
+        raw = redis.cli("GET", "rock:sandbox:" + sid)
+        if not raw:
+            return "missing"
+        return json.loads(raw).get("state") == "deleted" and raw
+    wait_until(gone, 10, 0.1, "record deleted by the idle sweep")
+    st, js = sim_sandbox(sim, osid)
+    assert st == 404 or js["status"]["state"] == "Terminated", (st, js)
+    assert redis.cli("SISMEMBER", "rock:active", sid) == "0"
+    assert redis.cli("ZSCORE", "rock:expire", sid) == ""
+    out = admin.output()
+    assert "idle" in out, out[-2000:]
+
+
+if __name__ == "__main__":
+    run()
