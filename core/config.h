@@ -26,10 +26,10 @@ void rk_problems_free(struct rk_problems *p);
 /** One scalar of a raw (plugin) section. */
 struct rk_cfg_raw_value {
     char *key;
-    char *value;    /* scalar text; NULL for YAML null or a non-scalar */
-    int is_scalar;  /* 0 for mappings/sequences (always a type error) */
-    int is_quoted;  /* the scalar was quoted (a string, never a number/bool) */
-    int line;       /* 1-based line of the key */
+    char *value;   /* scalar text; NULL for YAML null or a non-scalar */
+    int is_scalar; /* 0 for mappings/sequences (always a type error) */
+    int is_quoted; /* the scalar was quoted (a string, never a number/bool) */
+    int line;      /* 1-based line of the key */
 };
 
 /** A top-level section the core does not know (a plugin section). */
@@ -58,16 +58,16 @@ struct rk_config {
         int thread_stack_kib;     /* per-connection thread stack, default 256 */
     } server;
     struct {
-        char *operator_type;           /* required */
-        char *plugin_dir;              /* default PKGLIBDIR */
-        int stop_as_delete;            /* default 0 */
+        char *operator_type;            /* required */
+        char *plugin_dir;               /* default PKGLIBDIR */
+        int stop_as_delete;             /* default 0 */
         int default_auto_clear_minutes; /* default 30 */
-        double max_cpus;               /* default 16 */
-        char *max_memory;              /* default "64g" */
-        char *max_disk;                /* default "256g" */
-        int sweep_interval_s;          /* idle sweep, default 30; 0 disables */
-        int session_reservation_ttl_s; /* default 120 */
-        int start_wait_s;              /* /start waits this long, default 85 */
+        double max_cpus;                /* default 16 */
+        char *max_memory;               /* default "64g" */
+        char *max_disk;                 /* default "256g" */
+        int sweep_interval_s;           /* idle sweep, default 30; 0 disables */
+        int session_reservation_ttl_s;  /* default 120 */
+        int start_wait_s;               /* /start waits this long, default 85 */
     } runtime;
     struct {
         char *host; /* "" = in-process store */

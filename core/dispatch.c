@@ -96,8 +96,9 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
                                  desc->display_name);
     }
     if (strcmp(tag, desc->backend_tag) != 0) {
-        rk_call_set_error(call, RK_E_INVALID, "Sandbox backend %s conflicts with configured operator %s",
-                          tag, desc->name);
+        rk_call_set_error(call, RK_E_INVALID,
+                          "Sandbox backend %s conflicts with configured operator %s", tag,
+                          desc->name);
         json_object_put(rec);
         return RK_E_INVALID;
     }

@@ -2,8 +2,10 @@
 /*
  * The fail-closed gate every sandbox route goes through, in this order:
  *   1. find the record              -> 4000 "Sandbox <id> not found"
- *   2. backend tag present          -> 4000 "<Display> sandbox metadata is missing required backend"
- *   3. tag equals the loaded plugin -> 4000 "Sandbox backend X conflicts with configured operator Y"
+ *   2. backend tag present          -> 4000 "<Display> sandbox metadata is missing required
+ * backend"
+ *   3. tag equals the loaded plugin -> 4000 "Sandbox backend X conflicts with configured operator
+ * Y"
  *   4. capability present           -> 4000 with the plugin's refusal text
  *   5. state precondition           -> 4000 "Sandbox <id> is not running (state=<s>)"
  * and only then the plugin. Activity operations refresh the idle deadline
@@ -43,10 +45,10 @@ enum rk_op {
 
 /** Static facts about an operation (for the gate and its table-driven test). */
 struct rk_op_info {
-    const char *name;      /* used in "<Display> backend does not support <name>" */
-    uint64_t cap;          /* required capability bit, 0 = none */
-    int needs_running;     /* state precondition */
-    int touches_idle;      /* refreshes the idle deadline */
+    const char *name;  /* used in "<Display> backend does not support <name>" */
+    uint64_t cap;      /* required capability bit, 0 = none */
+    int needs_running; /* state precondition */
+    int touches_idle;  /* refreshes the idle deadline */
 };
 
 /** Facts of op. */

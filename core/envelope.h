@@ -15,18 +15,18 @@ struct rk_req;
 
 /** The `result` object a route carries on 4000/5000 failures. */
 enum rk_shape {
-    RK_SHAPE_NULL = 0,          /* result: null */
-    RK_SHAPE_SANDBOX_RESPONSE,  /* {"code","exit_code","failure_reason"} */
-    RK_SHAPE_START,             /* start object with code + failure_reason */
-    RK_SHAPE_EXECUTE,           /* {"stdout":"","stderr":"","exit_code":null} */
-    RK_SHAPE_CREATE_SESSION,    /* {"output":"","session_type":"bash"} */
-    RK_SHAPE_RUN_SESSION,       /* {"session_type":"bash","output":"",...} */
-    RK_SHAPE_CLOSE_SESSION,     /* {"session_type":"bash"} */
-    RK_SHAPE_READ_FILE,         /* {"content":""} */
-    RK_SHAPE_WRITE_FILE,        /* {"success":false,"message":""} */
-    RK_SHAPE_UPLOAD,            /* {"success":false,"message":"","file_name":""} */
-    RK_SHAPE_LIST,              /* list result with items [] */
-    RK_SHAPE_BATCH,             /* batch result with statuses null */
+    RK_SHAPE_NULL = 0,         /* result: null */
+    RK_SHAPE_SANDBOX_RESPONSE, /* {"code","exit_code","failure_reason"} */
+    RK_SHAPE_START,            /* start object with code + failure_reason */
+    RK_SHAPE_EXECUTE,          /* {"stdout":"","stderr":"","exit_code":null} */
+    RK_SHAPE_CREATE_SESSION,   /* {"output":"","session_type":"bash"} */
+    RK_SHAPE_RUN_SESSION,      /* {"session_type":"bash","output":"",...} */
+    RK_SHAPE_CLOSE_SESSION,    /* {"session_type":"bash"} */
+    RK_SHAPE_READ_FILE,        /* {"content":""} */
+    RK_SHAPE_WRITE_FILE,       /* {"success":false,"message":""} */
+    RK_SHAPE_UPLOAD,           /* {"success":false,"message":"","file_name":""} */
+    RK_SHAPE_LIST,             /* list result with items [] */
+    RK_SHAPE_BATCH,            /* batch result with statuses null */
 };
 
 /** ROCK code for a plugin/core status: 4000, 5000, or 0 (result null). */

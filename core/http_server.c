@@ -141,8 +141,9 @@ void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Respons
     r->responded = 1;
     r->http_status = http_status;
     if (!r->outcome)
-        r->outcome = http_status < 400 ? "success" : http_status < 500 ? "client_error"
-                                                                       : "server_error";
+        r->outcome = http_status < 400   ? "success"
+                     : http_status < 500 ? "client_error"
+                                         : "server_error";
     if (MHD_queue_response(r->conn, http_status, resp) != MHD_YES)
         rk_warn("request %s: cannot queue the response", r->request_id);
     MHD_destroy_response(resp);
@@ -151,8 +152,8 @@ void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Respons
 void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body)
 {
     size_t len = 0;
-    const char *text =
-        json_object_to_json_string_length(body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+    const char *text = json_object_to_json_string_length(
+        body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
     json_object_put(body);
@@ -215,7 +216,8 @@ static void reply_unrouted(struct rk_req *r, enum rk_match m)
         const char *q = rk_req_raw_query(r);
         if (*q)
             rk_buf_printf(&loc, "?%s", q);
-        struct MHD_Response *resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Location", rk_buf_cstr(&loc));
         rk_buf_free(&loc);
         r->outcome = "redirect";
@@ -314,8 +316,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     }
 
     /* Final call: the whole body has arrived. */
-    if (!r->responded && r->body_too_large && r->route &&
-        r->route->body_mode == RK_BODY_JSON)
+    if (!r->responded && r->body_too_large && r->route && r->route->body_mode == RK_BODY_JSON)
         reply_too_large(r);
     if (!r->responded && r->route && !r->route->websocket) {
         r->route->handler(r);
@@ -407,17 +408,14 @@ int rk_http_start(struct rk_app *app)
 
     hs->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->server.port, NULL, NULL, access_handler, app,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->server.max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->server.per_ip_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->server.connection_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->server.max_header_bytes,
         MHD_OPTION_THREAD_STACK_SIZE, (size_t)cfg->server.thread_stack_kib * 1024,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-        MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app,
-        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, app,
-        MHD_OPTION_END);
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app,
+        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, app, MHD_OPTION_END);
     if (!hs->daemon) {
         rk_err("cannot listen on %s:%d (address in use or not permitted)", host, cfg->server.port);
         return -1;

@@ -30,25 +30,25 @@ struct rk_req {
     struct rk_app *app;
     struct MHD_Connection *conn;
     const struct rk_route *route;
-    const char *method;        /* "GET", ... */
-    const char *path;          /* percent-decoded path without the query */
-    char *raw_uri;             /* as received: raw path + "?" + raw query */
-    char *raw_path;            /* raw_uri up to '?' (lazily split) */
+    const char *method;                /* "GET", ... */
+    const char *path;                  /* percent-decoded path without the query */
+    char *raw_uri;                     /* as received: raw path + "?" + raw query */
+    char *raw_path;                    /* raw_uri up to '?' (lazily split) */
     const char *params[RK_MAX_PARAMS]; /* decoded path parameters (point into param_buf) */
     char *param_buf;
-    struct rk_call *call;      /* deadline, arena, error slot, request id */
-    int64_t start_ms;          /* monotonic start time */
-    char request_id[40];       /* from X-Request-ID or generated */
+    struct rk_call *call; /* deadline, arena, error slot, request id */
+    int64_t start_ms;     /* monotonic start time */
+    char request_id[40];  /* from X-Request-ID or generated */
     /* body handling */
-    char *body;                /* buffered body (JSON routes), NUL-terminated */
+    char *body; /* buffered body (JSON routes), NUL-terminated */
     size_t body_len;
     int body_too_large;
-    void *route_ctx;           /* streaming routes' private state */
+    void *route_ctx;                          /* streaming routes' private state */
     void (*route_ctx_free)(struct rk_req *r); /* called when the request ends */
     /* response */
     int responded;
     unsigned http_status;
-    const char *outcome;       /* "ok", "failed", "client_error", ... for metrics */
+    const char *outcome; /* "ok", "failed", "client_error", ... for metrics */
 };
 
 /** Start listening per app->cfg->server. Returns 0, or -1 with an error logged. */

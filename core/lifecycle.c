@@ -25,17 +25,17 @@
 
 /* A change applied atomically to a stored record (see rk_store_update). */
 struct patch {
-    enum rk_state expect;     /* apply only in this state (0 = any) */
-    enum rk_state to;         /* transition target (0 = none) */
-    const char *event;        /* transition event */
-    const char *tag;          /* backend tag for upstream_id */
-    const char *upstream_id;  /* set extended_params.<tag>_id */
-    const char *image;        /* replace image */
-    const char *host_name;    /* replace host_name */
-    const char *failure;      /* set failure phase message */
-    int create_failed;        /* mark the create as failed */
-    int create_done;          /* drop create_deadline */
-    enum rk_state seen;       /* out: state found */
+    enum rk_state expect;    /* apply only in this state (0 = any) */
+    enum rk_state to;        /* transition target (0 = none) */
+    const char *event;       /* transition event */
+    const char *tag;         /* backend tag for upstream_id */
+    const char *upstream_id; /* set extended_params.<tag>_id */
+    const char *image;       /* replace image */
+    const char *host_name;   /* replace host_name */
+    const char *failure;     /* set failure phase message */
+    int create_failed;       /* mark the create as failed */
+    int create_done;         /* drop create_deadline */
+    enum rk_state seen;      /* out: state found */
 };
 
 static int apply_patch(json_object *rec, void *ctx)
@@ -235,7 +235,8 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
     json_object *rec = *rec_io;
     /* Copy what we need: patch_record() replaces (and frees) *rec_io. */
     char id[256], upstream[256];
-    snprintf(id, sizeof id, "%s", rk_rec_str(rec, "sandbox_id") ? rk_rec_str(rec, "sandbox_id") : "");
+    snprintf(id, sizeof id, "%s",
+             rk_rec_str(rec, "sandbox_id") ? rk_rec_str(rec, "sandbox_id") : "");
     enum rk_state stored = rk_rec_state(rec);
     *shown = stored;
     *alive = 0;
@@ -281,8 +282,10 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
 
     if (info.upstream_id && !ref.upstream_id) {
         /* Adopted after a lost create reply (reconciled by rock id). */
-        struct patch p = {.tag = tag, .upstream_id = info.upstream_id,
-                          .host_name = info.upstream_id, .create_done = 1};
+        struct patch p = {.tag = tag,
+                          .upstream_id = info.upstream_id,
+                          .host_name = info.upstream_id,
+                          .create_done = 1};
         patch_record(app, id, &p, rec_io);
     }
     switch (info.state) {
@@ -290,8 +293,7 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
         *alive = 1;
         *shown = RK_STATE_RUNNING;
         if (stored == RK_STATE_PENDING) {
-            struct patch p = {.expect = RK_STATE_PENDING, .to = RK_STATE_RUNNING,
-                              .event = "alive"};
+            struct patch p = {.expect = RK_STATE_PENDING, .to = RK_STATE_RUNNING, .event = "alive"};
             patch_record(app, id, &p, rec_io);
         }
         rk_dispatch_touch_rec(app, *rec_io);

@@ -127,15 +127,25 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "c:p:th", longopts, NULL)) != -1) {
         switch (c) {
-        case 'c': cfg_path = optarg; break;
-        case 'p': port_opt = optarg; break;
-        case 't': test_only = 1; break;
+        case 'c':
+            cfg_path = optarg;
+            break;
+        case 'p':
+            port_opt = optarg;
+            break;
+        case 't':
+            test_only = 1;
+            break;
         case 'V':
             printf("rock-admin %s (operator ABI %d.%d)\n", PACKAGE_VERSION, RK_OPERATOR_ABI_MAJOR,
                    RK_OPERATOR_ABI_MINOR);
             return 0;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -213,8 +223,8 @@ int main(int argc, char **argv)
         return 0;
     }
     rk_notice("rock-admin %s starting: operator %s %s (ABI %u.%u) from %s", PACKAGE_VERSION,
-            pl->desc->name, pl->desc->version ? pl->desc->version : "", pl->desc->abi_major,
-            pl->desc->abi_minor, pl->path);
+              pl->desc->name, pl->desc->version ? pl->desc->version : "", pl->desc->abi_major,
+              pl->desc->abi_minor, pl->path);
 
     struct rk_app app = {.cfg = cfg, .plugin = pl};
     app.store = open_store(cfg);

@@ -167,14 +167,16 @@ void rk_metrics_render(struct rk_app *app, struct rk_buf *out)
         rk_buf_printf(out, "rock_admin_upstream_calls_total{op=\"%s\",outcome=\"%s\"} %llu\n",
                       ups[i].op, outcome, ups[i].count);
     }
-    rk_buf_printf(out, "# HELP rock_admin_inflight_requests Requests being handled.\n"
-                       "# TYPE rock_admin_inflight_requests gauge\nrock_admin_inflight_requests "
-                       "%lld\n",
+    rk_buf_printf(out,
+                  "# HELP rock_admin_inflight_requests Requests being handled.\n"
+                  "# TYPE rock_admin_inflight_requests gauge\nrock_admin_inflight_requests "
+                  "%lld\n",
                   inflight);
     pthread_mutex_unlock(&mu);
-    rk_buf_printf(out, "# HELP rock_admin_store_errors_total Store (Redis) errors.\n"
-                       "# TYPE rock_admin_store_errors_total counter\n"
-                       "rock_admin_store_errors_total %llu\n",
+    rk_buf_printf(out,
+                  "# HELP rock_admin_store_errors_total Store (Redis) errors.\n"
+                  "# TYPE rock_admin_store_errors_total counter\n"
+                  "rock_admin_store_errors_total %llu\n",
                   (unsigned long long)rk_store_error_count(app->store));
     rk_buf_printf(out, "# HELP rock_admin_sandboxes Active sandboxes by state.\n"
                        "# TYPE rock_admin_sandboxes gauge\n");
@@ -183,7 +185,8 @@ void rk_metrics_render(struct rk_app *app, struct rk_buf *out)
                       "rock_admin_sandboxes{state=\"pending\"} %llu\n"
                       "rock_admin_sandboxes{state=\"running\"} %llu\n",
                       pending, running);
-    rk_buf_printf(out, "# HELP rock_admin_draining 1 while the process drains for shutdown.\n"
-                       "# TYPE rock_admin_draining gauge\nrock_admin_draining %d\n",
+    rk_buf_printf(out,
+                  "# HELP rock_admin_draining 1 while the process drains for shutdown.\n"
+                  "# TYPE rock_admin_draining gauge\nrock_admin_draining %d\n",
                   app->draining ? 1 : 0);
 }

@@ -63,10 +63,10 @@ static int valid_name(const char *s)
 int rk_plugin_check_descriptor(const struct rk_operator *d, const char *stem, char *why,
                                size_t whylen)
 {
-#define REFUSE(...)                                                                        \
-    do {                                                                                   \
-        snprintf(why, whylen, __VA_ARGS__);                                                \
-        return -1;                                                                         \
+#define REFUSE(...)                                                                                \
+    do {                                                                                           \
+        snprintf(why, whylen, __VA_ARGS__);                                                        \
+        return -1;                                                                                 \
     } while (0)
     if (d->magic != RK_OPERATOR_MAGIC)
         REFUSE("magic check failed: descriptor has 0x%08x, expected 0x%08x (not a rock-admin "
@@ -92,8 +92,8 @@ int rk_plugin_check_descriptor(const struct rk_operator *d, const char *stem, ch
     if (!valid_name(d->name))
         REFUSE("name check failed: \"%s\" is not [a-z0-9_]+", d->name ? d->name : "(null)");
     if (stem && strcmp(d->name, stem) != 0)
-        REFUSE("name check failed: descriptor name is \"%s\" but the file is \"%s.so\"",
-               d->name, stem);
+        REFUSE("name check failed: descriptor name is \"%s\" but the file is \"%s.so\"", d->name,
+               stem);
     if (!d->backend_tag || !*d->backend_tag)
         REFUSE("backend tag check failed: backend_tag is empty");
     if (!d->display_name || !*d->display_name)
@@ -138,8 +138,7 @@ int rk_plugin_check_descriptor(const struct rk_operator *d, const char *stem, ch
         if (!valid_name(k->name))
             REFUSE("config schema check failed: key \"%s\" is not [a-z0-9_]+", k->name);
         if (k->type < RK_CFG_STR || k->type > RK_CFG_ENUM)
-            REFUSE("config schema check failed: key %s has unknown type %d", k->name,
-                   (int)k->type);
+            REFUSE("config schema check failed: key %s has unknown type %d", k->name, (int)k->type);
         if (k->type == RK_CFG_ENUM && (!k->enum_values || !k->enum_values[0]))
             REFUSE("config schema check failed: enum key %s has no values", k->name);
         for (const struct rk_cfg_key *k2 = d->config; k2 != k; k2++)

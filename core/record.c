@@ -15,7 +15,7 @@
 #define RK_SWE_REX_VERSION "1.2.17"
 #define RK_HISTORY_MAX 100
 
-static const char *const state_names[] = {NULL,       "pending",  "running", "stopped",
+static const char *const state_names[] = {NULL,        "pending",  "running", "stopped",
                                           "archiving", "archived", "deleted"};
 
 const char *rk_state_name(enum rk_state st)
@@ -136,8 +136,7 @@ static void copy_member(json_object *out, json_object *rec, const char *key)
 }
 
 /* Copy a string member, substituting def for absent/null (TS rejects null). */
-static void copy_str_nonnull(json_object *out, json_object *rec, const char *key,
-                             const char *def)
+static void copy_str_nonnull(json_object *out, json_object *rec, const char *key, const char *def)
 {
     const char *s = rk_rec_str(rec, key);
     json_object_object_add(out, key, json_object_new_string(s ? s : def));
@@ -199,8 +198,9 @@ json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive)
     copy_member(o, rec, "archive_time");
     copy_member(o, rec, "delete_time");
     json_object *exp;
-    if (rk_state_is_active(rk_rec_state(rec)) && json_object_object_get_ex(rec, "expire_time", &exp) &&
-        exp && json_object_get_int64(exp) > 0) {
+    if (rk_state_is_active(rk_rec_state(rec)) &&
+        json_object_object_get_ex(rec, "expire_time", &exp) && exp &&
+        json_object_get_int64(exp) > 0) {
         char iso[32];
         rk_iso_time(json_object_get_int64(exp), iso);
         json_object_object_add(o, "auto_stop_time", json_object_new_string(iso));

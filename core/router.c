@@ -13,15 +13,15 @@
 #define P RK_API_PREFIX
 
 /* JSON route helper: method, path, name, handler, failure message, shape. */
-#define JSON_ROUTE(m, pat, nm, fn, msg, shp)                                                \
-    {                                                                                      \
-        .method = m, .pattern = pat, .name = nm, .body_mode = RK_BODY_JSON, .handler = fn, \
-        .fail_message = msg, .shape = shp                                                  \
+#define JSON_ROUTE(m, pat, nm, fn, msg, shp)                                                       \
+    {                                                                                              \
+        .method = m, .pattern = pat, .name = nm, .body_mode = RK_BODY_JSON, .handler = fn,         \
+        .fail_message = msg, .shape = shp                                                          \
     }
-#define GET_ROUTE(pat, nm, fn, msg, shp)                                                   \
-    {                                                                                      \
-        .method = "GET", .pattern = pat, .name = nm, .body_mode = RK_BODY_NONE,            \
-        .handler = fn, .fail_message = msg, .shape = shp                                   \
+#define GET_ROUTE(pat, nm, fn, msg, shp)                                                           \
+    {                                                                                              \
+        .method = "GET", .pattern = pat, .name = nm, .body_mode = RK_BODY_NONE, .handler = fn,     \
+        .fail_message = msg, .shape = shp                                                          \
     }
 
 const struct rk_route rk_routes[] = {
@@ -31,8 +31,7 @@ const struct rk_route rk_routes[] = {
     GET_ROUTE("/metrics", "metrics", rk_route_metrics, NULL, RK_SHAPE_NULL),
     JSON_ROUTE("POST", P "/start_async", "start_async", rk_route_start_async,
                "async start sandbox failed", RK_SHAPE_START),
-    JSON_ROUTE("POST", P "/start", "start", rk_route_start, "start sandbox failed",
-               RK_SHAPE_START),
+    JSON_ROUTE("POST", P "/start", "start", rk_route_start, "start sandbox failed", RK_SHAPE_START),
     GET_ROUTE(P "/get_status", "get_status", rk_route_get_status, "get sandbox status failed",
               RK_SHAPE_SANDBOX_RESPONSE),
     GET_ROUTE(P "/is_alive", "is_alive", rk_route_is_alive, "get sandbox is alive failed",

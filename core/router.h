@@ -32,7 +32,7 @@ struct rk_route {
     int (*body)(struct rk_req *r, const char *data, size_t len);
     /** Produces the response. */
     void (*handler)(struct rk_req *r);
-    int websocket; /* 1: matched only for Upgrade: websocket requests */
+    int websocket;            /* 1: matched only for Upgrade: websocket requests */
     const char *fail_message; /* route "message" on failures, e.g. "execute command failed" */
     int shape;                /* enum rk_shape: result object on 4000/5000 failures */
 };

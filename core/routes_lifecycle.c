@@ -62,8 +62,7 @@ static void num_text(double v, char out[64])
 /* Validate the start request and create the pending record; on success
  * *id_out is the sandbox id (arena) and *disk_out the disk value. Replies on
  * failure and returns -1. */
-static int do_start(struct rk_req *r, int read_headers, const char **id_out,
-                    const char **disk_out)
+static int do_start(struct rk_req *r, int read_headers, const char **id_out, const char **disk_out)
 {
     struct rk_app *app = r->app;
     const struct rk_config *cfg = app->cfg;
@@ -111,7 +110,8 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out,
     double mem_bytes = 0, max_bytes = 0;
     char a[64], b[64];
     if (rk_memory_normalize(memory, mem_norm, &mem_bytes) != 0) {
-        rk_reply_error(r, RK_E_INVALID, rk_arena_printf(r->call, "Invalid memory size: %s", memory));
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call, "Invalid memory size: %s", memory));
         goto fail;
     }
     if (rk_memory_normalize(cfg->runtime.max_memory, max_norm, &max_bytes) == 0 &&
@@ -129,24 +129,25 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out,
     if (cpus > cfg->runtime.max_cpus || limit_cpus > cfg->runtime.max_cpus) {
         num_text(cpus > cfg->runtime.max_cpus ? cpus : limit_cpus, a);
         num_text(cfg->runtime.max_cpus, b);
-        rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call, "Requested CPUs %s exceed the maximum allowed %s",
-                                       a, b));
+        rk_reply_error(
+            r, RK_E_INVALID,
+            rk_arena_printf(r->call, "Requested CPUs %s exceed the maximum allowed %s", a, b));
         goto fail;
     }
     if (disk) {
         char dn[32];
         double disk_bytes = 0, disk_max = 0;
         if (rk_memory_normalize(disk, dn, &disk_bytes) != 0) {
-            rk_reply_error(r, RK_E_INVALID, rk_arena_printf(r->call, "Invalid disk size: %s", disk));
+            rk_reply_error(r, RK_E_INVALID,
+                           rk_arena_printf(r->call, "Invalid disk size: %s", disk));
             goto fail;
         }
         if (rk_memory_normalize(cfg->runtime.max_disk, dn, &disk_max) == 0 &&
             disk_bytes > disk_max) {
             rk_reply_error(r, RK_E_INVALID,
                            rk_arena_printf(r->call,
-                                           "Requested disk %s exceed the maximum allowed %s",
-                                           disk, cfg->runtime.max_disk));
+                                           "Requested disk %s exceed the maximum allowed %s", disk,
+                                           cfg->runtime.max_disk));
             goto fail;
         }
     }
@@ -367,9 +368,9 @@ void rk_route_is_alive(struct rk_req *r)
         json_object_put(st);
     } else {
         json_object_object_add(o, "is_alive", json_object_new_boolean(0));
-        json_object_object_add(
-            o, "message",
-            json_object_new_string(rk_arena_printf(r->call, "sandbox %s is alive failed", id ? id : "")));
+        json_object_object_add(o, "message",
+                               json_object_new_string(rk_arena_printf(
+                                   r->call, "sandbox %s is alive failed", id ? id : "")));
     }
     rk_reply_ok(r, o);
 }
@@ -399,8 +400,7 @@ static void persist_transition(struct rk_app *app, const char *id, enum rk_state
 {
     struct transition_ctx t = {to, event};
     char err[RK_STORE_ERRLEN];
-    if (rk_store_update(app->store, id, apply_transition, &t, NULL, err, sizeof err) !=
-        RK_STORE_OK)
+    if (rk_store_update(app->store, id, apply_transition, &t, NULL, err, sizeof err) != RK_STORE_OK)
         rk_warn("sandbox %s: cannot record state %s: %s", id, rk_state_name(to), err);
 }
 
@@ -523,8 +523,9 @@ static void restart(struct rk_req *r, const char *id)
     }
     if (t.ref.state != RK_STATE_STOPPED) {
         rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call, "Sandbox %s cannot be restarted: current state is '%s'",
-                                       id, rk_state_name(t.ref.state)));
+                       rk_arena_printf(r->call,
+                                       "Sandbox %s cannot be restarted: current state is '%s'", id,
+                                       rk_state_name(t.ref.state)));
         rk_target_release(&t);
         return;
     }
@@ -756,7 +757,8 @@ void rk_route_list(struct rk_req *r)
     rk_v_free(&v);
     if (page < 1 || page_size < 1) {
         rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call, "page parameter invalid, page is %lld, page_size is %lld",
+                       rk_arena_printf(r->call,
+                                       "page parameter invalid, page is %lld, page_size is %lld",
                                        (long long)page, (long long)page_size));
         return;
     }
@@ -797,7 +799,8 @@ void rk_route_list(struct rk_req *r)
     json_object_object_add(res, "failure_reason", NULL);
     json_object_object_add(res, "items", items);
     json_object_object_add(res, "total", json_object_new_int64((int64_t)kept));
-    json_object_object_add(res, "has_more", json_object_new_boolean(page * page_size < (int64_t)kept));
+    json_object_object_add(res, "has_more",
+                           json_object_new_boolean(page * page_size < (int64_t)kept));
     rk_reply_ok(r, res);
 }
 
@@ -813,9 +816,9 @@ void rk_route_batch(struct rk_req *r)
     }
     size_t n = json_object_array_length(ids);
     if (n > MAX_BATCH) {
-        rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call, "sandbox_ids count too large, max count is %d",
-                                       MAX_BATCH));
+        rk_reply_error(
+            r, RK_E_INVALID,
+            rk_arena_printf(r->call, "sandbox_ids count too large, max count is %d", MAX_BATCH));
         goto out;
     }
     const char **idv = rk_arena_alloc(r->call, (n ? n : 1) * sizeof *idv);
@@ -834,8 +837,7 @@ void rk_route_batch(struct rk_req *r)
     json_object *statuses = json_object_new_array();
     for (size_t i = 0; i < n; i++) {
         if (recs[i] && rk_state_is_active(rk_rec_state(recs[i])))
-            json_object_array_add(statuses,
-                                  rk_rec_status(recs[i], rk_rec_state(recs[i]), 1));
+            json_object_array_add(statuses, rk_rec_status(recs[i], rk_rec_state(recs[i]), 1));
         json_object_put(recs[i]);
     }
     free(recs);

@@ -80,8 +80,8 @@ void rk_route_metrics(struct rk_req *r)
 {
     struct rk_buf out = {0};
     rk_metrics_render(r->app, &out);
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(out.len, out.data ? out.data : (void *)"", MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        out.len, out.data ? out.data : (void *)"", MHD_RESPMEM_MUST_COPY);
     rk_buf_free(&out);
     MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
     r->outcome = "success";

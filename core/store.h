@@ -37,8 +37,8 @@ struct rk_redis_cfg {
     const char *password; /* NULL or "" for none; never logged */
     int db;               /* SELECT index */
     int connect_timeout_ms;
-    int op_timeout_ms;    /* per command */
-    int pool_size;        /* max concurrent connections */
+    int op_timeout_ms;      /* per command */
+    int pool_size;          /* max concurrent connections */
     const char *key_prefix; /* e.g. "rock:"; NULL means "rock:" */
 };
 
@@ -89,13 +89,13 @@ typedef int (*rk_store_update_fn)(json_object *rec, void *ctx);
 /** Atomic read-modify-write of an existing record (RK_STORE_NOT_FOUND if
  *  none). Keeps the active index consistent with the new state. If out is not
  *  NULL it receives a new reference to the record as written. */
-rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update_fn fn,
-                            void *ctx, json_object **out, char *err, size_t errlen);
+rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
+                            json_object **out, char *err, size_t errlen);
 
 /** Ids of active records (pending or running). *ids_out is a malloc'd array
  *  of malloc'd strings; free with rk_store_free_ids. */
-rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n_out,
-                                 char *err, size_t errlen);
+rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                                 size_t errlen);
 
 /** Free an id array from rk_store_list_active / rk_store_expired. */
 void rk_store_free_ids(char **ids, size_t n);
@@ -126,8 +126,7 @@ rk_store_rc rk_session_reserve(struct rk_store *st, const char *sandbox_id, cons
 /** Replace our reservation with the backend session id. RK_STORE_CONFLICT if
  *  the reservation is no longer ours (expired and reclaimed, or removed). */
 rk_store_rc rk_session_commit(struct rk_store *st, const char *sandbox_id, const char *name,
-                              const char *token, const char *session_id, char *err,
-                              size_t errlen);
+                              const char *token, const char *session_id, char *err, size_t errlen);
 
 /** Drop our reservation (RK_STORE_CONFLICT if it is not ours any more). */
 rk_store_rc rk_session_rollback(struct rk_store *st, const char *sandbox_id, const char *name,
@@ -143,12 +142,11 @@ rk_store_rc rk_session_remove(struct rk_store *st, const char *sandbox_id, const
                               const char *expected_session_id, char *err, size_t errlen);
 
 /** Remove every mapping of a sandbox. */
-rk_store_rc rk_session_clear(struct rk_store *st, const char *sandbox_id, char *err,
-                             size_t errlen);
+rk_store_rc rk_session_clear(struct rk_store *st, const char *sandbox_id, char *err, size_t errlen);
 
 /** Number of mappings (committed or reserved) of a sandbox, for tests/metrics. */
-rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out,
-                             char *err, size_t errlen);
+rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out, char *err,
+                             size_t errlen);
 
 /* ---- counters for /metrics ---------------------------------------------- */
 

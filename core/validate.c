@@ -181,7 +181,8 @@ int64_t rk_v_int(struct rk_v *v, json_object *obj, const char *key, unsigned fla
         return def;
     }
     if (d != floor(d) || fabs(d) > 9.0e15) {
-        rk_v_problem(v, key, "Input should be a valid integer, got a number with a fractional part");
+        rk_v_problem(v, key,
+                     "Input should be a valid integer, got a number with a fractional part");
         return def;
     }
     if (present_out)
@@ -311,7 +312,8 @@ int64_t rk_v_qint(struct rk_v *v, struct rk_req *r, const char *key, int64_t def
     errno = 0;
     long long x = strtoll(s, &end, 10);
     if (end == s || *end || errno) {
-        rk_v_problem(v, key, "Input should be a valid integer, unable to parse string as an integer");
+        rk_v_problem(v, key,
+                     "Input should be a valid integer, unable to parse string as an integer");
         return def;
     }
     return x;

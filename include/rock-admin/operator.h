@@ -104,19 +104,19 @@ extern "C" {
 /** Result of every entry point. 0 is success; errors are negative. */
 typedef enum rk_status {
     RK_OK = 0,
-    RK_E_INVALID = -1,      /**< bad input (4000) */
-    RK_E_NOT_FOUND = -2,    /**< object does not exist upstream (4000) */
-    RK_E_CONFLICT = -3,     /**< already exists / state conflict (4000) */
-    RK_E_UNSUPPORTED = -4,  /**< the backend cannot do this (4000) */
-    RK_E_NOT_RUNNING = -5,  /**< sandbox not running (4000) */
-    RK_E_TIMEOUT = -6,      /**< an operation timed out (Failed, result null) */
-    RK_E_CANCELLED = -7,    /**< the client went away (Failed, result null) */
-    RK_E_UPSTREAM = -8,     /**< upstream answered badly (5000) */
-    RK_E_UNAVAILABLE = -9,  /**< upstream unreachable (5000) */
-    RK_E_NOMEM = -10,       /**< out of memory (5000) */
-    RK_E_INTERNAL = -11,    /**< bug or unexpected state (5000) */
-    RK_E_TOO_LARGE = -12,   /**< a configured size cap was exceeded (5000) */
-    RK_E_COMMAND = -13,     /**< a command the plugin ran failed (Failed, result null) */
+    RK_E_INVALID = -1,     /**< bad input (4000) */
+    RK_E_NOT_FOUND = -2,   /**< object does not exist upstream (4000) */
+    RK_E_CONFLICT = -3,    /**< already exists / state conflict (4000) */
+    RK_E_UNSUPPORTED = -4, /**< the backend cannot do this (4000) */
+    RK_E_NOT_RUNNING = -5, /**< sandbox not running (4000) */
+    RK_E_TIMEOUT = -6,     /**< an operation timed out (Failed, result null) */
+    RK_E_CANCELLED = -7,   /**< the client went away (Failed, result null) */
+    RK_E_UPSTREAM = -8,    /**< upstream answered badly (5000) */
+    RK_E_UNAVAILABLE = -9, /**< upstream unreachable (5000) */
+    RK_E_NOMEM = -10,      /**< out of memory (5000) */
+    RK_E_INTERNAL = -11,   /**< bug or unexpected state (5000) */
+    RK_E_TOO_LARGE = -12,  /**< a configured size cap was exceeded (5000) */
+    RK_E_COMMAND = -13,    /**< a command the plugin ran failed (Failed, result null) */
 } rk_status;
 
 /* ------------------------------------------------------------------------ */
@@ -181,13 +181,13 @@ enum rk_cfg_type {
 
 /** One key of the plugin's YAML section. Arrays end with name == NULL. */
 struct rk_cfg_key {
-    const char *name;                /**< key in the plugin's section */
-    enum rk_cfg_type type;           /**< value type */
-    uint32_t flags;                  /**< RK_CFGF_* */
-    const char *default_value;       /**< textual default, or NULL for none */
-    const char *const *enum_values;  /**< NULL-terminated, for RK_CFG_ENUM */
-    const char *env_fallback;        /**< env var read by the core when the value is empty */
-    const char *doc;                 /**< one line shown by documentation tools */
+    const char *name;               /**< key in the plugin's section */
+    enum rk_cfg_type type;          /**< value type */
+    uint32_t flags;                 /**< RK_CFGF_* */
+    const char *default_value;      /**< textual default, or NULL for none */
+    const char *const *enum_values; /**< NULL-terminated, for RK_CFG_ENUM */
+    const char *env_fallback;       /**< env var read by the core when the value is empty */
+    const char *doc;                /**< one line shown by documentation tools */
 };
 
 /** Read-only view of the validated section, handed to init(). */
@@ -226,18 +226,18 @@ struct rk_sandbox_ref {
 
 /** What a client asked to create (borrowed). */
 struct rk_create_spec {
-    const char *sandbox_id;      /**< ROCK id; also record it upstream for reconciliation */
-    const char *image;           /**< image as requested */
-    double cpus;                 /**< requested cpus */
-    double limit_cpus;           /**< 0 when unset */
-    const char *memory;          /**< as requested, e.g. "8g" */
-    const struct rk_kv *env;     /**< sandbox environment */
+    const char *sandbox_id;  /**< ROCK id; also record it upstream for reconciliation */
+    const char *image;       /**< image as requested */
+    double cpus;             /**< requested cpus */
+    double limit_cpus;       /**< 0 when unset */
+    const char *memory;      /**< as requested, e.g. "8g" */
+    const struct rk_kv *env; /**< sandbox environment */
     size_t env_len;
-    const char *user_id;         /**< from X-User-Id, default "default" */
-    const char *experiment_id;   /**< from X-Experiment-Id */
-    const char *namespace_name;  /**< from X-Namespace */
-    int64_t idle_timeout_s;      /**< client's idle timeout (auto_clear_time_minutes * 60) */
-    int64_t startup_timeout_s;   /**< how long the client waits for running */
+    const char *user_id;        /**< from X-User-Id, default "default" */
+    const char *experiment_id;  /**< from X-Experiment-Id */
+    const char *namespace_name; /**< from X-Namespace */
+    int64_t idle_timeout_s;     /**< client's idle timeout (auto_clear_time_minutes * 60) */
+    int64_t startup_timeout_s;  /**< how long the client waits for running */
 };
 
 /** Result of create() (arena). */
@@ -249,10 +249,10 @@ struct rk_created {
 
 /** Result of status() (arena). */
 struct rk_status_info {
-    enum rk_state state;        /**< mapped ROCK state */
-    int failed;                 /**< 1 if the backend reports a failure (reason says why) */
-    const char *reason;         /**< human-readable detail or NULL */
-    const char *upstream_id;    /**< set when the plugin discovered the id (ref had NULL) */
+    enum rk_state state;     /**< mapped ROCK state */
+    int failed;              /**< 1 if the backend reports a failure (reason says why) */
+    const char *reason;      /**< human-readable detail or NULL */
+    const char *upstream_id; /**< set when the plugin discovered the id (ref had NULL) */
 };
 
 /** Output stream ids passed to rk_sink.write. */
@@ -287,7 +287,7 @@ struct rk_exec_req {
     const char *cwd;         /**< working directory or NULL */
     const struct rk_kv *env; /**< sandbox env overlaid by the request's; may be empty */
     size_t env_len;
-    int64_t timeout_ms;      /**< command timeout; 0 = none */
+    int64_t timeout_ms; /**< command timeout; 0 = none */
 };
 
 /** Outcome of a command (arena). */
@@ -300,19 +300,19 @@ struct rk_exec_res {
 
 /** File metadata returned by file_stat() (out-param, plain values). */
 struct rk_file_info {
-    int exists;   /**< 0 if the path does not exist (not an error) */
+    int exists;    /**< 0 if the path does not exist (not an error) */
     unsigned mode; /**< permission bits, e.g. 0644 */
-    int64_t size; /**< bytes, -1 if unknown */
+    int64_t size;  /**< bytes, -1 if unknown */
 };
 
 /** Options for opening a session (borrowed). */
 struct rk_session_opts {
-    const struct rk_kv *env;               /**< exported once at open, sandbox env overlaid */
+    const struct rk_kv *env; /**< exported once at open, sandbox env overlaid */
     size_t env_len;
-    const char *const *startup_source;     /**< files sourced once at open */
+    const char *const *startup_source; /**< files sourced once at open */
     size_t startup_source_len;
-    const char *remote_user;               /**< requested user or NULL */
-    int64_t startup_timeout_ms;            /**< limit for the init commands */
+    const char *remote_user;    /**< requested user or NULL */
+    int64_t startup_timeout_ms; /**< limit for the init commands */
 };
 
 /** Result of session_open() (arena). */
@@ -332,7 +332,7 @@ enum rk_proxy_kind { RK_PROXY_HTTP = 1, RK_PROXY_WS = 2, RK_PROXY_TCP = 3 };
 
 /** Where the core relays proxied traffic (arena). */
 struct rk_proxy_target {
-    const char *base_url;        /**< http(s)://host[:port][/path][?query]; the core appends the path */
+    const char *base_url; /**< http(s)://host[:port][/path][?query]; the core appends the path */
     const struct rk_kv *headers; /**< headers that must reach the upstream, override the client's */
     size_t headers_len;
 };
@@ -388,8 +388,8 @@ struct rk_host {
 };
 
 /** True if the host table has member `field` and it is set. */
-#define RK_HOST_HAS(host, field)                                                          \
-    ((host)->struct_size >= offsetof(struct rk_host, field) + sizeof((host)->field) &&    \
+#define RK_HOST_HAS(host, field)                                                                   \
+    ((host)->struct_size >= offsetof(struct rk_host, field) + sizeof((host)->field) &&             \
      (host)->field != NULL)
 
 /* ------------------------------------------------------------------------ */
@@ -479,20 +479,20 @@ struct rk_operator_ops {
 
 /** The one exported, constant descriptor of a plugin. Fields in this order. */
 struct rk_operator {
-    uint32_t magic;        /**< RK_OPERATOR_MAGIC */
-    uint16_t abi_major;    /**< RK_OPERATOR_ABI_MAJOR at plugin build time */
-    uint16_t abi_minor;    /**< RK_OPERATOR_ABI_MINOR at plugin build time */
-    uint32_t struct_size;  /**< sizeof(struct rk_operator) */
-    uint32_t abi_flags;    /**< RK_ABI_FLAGS */
-    const char *name;      /**< [a-z0-9_]+, equals the file stem and runtime.operator_type */
-    const char *backend_tag; /**< stored in extended_params.backend; the fail-closed key */
+    uint32_t magic;           /**< RK_OPERATOR_MAGIC */
+    uint16_t abi_major;       /**< RK_OPERATOR_ABI_MAJOR at plugin build time */
+    uint16_t abi_minor;       /**< RK_OPERATOR_ABI_MINOR at plugin build time */
+    uint32_t struct_size;     /**< sizeof(struct rk_operator) */
+    uint32_t abi_flags;       /**< RK_ABI_FLAGS */
+    const char *name;         /**< [a-z0-9_]+, equals the file stem and runtime.operator_type */
+    const char *backend_tag;  /**< stored in extended_params.backend; the fail-closed key */
     const char *display_name; /**< for messages, e.g. "OpenSandbox" */
-    const char *version;   /**< plugin version, logged at load */
-    uint32_t flags;        /**< RK_OPF_*; RK_OPF_THREADSAFE is required */
-    uint64_t caps;         /**< RK_CAP_* bits */
-    const struct rk_cfg_key *config;         /**< schema of the plugin's section, NULL-name terminated */
-    const struct rk_cap_msg *unsupported;    /**< refusal texts, cap == 0 terminated; may be NULL */
-    const struct rk_operator_ops *ops;       /**< entry points */
+    const char *version;      /**< plugin version, logged at load */
+    uint32_t flags;           /**< RK_OPF_*; RK_OPF_THREADSAFE is required */
+    uint64_t caps;            /**< RK_CAP_* bits */
+    const struct rk_cfg_key *config; /**< schema of the plugin's section, NULL-name terminated */
+    const struct rk_cap_msg *unsupported; /**< refusal texts, cap == 0 terminated; may be NULL */
+    const struct rk_operator_ops *ops;    /**< entry points */
 };
 
 #ifdef __cplusplus

@@ -146,8 +146,20 @@ class Recorder:
                 pass
 
             def _relay(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
+                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                    parts = []
+                    while True:
+                        ln = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                        if ln == 0:
+                            while self.rfile.readline().strip():
+                                pass
+                            break
+                        parts.append(self.rfile.read(ln))
+                        self.rfile.readline()
+                    body = b"".join(parts)
+                else:
+                    body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                n = len(body)
                 hdrs = {k.lower(): v for k, v in self.headers.items()}
                 with outer.lock:
                     outer.log.append((self.command, self.path, hdrs, body))
@@ -594,9 +606,13 @@ def api_key_absent_fails_visibly():
         return js if bad and any("401" in p.get("message", "") for p in bad) else None
     js = wait_until(failed, 15, 0.2, "start failure visible with 401")
     assert sim_list_by_rock_id(sim, sid) == []  # nothing was created upstream
-    # a sandbox that never started can still be cleaned up
+    # Delete must make sure nothing upstream carries the ROCK id (a create whose
+    # reply was lost may have made one); without credentials it cannot look, so
+    # it fails clearly (5000 naming the 401) instead of pretending success.
     st, js = admin.api("POST", "/delete", {"sandbox_id": sid})
-    assert js["status"] == "Success", js
+    assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
+    assert "401" in js["error"] and "opensandbox" in js["error"], js
+    assert API_KEY not in admin.output()
 
 
 @test
@@ -683,9 +699,9 @@ def vanished_sandbox():
     st, js = execute(admin, sid, "echo x")
     assert js["status"] == "Failed" and js["result"]["code"] == 4000, js
     st, js = admin.api("POST", "/read_file", {"sandbox_id": sid, "path": "/etc/hostname"})
-    assert js["status"] == "Failed" and js["result"] == {
-        "content": "", "code": 4000, "exit_code": None,
-        "failure_reason": js["error"]}, js
+    assert js["status"] == "Failed" and js["result"]["content"] == "", js  # §2.4 shape
+    assert js["result"]["code"] == 4000 and js["result"]["failure_reason"] == js["error"], js
+    assert js["error"] == "Sandbox %s is not running (state=deleted)" % sid, js
     st, js = admin.api("POST", "/delete", {"sandbox_id": sid})
     assert js["status"] == "Success", js
 

@@ -273,8 +273,8 @@ static rk_status t_exec(void *inst, struct rk_call *call, const struct rk_sandbo
                         struct rk_exec_res *out)
 {
     (void)ref;
-    return run_command(inst, call, req->command, req->env, req->env_len, req->timeout_ms, sink,
-                       out, 0);
+    return run_command(inst, call, req->command, req->env, req->env_len, req->timeout_ms, sink, out,
+                       0);
 }
 
 static struct tfile *find_file(struct tsbx *s, const char *path)
@@ -367,10 +367,8 @@ static rk_status t_file_write(void *inst, struct rk_call *call, const struct rk_
     return RK_OK;
 }
 
-static rk_status t_session_open(void *inst, struct rk_call *call,
-                                const struct rk_sandbox_ref *ref,
-                                const struct rk_session_opts *opts,
-                                struct rk_session_opened *out)
+static rk_status t_session_open(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                                const struct rk_session_opts *opts, struct rk_session_opened *out)
 {
     struct testop *t = inst;
     (void)ref;
@@ -398,8 +396,8 @@ static rk_status t_session_run(void *inst, struct rk_call *call, const struct rk
     return run_command(inst, call, req->command, NULL, 0, req->timeout_ms, sink, out, 1);
 }
 
-static rk_status t_session_close(void *inst, struct rk_call *call,
-                                 const struct rk_sandbox_ref *ref, const char *sid)
+static rk_status t_session_close(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                                 const char *sid)
 {
     (void)inst;
     (void)call;
@@ -466,8 +464,8 @@ static const struct rk_cap_msg unsupported[] = {
     {0, NULL},
 };
 #else
-#define TESTOP_CAPS                                                                               \
-    (RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE | RK_CAP_SESSION |    \
+#define TESTOP_CAPS                                                                                \
+    (RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE | RK_CAP_SESSION |      \
      RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_STOP | RK_CAP_RESTART | RK_CAP_ARCHIVE |         \
      RK_CAP_RESTORE | RK_CAP_COMMIT | RK_CAP_STATISTICS | RK_CAP_DELETE_PENDING)
 static const struct rk_cap_msg unsupported[] = {

@@ -117,9 +117,11 @@ static void test_status_object(void **state)
     rk_rec_transition(rec, RK_STATE_RUNNING, "alive"); /* no-op: same state */
     json_object *st = rk_rec_status(rec, RK_STATE_RUNNING, 1);
     json_object *v;
-    const char *nonnull[] = {"host_name", "host_ip", "status", "port_mapping", "image",
-                             "gateway_version", "swe_rex_version", "user_id", "experiment_id",
-                             "namespace", "cpus", "memory", "is_alive", "state_history"};
+    const char *nonnull[] = {"host_name",       "host_ip",      "status",
+                             "port_mapping",    "image",        "gateway_version",
+                             "swe_rex_version", "user_id",      "experiment_id",
+                             "namespace",       "cpus",         "memory",
+                             "is_alive",        "state_history"};
     for (size_t i = 0; i < sizeof nonnull / sizeof nonnull[0]; i++) {
         assert_true(json_object_object_get_ex(st, nonnull[i], &v));
         assert_non_null(v);

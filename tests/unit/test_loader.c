@@ -63,7 +63,8 @@ static void test_wrong_magic(void **state)
 static void test_other_major(void **state)
 {
     (void)state;
-    expect_refusal("abi_other_major", "ABI major check failed", "operator ABI 2.0, daemon provides 1.0");
+    expect_refusal("abi_other_major", "ABI major check failed",
+                   "operator ABI 2.0, daemon provides 1.0");
 }
 
 static void test_newer_minor(void **state)
