@@ -50,30 +50,65 @@ void rk_bytepipe_free(struct rk_bytepipe *p)
     free(p);
 }
 
-int rk_bytepipe_write(struct rk_bytepipe *p, const void *data, size_t len)
+/* Absolute CLOCK_MONOTONIC time timeout_ms from now. */
+static struct timespec deadline_in(int timeout_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+int rk_bytepipe_write_timed(struct rk_bytepipe *p, const void *data, size_t len, int timeout_ms,
+                            size_t *written)
 {
     const char *src = data;
+    size_t done = 0;
+    int rc = 0;
     pthread_mutex_lock(&p->mu);
-    while (len > 0) {
-        while (p->len == p->cap && !p->aborted)
-            pthread_cond_wait(&p->can_write, &p->mu);
+    while (done < len) {
+        if (p->len == p->cap && !p->aborted) {
+            struct timespec until = deadline_in(timeout_ms);
+            while (p->len == p->cap && !p->aborted) {
+                if (timeout_ms <= 0)
+                    pthread_cond_wait(&p->can_write, &p->mu);
+                else if (pthread_cond_timedwait(&p->can_write, &p->mu, &until) == ETIMEDOUT)
+                    break;
+            }
+        }
         if (p->aborted) {
-            pthread_mutex_unlock(&p->mu);
-            return -1;
+            rc = -1;
+            break;
+        }
+        if (p->len == p->cap) {
+            rc = 1;
+            break;
         }
         size_t tail = (p->head + p->len) % p->cap;
-        size_t room = p->cap - p->len;
-        size_t chunk = len < room ? len : room;
+        size_t chunk = len - done;
+        if (chunk > p->cap - p->len)
+            chunk = p->cap - p->len;
         if (chunk > p->cap - tail)
             chunk = p->cap - tail;
-        memcpy(p->ring + tail, src, chunk);
+        memcpy(p->ring + tail, src + done, chunk);
         p->len += chunk;
-        src += chunk;
-        len -= chunk;
+        done += chunk;
         pthread_cond_signal(&p->can_read);
     }
     pthread_mutex_unlock(&p->mu);
-    return 0;
+    if (written)
+        *written = done;
+    return rc;
+}
+
+int rk_bytepipe_write(struct rk_bytepipe *p, const void *data, size_t len)
+{
+    return rk_bytepipe_write_timed(p, data, len, 0, NULL) == 0 ? 0 : -1;
 }
 
 void rk_bytepipe_close(struct rk_bytepipe *p)
@@ -86,22 +121,13 @@ void rk_bytepipe_close(struct rk_bytepipe *p)
 
 ssize_t rk_bytepipe_read(struct rk_bytepipe *p, void *buf, size_t len, int timeout_ms)
 {
-    struct timespec until;
-    if (timeout_ms > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += timeout_ms / 1000;
-        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-    }
+    struct timespec until = deadline_in(timeout_ms > 0 ? timeout_ms : 0);
     pthread_mutex_lock(&p->mu);
     while (p->len == 0 && !p->closed && !p->aborted) {
         if (timeout_ms > 0) {
             if (pthread_cond_timedwait(&p->can_read, &p->mu, &until) == ETIMEDOUT) {
                 pthread_mutex_unlock(&p->mu);
-                return -1;
+                return -2;
             }
         } else {
             pthread_cond_wait(&p->can_read, &p->mu);

@@ -17,10 +17,15 @@ void rk_bytepipe_free(struct rk_bytepipe *p);
 /** Write all len bytes, blocking while full. Returns 0, or -1 if the reader
  *  aborted (the data is then discarded). */
 int rk_bytepipe_write(struct rk_bytepipe *p, const void *data, size_t len);
+/** Like rk_bytepipe_write, but wait for room at most timeout_ms (0 = no
+ *  limit) at a time: returns 0 when all went in, -1 if aborted, 1 on timeout;
+ *  *written (may be NULL) says how many bytes went in. */
+int rk_bytepipe_write_timed(struct rk_bytepipe *p, const void *data, size_t len, int timeout_ms,
+                            size_t *written);
 /** Mark the end of data (reader sees 0 after draining). */
 void rk_bytepipe_close(struct rk_bytepipe *p);
 /** Read up to len bytes, blocking while empty. Returns the count, 0 at end of
- *  data, -1 if the writer aborted or timeout_ms (0 = none) passed. */
+ *  data, -1 if aborted, -2 if timeout_ms (0 = none) passed with nothing to read. */
 ssize_t rk_bytepipe_read(struct rk_bytepipe *p, void *buf, size_t len, int timeout_ms);
 /** Abort from either side: wakes both; later writes fail and reads return -1. */
 void rk_bytepipe_abort(struct rk_bytepipe *p);

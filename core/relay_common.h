@@ -3,8 +3,8 @@
  * Pure helpers shared by the HTTP relay (relay_http.c) and the WebSocket relay
  * (relay_ws.c): target-port selection (§5.20), the path traversal check,
  * header filtering, Location rewriting, upstream URL building, the WebSocket
- * accept key (SHA-1 + base64) and close frames, a bounded byte pipe with a
- * timed write, and the registry of live relays used at shutdown.
+ * accept key (SHA-1 + base64) and close frames, and the registry of live
+ * relays used at shutdown.
  */
 #ifndef RK_RELAY_COMMON_H
 #define RK_RELAY_COMMON_H
@@ -147,26 +147,6 @@ struct rk_ws_tracker {
 void rk_ws_track(struct rk_ws_tracker *t, const unsigned char *data, size_t len);
 /** 1 when the stream is between frames. */
 int rk_ws_at_boundary(const struct rk_ws_tracker *t);
-
-/* ---- a bounded byte pipe with a timed write ------------------------------------- */
-
-struct rk_rpipe;
-/** Create a pipe holding at most cap bytes (NULL on OOM). */
-struct rk_rpipe *rk_rpipe_new(size_t cap);
-/** Free a pipe. */
-void rk_rpipe_free(struct rk_rpipe *p);
-/** Write len bytes, blocking while full. Returns 0 when all were written, -1
- *  if aborted, 1 if timeout_ms (0 = none) passed without room (*written says
- *  how many went in). */
-int rk_rpipe_write(struct rk_rpipe *p, const void *data, size_t len, int timeout_ms,
-                   size_t *written);
-/** Mark the end of data. */
-void rk_rpipe_close(struct rk_rpipe *p);
-/** Read up to len bytes. Returns the count, 0 at the end, -1 if aborted, -2
- *  if timeout_ms (0 = none) passed with nothing to read. */
-ssize_t rk_rpipe_read(struct rk_rpipe *p, void *buf, size_t len, int timeout_ms);
-/** Abort: wakes both sides; later calls fail. */
-void rk_rpipe_abort(struct rk_rpipe *p);
 
 /* ---- misc --------------------------------------------------------------------------- */
 

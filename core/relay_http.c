@@ -17,7 +17,7 @@
  * running one libcurl transfer. The client body goes connection thread ->
  * bounded rk_bytepipe -> curl read callback (body() blocks while the pipe is
  * full: backpressure). The upstream answer goes curl write callback ->
- * bounded rk_rpipe -> the MHD content reader of a MHD_SIZE_UNKNOWN (or
+ * bounded rk_bytepipe -> the MHD content reader of a MHD_SIZE_UNKNOWN (or
  * Content-Length sized) response; each chunk is handed to MHD as soon as it
  * arrives, so server-sent events are not delayed. Memory per request is two
  * 256 KiB rings whatever the body size. The shared state is reference counted
@@ -79,8 +79,8 @@ struct px_http {
     struct curl_slist *hdrs;
     char *url;
     char errbuf[CURL_ERROR_SIZE];
-    struct rk_bytepipe *req; /* client body -> curl; NULL without a streamed body */
-    struct rk_rpipe *resp;   /* curl -> client */
+    struct rk_bytepipe *req;  /* client body -> curl; NULL without a streamed body */
+    struct rk_bytepipe *resp; /* curl -> client */
     int client_fd;
     int timeout_ms;  /* upstream inactivity limit; 0 = none */
     char *prefix;    /* proxy prefix for Location rewriting */
@@ -119,7 +119,7 @@ static void px_unref(struct px_http *px)
     if (px->req)
         rk_bytepipe_free(px->req);
     if (px->resp)
-        rk_rpipe_free(px->resp);
+        rk_bytepipe_free(px->resp);
     for (size_t i = 0; i < px->nh; i++) {
         free(px->h[i].name);
         free(px->h[i].value);
@@ -142,7 +142,7 @@ static void px_cancel(struct px_http *px)
     if (px->req)
         rk_bytepipe_abort(px->req);
     if (px->resp)
-        rk_rpipe_abort(px->resp);
+        rk_bytepipe_abort(px->resp);
 }
 
 /* 1 when the worker should stop (request side gone or daemon stopping). */
@@ -253,7 +253,7 @@ static size_t px_write_cb(char *data, size_t size, size_t n, void *ud)
     int64_t start = rk_now_ms();
     while (off < len) {
         size_t w = 0;
-        int rc = rk_rpipe_write(px->resp, data + off, len - off, 1000, &w);
+        int rc = rk_bytepipe_write_timed(px->resp, data + off, len - off, 1000, &w);
         off += w;
         if (rc == 0)
             break;
@@ -328,7 +328,7 @@ static void *px_worker(void *arg)
     pthread_mutex_unlock(&px->mu);
     if (px->req)
         rk_bytepipe_abort(px->req); /* body() stops feeding a finished transfer */
-    rk_rpipe_close(px->resp);
+    rk_bytepipe_close(px->resp);
     px_unref(px);
     rk_relay_leave();
     return NULL;
@@ -340,7 +340,7 @@ static ssize_t px_reader(void *cls, uint64_t pos, char *buf, size_t max)
     (void)pos;
     struct px_http *px = cls;
     for (;;) {
-        ssize_t n = rk_rpipe_read(px->resp, buf, max, 1000);
+        ssize_t n = rk_bytepipe_read(px->resp, buf, max, 1000);
         if (n > 0)
             return n;
         if (n == 0) {
@@ -641,7 +641,7 @@ int rk_relay_http_begin(struct rk_req *r)
     }
     px->hdrs = hc.list;
     px->curl = curl_easy_init();
-    px->resp = rk_rpipe_new(PX_PIPE_BYTES);
+    px->resp = rk_bytepipe_new(PX_PIPE_BYTES);
     if (hc.failed || !px->curl || !px->resp) {
         rk_reply_error(r, RK_E_NOMEM, "out of memory");
         goto replied;
@@ -837,62 +837,22 @@ void rk_relay_http_handler(struct rk_req *r)
 
 /* Route table: relay routes are matched before the main table. */
 #define P RK_API_PREFIX
+/* A streamed HTTP relay route for any method. */
+#define HTTP_RELAY_ROUTE(pat, nm, msg)                                                             \
+    {                                                                                              \
+        .method = "*", .pattern = pat, .name = nm, .body_mode = RK_BODY_STREAM,                    \
+        .begin = rk_relay_http_begin, .body = rk_relay_http_body,                                  \
+        .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE  \
+    }
+
 const struct rk_route rk_relay_routes[] = {
     /* The user-doc form; must precede the lead's /proxy/{id}/{*} stub. */
-    {.method = "*",
-     .pattern = P "/proxy/{id}/port/{port}",
-     .name = "proxy_port_path",
-     .body_mode = RK_BODY_STREAM,
-     .begin = rk_relay_http_begin,
-     .body = rk_relay_http_body,
-     .handler = rk_relay_http_handler,
-     .fail_message = "http proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
-    {.method = "*",
-     .pattern = P "/proxy/{id}/port/{port}/{*}",
-     .name = "proxy_port_path",
-     .body_mode = RK_BODY_STREAM,
-     .begin = rk_relay_http_begin,
-     .body = rk_relay_http_body,
-     .handler = rk_relay_http_handler,
-     .fail_message = "http proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
-    {.method = "*",
-     .pattern = P "/sandboxes/{id}/proxy",
-     .name = "proxy_http",
-     .body_mode = RK_BODY_STREAM,
-     .begin = rk_relay_http_begin,
-     .body = rk_relay_http_body,
-     .handler = rk_relay_http_handler,
-     .fail_message = "http proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
-    {.method = "*",
-     .pattern = P "/sandboxes/{id}/proxy/{*}",
-     .name = "proxy_http",
-     .body_mode = RK_BODY_STREAM,
-     .begin = rk_relay_http_begin,
-     .body = rk_relay_http_body,
-     .handler = rk_relay_http_handler,
-     .fail_message = "http proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
-    {.method = "*",
-     .pattern = P "/sandboxes/{id}/vnc",
-     .name = "vnc_http",
-     .body_mode = RK_BODY_STREAM,
-     .begin = rk_relay_http_begin,
-     .body = rk_relay_http_body,
-     .handler = rk_relay_http_handler,
-     .fail_message = "vnc http proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
-    {.method = "*",
-     .pattern = P "/sandboxes/{id}/vnc/{*}",
-     .name = "vnc_http",
-     .body_mode = RK_BODY_STREAM,
-     .begin = rk_relay_http_begin,
-     .body = rk_relay_http_body,
-     .handler = rk_relay_http_handler,
-     .fail_message = "vnc http proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
+    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}", "proxy_port_path", "http proxy failed"),
+    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}/{*}", "proxy_port_path", "http proxy failed"),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy", "proxy_http", "http proxy failed"),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_http", "http proxy failed"),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_http", "vnc http proxy failed"),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_http", "vnc http proxy failed"),
     /* WebSocket (Upgrade: websocket only). */
     {.method = "GET",
      .pattern = P "/sandboxes/{id}/proxy/{*}",

@@ -310,6 +310,63 @@ def explicit_env_and_startup_source_applied_once():
     assert out_of(a, sid, "q", 'echo "[$GREETING]"') == "[]\n"
 
 
+@test
+def stored_sandbox_env_default_name_and_upstream_failures():
+    redis, sim, a, b = setup()
+    sid = a.start_sandbox()
+    osid = upstream_id(redis, sid)
+    key = "rock:sessions:" + sid
+    # B80: the request env is overlaid on the sandbox's stored env.
+    rec = json.loads(redis.cli("GET", "rock:sandbox:" + sid))
+    rec["env"] = {"WORKSPACE": "/workspace", "SHARED": "sandbox"}
+    redis.cli("SET", "rock:sandbox:" + sid, json.dumps(rec))
+    js = create(b, sid, "merged", env={"SHARED": "request", "SESSION_ONLY": "value"})
+    assert js["status"] == "Success", js
+    assert out_of(a, sid, "merged", 'echo "$WORKSPACE|$SHARED|$SESSION_ONLY"') == \
+        "/workspace|request|value\n"
+    # The session name defaults to "default" on every route.
+    assert a.ok("POST", "/create_session", {"sandbox_id": sid}) == \
+        {"output": "", "session_type": "bash"}
+    assert redis.cli("HGET", key, "default").startswith("s:")
+    assert b.ok("POST", "/run_in_session", {"sandbox_id": sid, "command": "echo d"})["output"] \
+        == "d\n"
+    assert b.ok("POST", "/close_session", {"sandbox_id": sid}) == {"session_type": "bash"}
+    assert redis.cli("HEXISTS", key, "default") == "0"
+    # B82: POST /session fails upstream -> the error is reported, the name is free.
+    faults(sim, {"execd_status": 500})
+    js = create(a, sid, "up")
+    faults(sim)
+    assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
+    assert "injected failure" in js["error"], js
+    assert redis.cli("HEXISTS", key, "up") == "0"
+    assert create(b, sid, "up")["status"] == "Success"
+    # B88: a failing remote delete keeps the mapping; a retry closes it.
+    mapping = redis.cli("HGET", key, "up")
+    faults(sim, {"execd_status": 500})
+    st, js = a.api("POST", "/close_session", {"sandbox_id": sid, "session": "up"})
+    faults(sim)
+    assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
+    assert js["message"] == "close session failed", js
+    assert redis.cli("HGET", key, "up") == mapping
+    assert out_of(b, sid, "up", "echo alive") == "alive\n"
+    assert b.ok("POST", "/close_session", {"sandbox_id": sid, "session": "up"}) == \
+        {"session_type": "bash"}
+    assert redis.cli("HEXISTS", key, "up") == "0"
+    # An execd session that vanished upstream: runs fail (5000), close treats
+    # the 404 as already gone and frees the name.
+    assert create(a, sid, "gone")["status"] == "Success"
+    esid = redis.cli("HGET", key, "gone")[2:]
+    st, _ = sim.request("DELETE", "/sandboxes/%s/execd/session/%s" % (osid, esid))
+    assert st == 200, st
+    js = run_cmd(b, sid, "gone", "echo hi")
+    assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
+    assert js["message"] == "run in session failed", js
+    assert b.ok("POST", "/close_session", {"sandbox_id": sid, "session": "gone"}) == \
+        {"session_type": "bash"}
+    assert redis.cli("HEXISTS", key, "gone") == "0"
+    assert execd_session_count(sim, osid) == 1  # "merged"
+
+
 def id_sim():
     """A simulator whose PATH starts with a fake `id`: it behaves like the real
     one unless the returned mode file says fail / silent / empty."""
@@ -469,11 +526,16 @@ def run_in_session_check_policies_interactive_and_timeouts():
     # nohup-mode style: the run returns at once, the background pid dies later.
     outfile = os.path.join(tmpdir(), "x.out")
     t0 = time.time()
-    out = out_of(a, sid, "r", "nohup sleep 1 < /dev/null > %s 2>&1 & echo PIDSTART${!}PIDEND;"
+    out = out_of(a, sid, "r", "nohup sleep 2 < /dev/null > %s 2>&1 & echo PIDSTART${!}PIDEND;"
                  "disown" % outfile)
-    assert time.time() - t0 < 3.0
+    assert time.time() - t0 < 2.0
     assert out.startswith("PIDSTART") and out.rstrip("\n").endswith("PIDEND"), out
     pid = int(out.strip()[len("PIDSTART"):-len("PIDEND")])
+    # The background process outlives the run that started it...
+    res = b.ok("POST", "/run_in_session", {"sandbox_id": sid, "session": "r",
+                                           "command": "kill -0 %d" % pid})
+    assert res["exit_code"] == 0 and os.path.exists(outfile), res
+    # ...and is gone eventually.
 
     def gone():
         js = run_cmd(b, sid, "r", "kill -0 %d" % pid)

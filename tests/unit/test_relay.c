@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "bytepipe.h"
 #include "relay_common.h"
 
 /* Port selection: one source, none, several, bad values (§5.20, U31). */
@@ -356,27 +357,27 @@ static void test_tracker(void **state)
 }
 
 /* The timed pipe: data, end, timeouts, abort. */
-static void test_rpipe(void **state)
+static void test_bytepipe_timed(void **state)
 {
     (void)state;
-    struct rk_rpipe *p = rk_rpipe_new(8);
+    struct rk_bytepipe *p = rk_bytepipe_new(8);
     size_t w = 0;
-    assert_int_equal(rk_rpipe_write(p, "abcdef", 6, 10, &w), 0);
+    assert_int_equal(rk_bytepipe_write_timed(p, "abcdef", 6, 10, &w), 0);
     assert_int_equal(w, 6);
-    assert_int_equal(rk_rpipe_write(p, "ghijkl", 6, 10, &w), 1);
+    assert_int_equal(rk_bytepipe_write_timed(p, "ghijkl", 6, 10, &w), 1);
     assert_int_equal(w, 2);
     char buf[16];
-    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), 8);
+    assert_int_equal(rk_bytepipe_read(p, buf, sizeof buf, 10), 8);
     assert_memory_equal(buf, "abcdefgh", 8);
-    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), -2);
-    assert_int_equal(rk_rpipe_write(p, "xy", 2, 10, &w), 0);
-    rk_rpipe_close(p);
-    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), 2);
-    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), 0);
-    rk_rpipe_abort(p);
-    assert_int_equal(rk_rpipe_read(p, buf, sizeof buf, 10), -1);
-    assert_int_equal(rk_rpipe_write(p, "z", 1, 10, &w), -1);
-    rk_rpipe_free(p);
+    assert_int_equal(rk_bytepipe_read(p, buf, sizeof buf, 10), -2);
+    assert_int_equal(rk_bytepipe_write_timed(p, "xy", 2, 10, &w), 0);
+    rk_bytepipe_close(p);
+    assert_int_equal(rk_bytepipe_read(p, buf, sizeof buf, 10), 2);
+    assert_int_equal(rk_bytepipe_read(p, buf, sizeof buf, 10), 0);
+    rk_bytepipe_abort(p);
+    assert_int_equal(rk_bytepipe_read(p, buf, sizeof buf, 10), -1);
+    assert_int_equal(rk_bytepipe_write_timed(p, "z", 1, 10, &w), -1);
+    rk_bytepipe_free(p);
 }
 
 int main(void)
@@ -387,7 +388,7 @@ int main(void)
         cmocka_unit_test(test_raw_rest),     cmocka_unit_test(test_header_filters),
         cmocka_unit_test(test_urls),         cmocka_unit_test(test_location),
         cmocka_unit_test(test_ws_accept),    cmocka_unit_test(test_close_frame),
-        cmocka_unit_test(test_tracker),      cmocka_unit_test(test_rpipe),
+        cmocka_unit_test(test_tracker),      cmocka_unit_test(test_bytepipe_timed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
