@@ -482,6 +482,44 @@ void rk_route_delete(struct rk_req *r)
         rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s deleted", id)));
 }
 
+/*
+ * Run a state-changing plugin operation (stop, restart, archive) through the
+ * gate: the sandbox must be in `from` (0 = any), the plugin is called, and the
+ * record moves to `to`. Replies on failure and returns -1.
+ */
+static int state_op(struct rk_req *r, const char *id, enum rk_op op, enum rk_state to,
+                    enum rk_state from)
+{
+    struct rk_app *app = r->app;
+    const struct rk_plugin *pl = app->plugin;
+    struct rk_target t;
+    if (rk_dispatch(app, r->call, op, id, &t) != RK_OK) {
+        rk_reply_call_error(r);
+        return -1;
+    }
+    if (from && t.ref.state != from) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call, "Sandbox %s cannot be %s: current state is '%s'",
+                                       id, op == RK_OP_RESTART ? "restarted" : "archived",
+                                       rk_state_name(t.ref.state)));
+        rk_target_release(&t);
+        return -1;
+    }
+    rk_status (*fn)(void *, struct rk_call *, const struct rk_sandbox_ref *) =
+        op == RK_OP_STOP      ? pl->ops.stop
+        : op == RK_OP_RESTART ? pl->ops.restart
+                              : pl->ops.archive;
+    rk_status st = fn(pl->inst, r->call, &t.ref);
+    rk_metrics_upstream(rk_op_info(op)->name, st);
+    rk_target_release(&t);
+    if (st != RK_OK) {
+        rk_reply_call_error(r);
+        return -1;
+    }
+    persist_transition(app, id, to, rk_op_info(op)->name);
+    return 0;
+}
+
 void rk_route_stop(struct rk_req *r)
 {
     const char *id = body_sandbox_id(r, RK_V_NONBLANK, NULL);
@@ -494,52 +532,15 @@ void rk_route_stop(struct rk_req *r)
             rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s stopped", id)));
         return;
     }
-    struct rk_target t;
-    if (rk_dispatch(app, r->call, RK_OP_STOP, id, &t) != RK_OK) {
-        rk_reply_call_error(r);
-        return;
-    }
-    const struct rk_plugin *pl = app->plugin;
-    rk_status st = pl->ops.stop(pl->inst, r->call, &t.ref);
-    rk_metrics_upstream("stop", st);
-    if (st != RK_OK) {
-        rk_reply_call_error(r);
-        rk_target_release(&t);
-        return;
-    }
-    persist_transition(app, id, RK_STATE_STOPPED, "stop");
-    rk_target_release(&t);
-    rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s stopped", id)));
+    if (state_op(r, id, RK_OP_STOP, RK_STATE_STOPPED, 0) == 0)
+        rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s stopped", id)));
 }
 
 /* Shared restart logic for both route forms. */
 static void restart(struct rk_req *r, const char *id)
 {
-    struct rk_app *app = r->app;
-    struct rk_target t;
-    if (rk_dispatch(app, r->call, RK_OP_RESTART, id, &t) != RK_OK) {
-        rk_reply_call_error(r);
-        return;
-    }
-    if (t.ref.state != RK_STATE_STOPPED) {
-        rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call,
-                                       "Sandbox %s cannot be restarted: current state is '%s'", id,
-                                       rk_state_name(t.ref.state)));
-        rk_target_release(&t);
-        return;
-    }
-    const struct rk_plugin *pl = app->plugin;
-    rk_status st = pl->ops.restart(pl->inst, r->call, &t.ref);
-    rk_metrics_upstream("restart", st);
-    if (st != RK_OK) {
-        rk_reply_call_error(r);
-        rk_target_release(&t);
-        return;
-    }
-    persist_transition(app, id, RK_STATE_PENDING, "restart");
-    rk_target_release(&t);
-    rk_reply_ok(r, start_result(id, NULL));
+    if (state_op(r, id, RK_OP_RESTART, RK_STATE_PENDING, RK_STATE_STOPPED) == 0)
+        rk_reply_ok(r, start_result(id, NULL));
 }
 
 void rk_route_restart(struct rk_req *r)
@@ -556,22 +557,9 @@ void rk_route_restart_path(struct rk_req *r)
 
 void rk_route_archive(struct rk_req *r)
 {
-    struct rk_app *app = r->app;
     const char *id = r->params[0];
-    struct rk_target t;
-    if (rk_dispatch(app, r->call, RK_OP_ARCHIVE, id, &t) != RK_OK) {
-        rk_reply_call_error(r);
-        return;
-    }
-    const struct rk_plugin *pl = app->plugin;
-    rk_status st = pl->ops.archive(pl->inst, r->call, &t.ref);
-    rk_metrics_upstream("archive", st);
-    rk_target_release(&t);
-    if (st != RK_OK) {
-        rk_reply_call_error(r);
-        return;
-    }
-    rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s archiving", id)));
+    if (state_op(r, id, RK_OP_ARCHIVE, RK_STATE_ARCHIVING, RK_STATE_STOPPED) == 0)
+        rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s archiving", id)));
 }
 
 /* Commit status object (§5.16). */

@@ -79,16 +79,22 @@ static json_object *member(json_object *obj, const char *key, int *present)
     return has ? val : NULL;
 }
 
-const char *rk_v_str(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
-                     const char *def)
+/* The member's value, or NULL when absent/null (a problem if required). */
+static json_object *given(struct rk_v *v, json_object *obj, const char *key, unsigned flags)
 {
     int present;
     json_object *val = member(obj, key, &present);
-    if (!present) {
-        if ((flags & RK_V_REQUIRED) && obj)
-            rk_v_problem(v, key, "Field required");
+    if (!present && (flags & RK_V_REQUIRED) && obj)
+        rk_v_problem(v, key, "Field required");
+    return present ? val : NULL;
+}
+
+const char *rk_v_str(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
+                     const char *def)
+{
+    json_object *val = given(v, obj, key, flags);
+    if (!val)
         return def;
-    }
     if (!json_object_is_type(val, json_type_string)) {
         rk_v_problem(v, key, "Input should be a valid string");
         return def;
@@ -139,15 +145,11 @@ static int number_of(json_object *val, double *out)
 double rk_v_num(struct rk_v *v, json_object *obj, const char *key, unsigned flags, double def,
                 int *present_out)
 {
-    int present;
-    json_object *val = member(obj, key, &present);
     if (present_out)
         *present_out = 0;
-    if (!present) {
-        if ((flags & RK_V_REQUIRED) && obj)
-            rk_v_problem(v, key, "Field required");
+    json_object *val = given(v, obj, key, flags);
+    if (!val)
         return def;
-    }
     double d;
     if (json_object_is_type(val, json_type_boolean) || number_of(val, &d)) {
         rk_v_problem(v, key, "Input should be a valid number");
@@ -161,15 +163,11 @@ double rk_v_num(struct rk_v *v, json_object *obj, const char *key, unsigned flag
 int64_t rk_v_int(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int64_t def,
                  int *present_out)
 {
-    int present;
-    json_object *val = member(obj, key, &present);
     if (present_out)
         *present_out = 0;
-    if (!present) {
-        if ((flags & RK_V_REQUIRED) && obj)
-            rk_v_problem(v, key, "Field required");
+    json_object *val = given(v, obj, key, flags);
+    if (!val)
         return def;
-    }
     if (json_object_is_type(val, json_type_int)) {
         if (present_out)
             *present_out = 1;
@@ -192,13 +190,9 @@ int64_t rk_v_int(struct rk_v *v, json_object *obj, const char *key, unsigned fla
 
 int rk_v_bool(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int def)
 {
-    int present;
-    json_object *val = member(obj, key, &present);
-    if (!present) {
-        if ((flags & RK_V_REQUIRED) && obj)
-            rk_v_problem(v, key, "Field required");
+    json_object *val = given(v, obj, key, flags);
+    if (!val)
         return def;
-    }
     if (json_object_is_type(val, json_type_boolean))
         return json_object_get_boolean(val);
     if (json_object_is_type(val, json_type_int)) {
@@ -217,13 +211,9 @@ int rk_v_bool(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
 
 json_object *rk_v_strmap(struct rk_v *v, json_object *obj, const char *key, unsigned flags)
 {
-    int present;
-    json_object *val = member(obj, key, &present);
-    if (!present) {
-        if ((flags & RK_V_REQUIRED) && obj)
-            rk_v_problem(v, key, "Field required");
+    json_object *val = given(v, obj, key, flags);
+    if (!val)
         return NULL;
-    }
     if (!json_object_is_type(val, json_type_object)) {
         rk_v_problem(v, key, "Input should be a valid dictionary");
         return NULL;
@@ -242,13 +232,9 @@ json_object *rk_v_strmap(struct rk_v *v, json_object *obj, const char *key, unsi
 
 json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, unsigned flags)
 {
-    int present;
-    json_object *val = member(obj, key, &present);
-    if (!present) {
-        if ((flags & RK_V_REQUIRED) && obj)
-            rk_v_problem(v, key, "Field required");
+    json_object *val = given(v, obj, key, flags);
+    if (!val)
         return NULL;
-    }
     if (!json_object_is_type(val, json_type_array)) {
         rk_v_problem(v, key, "Input should be a valid list");
         return NULL;

@@ -356,7 +356,11 @@ def client_sequence_and_create_mapping():
         assert p.startswith("/sandboxes/%s/execd/" % osid), p
         assert h.get(EXECD_HDR[0].lower()) == EXECD_HDR[1], (p, h)
         assert "open-sandbox-api-key" not in h, (p, h)
-    assert any(p.endswith("/command") for _, p, _, _ in execd)
+    cmds = [json.loads(b) for m, p, _, b in execd if m == "POST" and p.endswith("/command")]
+    assert cmds[0]["command"] == "echo hello; echo oops >&2", cmds
+    assert cmds[0]["timeout"] == 1200000, cmds  # seconds from ROCK -> milliseconds to execd
+    assert cmds[1]["command"] == "ls -d /tmp", cmds
+    assert not cmds[0].get("background"), cmds
 
 
 @test
@@ -485,6 +489,20 @@ def file_semantics():
     assert admin.ok("POST", "/read_file", {"sandbox_id": sid, "path": n}) == \
         {"content": "caf\u00e9 \u2603\n"}
 
+    # upload over an existing 755 file keeps the mode; the file part may come
+    # before the text fields (spooled by the admin until sandbox_id is known)
+    data = os.urandom(3 << 20)
+    st, js = upload_file_first(admin, sid, p, data)
+    assert js["status"] == "Success" and js["result"]["file_name"] == "script.sh", js
+    assert run_ok(admin, sid, ["stat", "-c", "%a %s", p])["stdout"] == "755 %d\n" % len(data)
+    with open(p, "rb") as f:
+        assert f.read() == data
+    # upload to an unknown sandbox: a clean 4000, the body is drained
+    st, js = upload(admin, "no-such-sandbox", os.path.join(d, "x"), [data], len(data))
+    assert st == 200 and js["status"] == "Failed" and js["result"]["code"] == 4000, js
+    assert js["message"] == "upload file failed" and js["result"]["success"] is False, js
+    assert not os.path.exists(os.path.join(d, "x"))
+
     # missing file: 5000 with {"content":""} (P returns "" without raising)
     st, js = admin.api("POST", "/read_file", {"sandbox_id": sid,
                                               "path": os.path.join(d, "nope")})
@@ -515,6 +533,17 @@ def upload(admin, sid, target, chunks, size, headers=None, boundary="rockBoundar
     data = resp.read()
     conn.close()
     return resp.status, json.loads(data)
+
+
+def upload_file_first(admin, sid, target, data, boundary="fileFirstB0undary"):
+    """A multipart body with the file part before sandbox_id/target_path."""
+    body = (("--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"up.bin\"\r\n"
+             "Content-Type: application/octet-stream\r\n\r\n" % boundary).encode() + data +
+            ("\r\n--%s\r\nContent-Disposition: form-data; name=\"target_path\"\r\n\r\n%s\r\n"
+             "--%s\r\nContent-Disposition: form-data; name=\"sandbox_id\"\r\n\r\n%s\r\n--%s--\r\n"
+             % (boundary, target, boundary, sid, boundary)).encode())
+    return admin.request("POST", "/apis/envs/sandbox/v1/upload", body,
+                         {"Content-Type": "multipart/form-data; boundary=" + boundary})
 
 
 @test

@@ -471,6 +471,38 @@ def init_failure_and_timeout_clean_up():
 
 
 @test
+def init_upstream_failures_clean_up():
+    redis, sim, a, b = setup()
+    sid = a.start_sandbox()
+    osid = upstream_id(redis, sid)
+    key = "rock:sessions:" + sid
+    profile = os.path.join(tmpdir(), "profile.sh")
+    a.ok("POST", "/write_file", {"sandbox_id": sid, "path": profile,
+                                 "content": "echo one\necho two\nsleep 20\n"})
+    # The init stream is cut (no terminal event): upstream error, session closed.
+    faults(sim, {"cut_stream_after": 2})
+    js = create(a, sid, "cut", startup_source=[profile], startup_timeout=5)
+    faults(sim)
+    assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
+    assert js["message"] == "create session failed", js
+    assert redis.cli("HEXISTS", key, "cut") == "0"
+    assert execd_session_count(sim, osid) == 0
+    # The init stream stalls: execd never answers, the admin's own deadline
+    # (startup_timeout + command_timeout_margin) gives the init timeout text.
+    faults(sim, {"stall_stream_after": 1})
+    t0 = time.time()
+    js = create(b, sid, "stall", startup_source=[profile], startup_timeout=1)
+    took = time.time() - t0
+    faults(sim)
+    assert_plain_failure(js, "create session failed",
+                         "Timeout (1.0s) exceeded while initializing OpenSandbox session")
+    assert took < 5.0, took
+    assert redis.cli("HEXISTS", key, "stall") == "0"
+    assert execd_session_count(sim, osid) == 0
+    assert create(a, sid, "stall")["status"] == "Success"
+
+
+@test
 def run_in_session_check_policies_interactive_and_timeouts():
     redis, sim, a, b = setup()
     sid = a.start_sandbox()
