@@ -20,6 +20,7 @@ import json
 import os
 import random
 import re
+import socket
 import socketserver
 import threading
 import time
@@ -502,6 +503,31 @@ def file_semantics():
     assert st == 200 and js["status"] == "Failed" and js["result"]["code"] == 4000, js
     assert js["message"] == "upload file failed" and js["result"]["success"] is False, js
     assert not os.path.exists(os.path.join(d, "x"))
+    # execd failing during an upload: a clean 5000, nothing written
+    faults(sim, {"execd_status": 503})
+    st, js = upload(admin, sid, os.path.join(d, "y"), [data], len(data))
+    faults(sim)
+    assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
+    assert "503" in js["error"] and js["result"]["file_name"] == "", js
+    # execd refusing the body mid-stream (the simulator's 64 MiB upload cap): clean 5000
+    big = 70 << 20
+    st, js = upload(admin, sid, os.path.join(d, "z"), (b"\0" * (1 << 20) for _ in range(70)), big)
+    assert st == 200 and js["status"] == "Failed" and js["result"]["code"] == 5000, js
+    assert "413" in js["error"], js
+    # the client going away mid-upload: no partial file, the admin carries on
+    s = socket.create_connection(("127.0.0.1", admin.port))
+    b = "cutB"
+    pre = ("--%s\r\nContent-Disposition: form-data; name=\"sandbox_id\"\r\n\r\n%s\r\n"
+           "--%s\r\nContent-Disposition: form-data; name=\"target_path\"\r\n\r\n%s\r\n"
+           "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"g\"\r\n\r\n"
+           % (b, sid, b, os.path.join(d, "g.bin"), b)).encode()
+    s.sendall(("POST /apis/envs/sandbox/v1/upload HTTP/1.1\r\nHost: x\r\nContent-Type: "
+               "multipart/form-data; boundary=%s\r\nContent-Length: %d\r\n\r\n"
+               % (b, len(pre) + (100 << 20))).encode() + pre + data)
+    time.sleep(0.3)
+    s.close()
+    wait_until(lambda: not os.path.exists(os.path.join(d, "g.bin")), 5, 0.1, "no partial file")
+    assert run_ok(admin, sid, "echo alive")["stdout"] == "alive\n"
 
     # missing file: 5000 with {"content":""} (P returns "" without raising)
     st, js = admin.api("POST", "/read_file", {"sandbox_id": sid,
@@ -618,22 +644,24 @@ def api_key_absent_fails_visibly():
     admin = Admin(operator="opensandbox", config=os_config(sim.endpoint, api_key=None),
                   redis=redis)
     st, js = admin.api("POST", "/start_async", dict(START_BODY))
-    assert st == 200, st
-    if js["status"] == "Failed":  # synchronous create failure
-        assert js["result"]["code"] == 5000 and "401" in js["error"], js
-        return
-
+    assert st == 200 and js["status"] == "Success", js  # the create runs in the background
     sid = js["result"]["sandbox_id"]
 
     def failed():
         st, js = status(admin, sid)
-        if js["status"] == "Failed":
-            return js if "401" in (js["error"] or "") else None
-        phases = js["result"]["status"] or {}
-        bad = [p for p in phases.values() if p.get("status") in ("failed", "timeout")]
-        assert js["result"]["is_alive"] is False, js
-        return js if bad and any("401" in p.get("message", "") for p in bad) else None
-    js = wait_until(failed, 15, 0.2, "start failure visible with 401")
+        if js["status"] == "Failed":  # while the create is in flight: the lookup's 401
+            assert js["result"]["code"] == 5000 and "HTTP 401" in js["error"], js
+            return None
+        r = js["result"]
+        assert r["is_alive"] is False and r["state"] == "pending", r
+        for k in TS_NON_NULL:
+            assert r.get(k) is not None, (k, r)
+        bad = [p for p in r["status"].values() if p.get("status") == "failed"]
+        return bad and bad[0]["message"]
+    msg = wait_until(failed, 15, 0.2, "start failure visible with 401")
+    # P's start() fails at once on a failed phase (Pitfall 7), with the reason
+    assert msg.startswith("Sandbox %s submission failed and has been marked for immediate "
+                          "deletion: opensandbox create failed: HTTP 401" % sid), msg
     assert sim_list_by_rock_id(sim, sid) == []  # nothing was created upstream
     # Delete must make sure nothing upstream carries the ROCK id (a create whose
     # reply was lost may have made one); without credentials it cannot look, so
@@ -684,8 +712,9 @@ def lifecycle_down():
 @test
 def stream_cut():
     """execd closes the command stream without a terminal event: execute is
-    Failed 5000 "... stream ended ...", and the next command works."""
-    admin, sim, redis, _ = setup()
+    Failed 5000 "... stream ended ...", and the next command works; a stalled
+    stream ends at the admin's deadline as a timeout."""
+    admin, sim, redis, _ = setup(command_timeout_margin=2)
     sid = start_alive(admin)
     faults(sim, {"cut_stream_after": 2})
     st, js = execute(admin, sid, "echo a; echo b; echo c; sleep 0.3; echo d")
@@ -695,6 +724,17 @@ def stream_cut():
     assert "stream ended" in js["error"], js
     assert js["result"]["failure_reason"] == js["error"], js
     faults(sim)
+    assert run_ok(admin, sid, "echo ok")["stdout"] == "ok\n"
+    # a stalled stream (no events, no pings): the admin's own deadline (timeout +
+    # command_timeout_margin) ends it as the ROCK timeout failure
+    faults(sim, {"stall_stream_after": 1})
+    t0 = time.time()
+    st, js = execute(admin, sid, "echo a; sleep 1; echo b; sleep 10", timeout=2)
+    took = time.time() - t0
+    faults(sim)
+    assert js == {"status": "Failed", "message": "execute command failed",
+                  "error": "Timeout (2.0s) exceeded while running command", "result": None}, js
+    assert 3.5 < took < 8, took
     assert run_ok(admin, sid, "echo ok")["stdout"] == "ok\n"
 
 
@@ -712,11 +752,11 @@ def vanished_sandbox():
     assert js["result"]["code"] in (4000, 5000), js
 
     st, js = status(admin, sid)
-    assert st == 200, st
-    if js["status"] == "Success":
-        assert js["result"]["state"] == "deleted" and js["result"]["is_alive"] is False, js
-    else:
-        assert js["error"] == "Sandbox %s not found" % sid and js["result"]["code"] == 4000, js
+    assert st == 200 and js["status"] == "Success", js
+    r = js["result"]
+    assert r["state"] == "deleted" and r["is_alive"] is False and r["delete_time"], r
+    assert [(h["from_state"], h["to_state"]) for h in r["state_history"]] == \
+        [("pending", "running"), ("running", "deleted")], r
     st, js = status(admin, sid, all_states=True)
     assert js["status"] == "Success", js
     assert js["result"]["state"] == "deleted" and js["result"]["is_alive"] is False, js
@@ -736,6 +776,28 @@ def vanished_sandbox():
 
 
 @test
+def upstream_lifetime_lapsed():
+    """OpenSandbox ends the sandbox itself (its timeout lapses → Terminated):
+    get_status shows deleted, the record is persisted as deleted."""
+    admin, sim, redis, _ = setup()
+    sid = start_alive(admin)
+    osid = osid_of(admin, sid)
+    st, _ = sim.request("POST", "/_sim/sandboxes/%s/expire" % osid)
+    assert st == 204, st
+    st, js = sim_sandbox(sim, osid)
+    assert js["status"]["state"] == "Terminated", js
+    st, js = status(admin, sid)
+    assert js["status"] == "Success", js
+    assert js["result"]["state"] == "deleted" and js["result"]["is_alive"] is False, js
+    st, js = status(admin, sid, all_states=True)
+    assert js["result"]["state"] == "deleted" and js["result"]["delete_time"], js
+    assert json.loads(redis.cli("GET", "rock:sandbox:" + sid))["state"] == "deleted"
+    st, js = execute(admin, sid, "echo x")
+    assert js["status"] == "Failed" and js["result"]["code"] == 4000, js
+    assert admin.ok("POST", "/delete", {"sandbox_id": sid}) == "%s deleted" % sid
+
+
+@test
 def lost_create_reply():
     """The simulator makes the sandbox but drops the 202: the sandbox still
     becomes alive and exactly one upstream sandbox carries the ROCK id."""
@@ -749,6 +811,26 @@ def lost_create_reply():
     admin.ok("POST", "/delete", {"sandbox_id": sid})
     assert [i for i in sim_list_by_rock_id(sim, sid)
             if i["status"]["state"] not in ("Terminated",)] == []
+
+
+@test
+def slow_create_status_pending():
+    """A slow lifecycle API: get_status right after start_async (what P does)
+    answers Success/pending with every TS field, and one sandbox results."""
+    admin, sim, redis, _ = setup()
+    faults(sim, {"lifecycle_latency_ms": 700})
+    st, js = admin.api("POST", "/start_async", dict(START_BODY))
+    assert js["status"] == "Success", js
+    sid = js["result"]["sandbox_id"]
+    st, js = status(admin, sid)
+    assert js["status"] == "Success", js
+    r = js["result"]
+    assert r["state"] == "pending" and r["is_alive"] is False and r["status"] == {}, r
+    for k in TS_NON_NULL:
+        assert r.get(k) is not None, (k, r)
+    admin.wait_alive(sid, timeout=30)
+    faults(sim)
+    assert len(sim_list_by_rock_id(sim, sid)) == 1
 
 
 @test
@@ -780,6 +862,9 @@ def idle_expiry_kills_and_deletes():
     """auto_clear_time_minutes with the deadline forced into the past: the
     sweep kills the OpenSandbox sandbox and marks the record deleted."""
     admin, sim, redis, _ = setup(admin_cfg={"runtime": {"sweep_interval": 1}})
+    # a second admin process on the same store sweeps too (must be safe)
+    admin2 = Admin(operator="opensandbox", redis=redis, config=dict(
+        os_config(sim.endpoint), runtime={"sweep_interval": 1}))
     sid = start_alive(admin, auto_clear_time_minutes=1)
     osid = osid_of(admin, sid)
     exp = float(redis.cli("ZSCORE", "rock:expire", sid))
@@ -796,8 +881,11 @@ def idle_expiry_kills_and_deletes():
     assert st == 404 or js["status"]["state"] == "Terminated", (st, js)
     assert redis.cli("SISMEMBER", "rock:active", sid) == "0"
     assert redis.cli("ZSCORE", "rock:expire", sid) == ""
-    out = admin.output()
-    assert "idle" in out, out[-2000:]
+    out = admin.output() + admin2.output()
+    assert out.count("idle deadline passed; deleted") == 1, out[-3000:]
+    assert "idle delete failed" not in out, out[-3000:]
+    st, js = status(admin2, sid, all_states=True)
+    assert js["result"]["state"] == "deleted" and js["result"]["delete_time"], js
 
 
 if __name__ == "__main__":

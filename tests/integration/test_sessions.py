@@ -8,8 +8,11 @@ creates of one name across A and B; a process killed between reserve and
 commit (the reservation expires); the admin's own environment never reaching a
 sandbox; explicit env + startup_source applied once; remote_user and `id -un`
 failures; env-name validation; init failure / timeout clean-up; run_in_session
-check policies, interactive refusal, timeouts and nohup-style background runs;
-delete of the sandbox clearing every mapping.
+check policies, interactive refusal, timeouts (execd's and the admin's own
+deadline) and nohup-style background runs; delete of the sandbox clearing every
+mapping; a commit that lost its expired reservation (B84); upstream failures
+while opening, initialising and closing (B82, B88); the stored sandbox env
+overlay (B80); the in-process registry when no Redis is configured.
 
 Counting execd sessions: the simulator keeps sessions only in memory and has
 no list route, but it refuses a new session with "too many sessions" once a
@@ -140,6 +143,15 @@ def session_created_on_a_is_used_and_closed_on_b():
     # The name can be used again after the close.
     assert create(b, sid, "x")["status"] == "Success"
     assert out_of(a, sid, "x", "echo ${X:-unset}") == "unset\n"
+    # Any string is a name: spaces, colons, slashes, non-ASCII.
+    odd = "w\u00e9ird: name/1"
+    assert create(a, sid, odd)["status"] == "Success"
+    assert out_of(b, sid, odd, "echo odd") == "odd\n"
+    assert_plain_failure(create(b, sid, odd), "create session failed",
+                         "session '%s' already exists" % odd)
+    b.ok("POST", "/close_session", {"sandbox_id": sid, "session": odd})
+    assert_plain_failure(run_cmd(a, sid, odd, "true"), "run in session failed",
+                         "session '%s' does not exist" % odd)
 
 
 @test
@@ -292,13 +304,16 @@ def explicit_env_and_startup_source_applied_once():
     d = tmpdir()
     counter = os.path.join(d, "sourced.count")
     profile = os.path.join(d, "profile with spaces.sh")
+    second = os.path.join(d, "it's second.sh")
     a.ok("POST", "/write_file", {
         "sandbox_id": sid, "path": profile,
         "content": "echo run >> '%s'\nexport FROM_PROFILE=\"$GREETING!\"\necho ready\n" % counter})
+    a.ok("POST", "/write_file", {"sandbox_id": sid, "path": second,
+                                 "content": "echo \"second:$FROM_PROFILE\" >&2\n"})
     js = create(a, sid, "p", env={"GREETING": "hello world", "QUOTE": "it's"},
-                startup_source=[profile], startup_timeout=3)
+                startup_source=[profile, second], startup_timeout=3)
     assert js["status"] == "Success", js
-    assert js["result"] == {"output": "ready\n", "session_type": "bash"}, js
+    assert js["result"] == {"output": "ready\nsecond:hello world!\n", "session_type": "bash"}, js
     assert out_of(b, sid, "p", 'echo "$GREETING|$QUOTE|$FROM_PROFILE"') == \
         "hello world|it's|hello world!\n"
     assert out_of(a, sid, "p", "cd /tmp && echo $FROM_PROFILE") == "hello world!\n"
@@ -541,6 +556,8 @@ def run_in_session_check_policies_interactive_and_timeouts():
                          "Timeout (1.0s) exceeded while running session command")
     assert took < 3.0, took  # timeout + command_timeout_margin (2)
     assert out_of(b, sid, "r", "echo after-timeout") == "after-timeout\n"
+    assert_plain_failure(run_cmd(b, sid, "r", "sleep 5", timeout=0.5), "run in session failed",
+                         "Timeout (0.5s) exceeded while running session command")
 
     # execd hangs (stream stalls after its init event): the admin's own
     # deadline (timeout + margin) still answers.
@@ -607,7 +624,62 @@ def delete_removes_all_mappings_and_later_calls_fail_cleanly():
     # The other sandbox's mapping is untouched.
     assert redis.cli("HLEN", "rock:sessions:" + other) == "1"
     assert out_of(a, other, "s1", "echo still") == "still\n"
+    # A new sandbox under the same id starts with no names.
+    assert b.start_sandbox(sandbox_id=sid) == sid
+    assert_plain_failure(run_cmd(a, sid, "s1", "true"), "run in session failed",
+                         "session 's1' does not exist")
+    assert create(a, sid, "s1")["status"] == "Success"
 
+
+
+@test
+def in_process_registry_without_redis():
+    """Without Redis the registry lives in the process: same rules, and a
+    delete clears the sandbox's names (checked by reusing the sandbox id)."""
+    sim = Sim(api_key=KEY)
+    a = Admin(operator="opensandbox", config={
+        "opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": KEY}})
+    sid = a.start_sandbox()
+    osid = upstream_id_by_list(sim, sid)
+    assert create(a, sid, "m", env={"V": "1"})["status"] == "Success"
+    assert_plain_failure(create(a, sid, "m"), "create session failed",
+                         "session 'm' already exists")
+    assert out_of(a, sid, "m", "echo $V") == "1\n"
+    js = create(a, sid, "bad", startup_source=["/nonexistent/rock-profile.sh"])
+    assert js["status"] == "Failed" and js["error"].startswith(
+        "Failed to initialize OpenSandbox session with exit code 1: "), js
+    assert create(a, sid, "bad")["status"] == "Success"
+    assert execd_session_count(sim, osid) == 2
+    # An in-flight reservation is taken but invisible to lookups.
+    faults(sim, {"execd_latency_ms": 1500})
+    box = {}
+    th = threading.Thread(target=lambda: box.update(reply=create(a, sid, "slow")))
+    th.start()
+    time.sleep(0.5)
+    assert_plain_failure(create(a, sid, "slow"), "create session failed",
+                         "session 'slow' already exists")
+    assert_plain_failure(run_cmd(a, sid, "slow", "true"), "run in session failed",
+                         "session 'slow' does not exist")
+    th.join(20)
+    faults(sim)
+    assert box["reply"]["status"] == "Success", box
+    assert out_of(a, sid, "slow", "echo committed") == "committed\n"
+    a.ok("POST", "/delete", {"sandbox_id": sid})
+    js = run_cmd(a, sid, "m", "true")
+    assert js["status"] == "Failed" and js["result"]["code"] == 4000, js
+    assert js["error"] in ("Sandbox %s not found" % sid,
+                           "Sandbox %s is not running (state=deleted)" % sid), js
+    again = a.start_sandbox(sandbox_id=sid)
+    assert again == sid
+    assert_plain_failure(run_cmd(a, sid, "m", "true"), "run in session failed",
+                         "session 'm' does not exist")
+    assert create(a, sid, "m")["status"] == "Success"
+
+
+def upstream_id_by_list(sim, sid):
+    st, js = sim.request("GET", "/v1/sandboxes?metadata=rock_sandbox_id%3D" + sid)
+    assert st == 200 and len(js["items"]) == 1, (st, js)
+    return js["items"][0]["id"]
 
 if __name__ == "__main__":
     run()
