@@ -65,6 +65,15 @@ def secrets_stay_out_of_logs():
     assert secret not in a.output()
 
 
+def _inflight(a):
+    """In-flight requests as /metrics reports them (the scrape itself included)."""
+    st, body, _ = a.request("GET", "/metrics", raw=True)
+    for line in body.decode().splitlines():
+        if line.startswith("rock_admin_inflight_requests "):
+            return int(line.split()[1]) - 1
+    return -1
+
+
 def _slow_execute(a, sid, results, n):
     try:
         st, js = a.api("POST", "/execute", {"sandbox_id": sid, "command": "wait %d" % n})
@@ -85,7 +94,8 @@ def drain_finishes_inflight_and_refuses_new():
                for _ in range(8)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    # SIGTERM only once all eight are really being handled
+    wait_until(lambda: _inflight(a) == 8, 20, 0.05, "8 requests in flight")
     a.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     # readiness flips at once (asked on an already open connection) ...
@@ -119,7 +129,7 @@ def drain_deadline_aborts_inflight():
     results = []
     t = threading.Thread(target=_slow_execute, args=(a, sid, results, 300))
     t.start()
-    time.sleep(0.5)
+    wait_until(lambda: _inflight(a) == 1, 20, 0.05, "the request in flight")
     t0 = time.time()
     a.proc.send_signal(signal.SIGTERM)
     assert a.proc.wait(15) == 0
