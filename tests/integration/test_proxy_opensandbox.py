@@ -12,7 +12,11 @@ sim_lifecycle.c sim_endpoint(), sim_proxy.c):
   use_server_proxy=true: to `<sim>/sandboxes/<id>/proxy/P`, a buffered
   HTTP/1.0 relay (it sends `HTTP/1.0` + `Connection: close` to the app, which
   is how the app can tell it was reached through the server proxy; rock-admin
-  itself relays with HTTP/1.1). No WebSocket through the server proxy.
+  itself relays with HTTP/1.1). A request with `Upgrade: websocket` is relayed
+  as raw bytes after the app's 101 instead, and the simulator logs
+  `websocket relay <path> -> 127.0.0.1:P<target> open` / `... closed (N bytes
+  to the app, M bytes to the client)`, which is how the server-proxy WebSocket
+  test proves its traffic went through the simulator.
 - `--execd-header NAME:VALUE`: endpoint discovery returns `headers` ONLY for
   the execd port 44772; application ports get no endpoint headers. So "endpoint
   headers reach the app" is checked on port 44772 (execd answers 401 without
@@ -25,6 +29,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -170,15 +175,20 @@ const mode = process.argv[2], url = process.argv[3];
 function out(o) { process.stdout.write(JSON.stringify(o) + '\n'); }
 function sha(b) { return crypto.createHash('sha256').update(b).digest('hex'); }
 const ws = new WebSocket(url, {maxPayload: 64 << 20});
-const res = {open: false, sent: 0, echoed: 0, mismatch: 0, text: 0, binary: 0, big: 0};
+const res = {open: false, sent: 0, echoed: 0, mismatch: 0, text: 0, binary: 0, big: 0,
+             bytes: 0};
 const expect = [];
 ws.on('open', () => {
   res.open = true;
   if (mode === 'close') { ws.send('close-me'); return; }
-  const N = 1000;
-  const bigAt = new Set([100, 300, 500, 700, 900]);
+  // optional argv: frame count and big-frame size (big frames at 10%, 50%, 90%)
+  const N = process.argv[4] ? parseInt(process.argv[4], 10) : 1000;
+  const BIG = process.argv[5] ? parseInt(process.argv[5], 10) : (4 << 20);
+  const bigAt = process.argv[4] ? new Set([Math.floor(N / 10), Math.floor(N / 2),
+                                           Math.floor(N * 9 / 10)])
+                                : new Set([100, 300, 500, 700, 900]);
   for (let i = 0; i < N; i++) {
-    let n = bigAt.has(i) ? (4 << 20) : Math.floor(Math.random() * 65537);
+    let n = bigAt.has(i) ? BIG : Math.floor(Math.random() * 65537);
     const bin = Math.random() < 0.5;
     let m;
     if (bin) {
@@ -188,7 +198,8 @@ ws.on('open', () => {
       m = crypto.randomBytes(Math.ceil(n * 3 / 4) + 3).toString('base64').slice(0, n);
       if (m === 'close-me') m = 'close-mf';
     }
-    if (n === (4 << 20)) res.big++;
+    if (n === BIG) res.big++;
+    res.bytes += n;
     if (bin) res.binary++; else res.text++;
     expect.push({bin, sha: sha(m), len: n});
     ws.send(m, {binary: bin});
@@ -527,8 +538,9 @@ def ws_env():
     return env
 
 
-def ws_client(script, mode, url):
-    out = subprocess.run(["node", script, mode, url], capture_output=True, text=True,
+def ws_client(script, mode, url, *extra):
+    out = subprocess.run(["node", script, mode, url] + [str(x) for x in extra],
+                         capture_output=True, text=True,
                          env=ws_env(), timeout=120)
     lines = out.stdout.strip().splitlines()
     assert lines, (out.returncode, out.stderr[-2000:])
@@ -540,7 +552,7 @@ def test_websocket_app_in_sandbox():
     if not harness.node_available():
         print("skip: node/ws not available")
         return
-    admin, sim, _ = setup(use_server_proxy=False)  # the simulator's proxy has no WebSocket
+    admin, sim, _ = setup(use_server_proxy=False)  # direct (server proxy: see below)
     sid = admin.start_sandbox()
     d = tmpdir("rock-os-ws-")
     server, client = os.path.join(d, "ws_app.js"), os.path.join(d, "ws_client.js")
@@ -568,6 +580,109 @@ def test_websocket_app_in_sandbox():
     res = ws_client(client, "close", "%s/port/%d/x" % (base, free_port()))
     assert res["code"] == 1011 and res["reason"].startswith("Proxy error: "), res
     print("# unreachable app port: close %d %r" % (res["code"], res["reason"]))
+
+
+def sim_ws_relays(sim, osid, port):
+    """The simulator's log lines for WebSocket relays of sandbox osid to port (sim_proxy.c):
+    [(client path, app target, state, bytes to the app, bytes to the client)]."""
+    rx = re.compile(r"opensandbox-sim: websocket relay (/sandboxes/%s/proxy/%d\S*) -> "
+                    r"127\.0\.0\.1:%d(\S*) (open|closed \((\d+) bytes to the app, (\d+) bytes "
+                    r"to the client\))" % (re.escape(osid), port, port))
+    return [(m.group(1), m.group(2), m.group(3).split(" ")[0],
+             int(m.group(4) or 0), int(m.group(5) or 0)) for m in rx.finditer(sim.output())]
+
+
+@test
+def test_websocket_through_the_server_proxy():
+    if not harness.node_available():
+        print("skip: node/ws not available")
+        return
+    admin, sim, _ = setup(use_server_proxy=True)
+    sid = admin.start_sandbox()
+    osid = osid_of(admin, sid)
+    d = tmpdir("rock-os-wsp-")
+    server, client = os.path.join(d, "ws_app.js"), os.path.join(d, "ws_client.js")
+    put_file(admin, sid, server, WS_APP_JS)
+    with open(client, "w") as f:
+        f.write(WS_CLIENT_JS)
+    port = free_port()
+    ws_mod = os.path.join(harness.NODE_MODULES, "ws")
+    run_ok(admin, sid, "nohup %s %s %d %s > %s 2>&1 &" % (shutil.which("node"), server, port,
+                                                          ws_mod, os.path.join(d, "ws.log")))
+    wait_until(lambda: port_open(port), 15, 0.1, "the WebSocket app to listen on %d" % port)
+    st, ep = sim.request("GET", "/v1/sandboxes/%s/endpoints/%d?use_server_proxy=true"
+                         % (osid, port))
+    assert ep["endpoint"] == "%s/sandboxes/%s/proxy/%d" % (sim.endpoint, osid, port), ep
+    base = "ws://127.0.0.1:%d%s" % (admin.port, proxy_path(sid))
+    assert sim_ws_relays(sim, osid, port) == []
+
+    # 200 random text and binary frames, three of 1 MiB, come back identical
+    t0 = time.time()
+    res = ws_client(client, "echo", "%s/port/%d/echo" % (base, port), 200, 1 << 20)
+    assert res["open"] and res["sent"] == 200, res
+    assert res["echoed"] == 200 and res["mismatch"] == 0, res
+    assert res["text"] > 0 and res["binary"] > 0 and res["big"] == 3, res
+    assert res["code"] == 1000 and res["reason"] == "done", res
+    print("# 200 frames (%d bytes) echoed through the simulator's proxy in %.1fs"
+          % (res["bytes"], time.time() - t0))
+    # ...and really went through the simulator's server-proxy route: it logged the relay of
+    # /sandboxes/<id>/proxy/<port>/echo to the app, and at least every payload byte both ways
+    done = wait_until(lambda: [r for r in sim_ws_relays(sim, osid, port) if r[2] == "closed"],
+                      10, 0.1, "the simulator to log the closed relay")
+    assert len(done) == 1, sim_ws_relays(sim, osid, port)
+    path, target, _, to_app, to_client = done[0]
+    assert path == "/sandboxes/%s/proxy/%d/echo" % (osid, port), done
+    assert target == "/echo", done
+    assert to_app >= res["bytes"] and to_client >= res["bytes"], (done, res["bytes"])
+
+    # a close code and reason sent by the app reach the client through both proxies
+    res = ws_client(client, "close", "%s/port/%d/bye" % (base, port))
+    assert res["open"] and res["code"] == 4001, res
+    assert res["reason"] == "bye from inside the sandbox", res
+    paths = [r[0] for r in sim_ws_relays(sim, osid, port) if r[2] == "open"]
+    assert paths[-1] == "/sandboxes/%s/proxy/%d/bye" % (osid, port), paths
+
+    # no fallback to the direct endpoint: when the simulator's proxy route fails, the handshake
+    # fails (rock-admin's 1011 carrying the simulator's 503) and no relay is opened
+    n = len(sim_ws_relays(sim, osid, port))
+    st, _ = sim.request("POST", "/_sim/faults", {"execd_status": 503, "status_count": 1})
+    assert st in (200, 204), st
+    res = ws_client(client, "close", "%s/port/%d/fault" % (base, port))
+    assert res["code"] == 1011, res
+    assert res["reason"] == "Proxy error: the application refused the WebSocket handshake " \
+        "(HTTP 503)", res
+    assert len(sim_ws_relays(sim, osid, port)) == n, sim_ws_relays(sim, osid, port)
+    sim.request("DELETE", "/_sim/faults")
+
+    # nothing listens on the port: the simulator's 502 makes rock-admin close with 1011
+    dead = free_port()
+    res = ws_client(client, "close", "%s/port/%d/x" % (base, dead))
+    assert res["code"] == 1011 and res["reason"].endswith("(HTTP 502)"), res
+    assert len(sim_ws_relays(sim, osid, port)) == n, sim_ws_relays(sim, osid, port)
+
+    # SIGTERM with a relay open: the simulator ends it and exits 0 without sanitizer reports
+    sock = socket.create_connection(("127.0.0.1", admin.port), timeout=10)
+    sock.sendall(("GET %s/port/%d/idle HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                  "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                  "Sec-WebSocket-Version: 13\r\n\r\n" % (proxy_path(sid), port)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 101"), head
+    wait_until(lambda: any(r[0].endswith("/idle") and r[2] == "open"
+                           for r in sim_ws_relays(sim, osid, port)), 10, 0.1, "the idle relay")
+    rc = sim.stop()
+    out = sim.output()
+    assert rc == 0, (rc, out[-3000:])
+    for bad in ("AddressSanitizer", "LeakSanitizer", "runtime error:", '"upgraded" connection'):
+        assert bad not in out, out[-3000:]
+    assert "/idle simulator shutting down" in out, out[-3000:]
+    sock.settimeout(10)
+    got = sock.recv(4096)  # rock-admin's close frame (or EOF) once the upstream went away
+    assert got == b"" or got[0] == 0x88, got
+    sock.close()
 
 
 if __name__ == "__main__":

@@ -126,6 +126,7 @@ struct sim_req {
     bool too_large;
     const char *method;
     const char *url;
+    void *ws; /* pending WebSocket relay (sim_proxy.c) until its upgrade callback takes it */
 };
 
 /* Fault configuration (see sim_faults.c and README). */
@@ -217,5 +218,7 @@ void sim_faults_init(void);
 /* sim_proxy.c */
 enum MHD_Result sim_proxy_relay(struct MHD_Connection *c, struct sim_req *r, int port,
                                 const char *path);
+void sim_proxy_ws_free(void *ws);
+void sim_proxy_ws_close_all(void);
 
 #endif

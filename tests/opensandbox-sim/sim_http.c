@@ -243,6 +243,7 @@ void sim_request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     struct sim_req *r = *con_cls;
     if (!r)
         return;
+    sim_proxy_ws_free(r->ws); /* a WebSocket relay whose upgrade never happened */
     free(r->body);
     free(r);
     *con_cls = NULL;

@@ -151,12 +151,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "opensandbox-sim: --listen host must be an IPv4 address\n");
         return 2;
     }
-    struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
-        sim_accept_policy, NULL, sim_access_handler, NULL, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, sim_request_completed, NULL,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)512, MHD_OPTION_END);
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                             MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE,
+                         0, sim_accept_policy, NULL, sim_access_handler, NULL, MHD_OPTION_SOCK_ADDR,
+                         (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, sim_request_completed,
+                         NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)512, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "opensandbox-sim: cannot listen on %s:%d\n", g_sim.listen_host,
                 g_sim.listen_port);
@@ -179,6 +180,7 @@ int main(int argc, char **argv)
         ;
     g_sim.shutting_down = 1;
     sim_kill_everything();
+    sim_proxy_ws_close_all(); /* WebSocket relays end on shutting_down */
     MHD_stop_daemon(d);
     sim_wait_threads();
     pthread_join(janitor, NULL);
