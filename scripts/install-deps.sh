@@ -16,5 +16,11 @@ if ! command -v node >/dev/null 2>&1; then
     $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 if [ "${ROCK_SKIP_NPM:-0}" != 1 ]; then
+    # The OpenSandbox SDK needs Node.js >= 20; Debian 12 ships 18. Then take a
+    # Node 20 runtime from the npm registry (scripts/test.sh puts it on PATH).
+    major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+    if [ "$major" -lt 20 ]; then
+        npm install --no-audit --no-fund --loglevel=error --prefix tests/js/.node-runtime node@20
+    fi
     (cd tests/js && (npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error))
 fi

@@ -11,6 +11,10 @@ sh scripts/install-deps.sh
 autoreconf -fi >/dev/null 2>&1 || autoreconf -fi
 jobs=$(nproc 2>/dev/null || echo 2)
 export ROCK_TEST_NODE_MODULES="$top/tests/js/node_modules"
+if [ -x "$top/tests/js/.node-runtime/node_modules/.bin/node" ]; then
+    PATH="$top/tests/js/.node-runtime/node_modules/.bin:$PATH"
+    export PATH
+fi
 status=0
 summary=""
 

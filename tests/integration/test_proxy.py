@@ -403,9 +403,8 @@ def ws_client(script, mode, url, protos=""):
 
 @test
 def test_websocket_relay():
-    if not harness.node_available():
-        print("skip: node/ws not available")
-        return
+    assert harness.node_available(), \
+        "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
     admin, sid = setup()
     script = node_script()
     port = ws_server(script)
@@ -439,9 +438,8 @@ def test_websocket_relay():
 
 @test
 def test_websocket_closed_with_1001_on_drain():
-    if not harness.node_available():
-        print("skip: node/ws not available")
-        return
+    assert harness.node_available(), \
+        "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
     admin, sid = setup()
     script = node_script()
     port = ws_server(script)

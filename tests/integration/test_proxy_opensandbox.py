@@ -549,9 +549,8 @@ def ws_client(script, mode, url, *extra):
 
 @test
 def test_websocket_app_in_sandbox():
-    if not harness.node_available():
-        print("skip: node/ws not available")
-        return
+    assert harness.node_available(), \
+        "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
     admin, sim, _ = setup(use_server_proxy=False)  # direct (server proxy: see below)
     sid = admin.start_sandbox()
     d = tmpdir("rock-os-ws-")
@@ -594,9 +593,8 @@ def sim_ws_relays(sim, osid, port):
 
 @test
 def test_websocket_through_the_server_proxy():
-    if not harness.node_available():
-        print("skip: node/ws not available")
-        return
+    assert harness.node_available(), \
+        "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
     admin, sim, _ = setup(use_server_proxy=True)
     sid = admin.start_sandbox()
     osid = osid_of(admin, sid)

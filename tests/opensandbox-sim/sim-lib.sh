@@ -34,13 +34,13 @@ trap 'exit 1' INT TERM
 # Skip (exit 77) when the npm packages are not installed.
 need_node_modules() {
     if ! command -v node >/dev/null 2>&1; then
-        echo "SKIP: node not found" >&2
-        exit 77
+        echo "ERROR: node not found (scripts/install-deps.sh installs it)" >&2
+        exit 99
     fi
     if [ ! -d "${ROCK_TEST_NODE_MODULES:-}/@alibaba-group/opensandbox" ]; then
-        echo "SKIP: @alibaba-group/opensandbox not found under ROCK_TEST_NODE_MODULES=${ROCK_TEST_NODE_MODULES:-}" >&2
-        echo "      run: (cd tests/js && npm install)" >&2
-        exit 77
+        echo "ERROR: @alibaba-group/opensandbox not found under ROCK_TEST_NODE_MODULES=${ROCK_TEST_NODE_MODULES:-}" >&2
+        echo "       run: (cd tests/js && npm ci)" >&2
+        exit 99
     fi
 }
 
