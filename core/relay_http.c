@@ -845,8 +845,15 @@ void rk_relay_http_handler(struct rk_req *r)
         .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE  \
     }
 
+/* A WebSocket relay route (matched only for Upgrade: websocket requests). */
+#define WS_RELAY_ROUTE(pat, nm, fn, msg)                                                           \
+    {                                                                                              \
+        .method = "GET", .pattern = pat, .name = nm, .handler = fn, .websocket = 1,                \
+        .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE                                    \
+    }
+
 const struct rk_route rk_relay_routes[] = {
-    /* The user-doc form; must precede the lead's /proxy/{id}/{*} stub. */
+    /* The user-doc form; matched before the admin stub /proxy/{id}/{*} of router.c. */
     HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}", "proxy_port_path", "http proxy failed"),
     HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}/{*}", "proxy_port_path", "http proxy failed"),
     HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy", "proxy_http", "http proxy failed"),
@@ -854,33 +861,13 @@ const struct rk_route rk_relay_routes[] = {
     HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_http", "vnc http proxy failed"),
     HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_http", "vnc http proxy failed"),
     /* WebSocket (Upgrade: websocket only). */
-    {.method = "GET",
-     .pattern = P "/sandboxes/{id}/proxy/{*}",
-     .name = "proxy_ws",
-     .handler = rk_relay_ws_handler,
-     .websocket = 1,
-     .fail_message = "websocket proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
-    {.method = "GET",
-     .pattern = P "/sandboxes/{id}/vnc",
-     .name = "vnc_ws",
-     .handler = rk_relay_ws_handler,
-     .websocket = 1,
-     .fail_message = "vnc websocket proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
-    {.method = "GET",
-     .pattern = P "/sandboxes/{id}/vnc/{*}",
-     .name = "vnc_ws",
-     .handler = rk_relay_ws_handler,
-     .websocket = 1,
-     .fail_message = "vnc websocket proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
-    {.method = "GET",
-     .pattern = P "/sandboxes/{id}/portforward",
-     .name = "portforward",
-     .handler = rk_relay_portforward_handler,
-     .websocket = 1,
-     .fail_message = "portforward failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
+    WS_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_ws", rk_relay_ws_handler,
+                   "websocket proxy failed"),
+    WS_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_ws", rk_relay_ws_handler,
+                   "vnc websocket proxy failed"),
+    WS_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_ws", rk_relay_ws_handler,
+                   "vnc websocket proxy failed"),
+    WS_RELAY_ROUTE(P "/sandboxes/{id}/portforward", "portforward", rk_relay_portforward_handler,
+                   "portforward failed"),
     {.pattern = NULL},
 };
