@@ -547,12 +547,9 @@ def ws_client(script, mode, url, *extra):
     return json.loads(lines[-1])
 
 
-@test
-def test_websocket_app_in_sandbox():
-    assert harness.node_available(), \
-        "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
-    admin, sim, _ = setup(use_server_proxy=False)  # direct (server proxy: see below)
-    sid = admin.start_sandbox()
+def start_ws_app(admin, sid):
+    """Write the node `ws` echo app into the sandbox and start it there on a free
+    port (via /execute); returns (path of the local client script, port)."""
     d = tmpdir("rock-os-ws-")
     server, client = os.path.join(d, "ws_app.js"), os.path.join(d, "ws_client.js")
     put_file(admin, sid, server, WS_APP_JS)
@@ -563,6 +560,16 @@ def test_websocket_app_in_sandbox():
     run_ok(admin, sid, "nohup %s %s %d %s > %s 2>&1 &" % (shutil.which("node"), server, port,
                                                           ws_mod, os.path.join(d, "ws.log")))
     wait_until(lambda: port_open(port), 15, 0.1, "the WebSocket app to listen on %d" % port)
+    return client, port
+
+
+@test
+def test_websocket_app_in_sandbox():
+    assert harness.node_available(), \
+        "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
+    admin, sim, _ = setup(use_server_proxy=False)  # direct (server proxy: see below)
+    sid = admin.start_sandbox()
+    client, port = start_ws_app(admin, sid)
     base = "ws://127.0.0.1:%d%s" % (admin.port, proxy_path(sid))
 
     t0 = time.time()
@@ -598,16 +605,7 @@ def test_websocket_through_the_server_proxy():
     admin, sim, _ = setup(use_server_proxy=True)
     sid = admin.start_sandbox()
     osid = osid_of(admin, sid)
-    d = tmpdir("rock-os-wsp-")
-    server, client = os.path.join(d, "ws_app.js"), os.path.join(d, "ws_client.js")
-    put_file(admin, sid, server, WS_APP_JS)
-    with open(client, "w") as f:
-        f.write(WS_CLIENT_JS)
-    port = free_port()
-    ws_mod = os.path.join(harness.NODE_MODULES, "ws")
-    run_ok(admin, sid, "nohup %s %s %d %s > %s 2>&1 &" % (shutil.which("node"), server, port,
-                                                          ws_mod, os.path.join(d, "ws.log")))
-    wait_until(lambda: port_open(port), 15, 0.1, "the WebSocket app to listen on %d" % port)
+    client, port = start_ws_app(admin, sid)
     st, ep = sim.request("GET", "/v1/sandboxes/%s/endpoints/%d?use_server_proxy=true"
                          % (osid, port))
     assert ep["endpoint"] == "%s/sandboxes/%s/proxy/%d" % (sim.endpoint, osid, port), ep
