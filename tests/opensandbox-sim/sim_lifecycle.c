@@ -9,8 +9,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char *const sim_state_names[] = {"Pending", "Running", "Paused", "Terminated",
-                                              "Failed"};
+static const char *const sim_state_names[] = {"Pending", "Running", "Paused",  "Terminated",
+                                              "Failed",  "Pausing", "Resuming"};
+
+/* The API name of a state ("Running", "Paused", ...). */
+const char *sim_state_name(enum sim_state st)
+{
+    return sim_state_names[st];
+}
 
 /* Find a sandbox by id; caller holds g_sim.mu. */
 struct sim_sandbox *sim_find_locked(const char *id)
@@ -67,6 +73,15 @@ enum sim_state sim_effective_state(struct sim_sandbox *sb, int64_t now)
         sb->transition_ms = sb->ready_ms;
         snprintf(sb->reason, sizeof sb->reason, "CONTAINER_RUNNING");
         sb->message[0] = 0;
+    }
+    if ((sb->state == SIM_PAUSING || sb->state == SIM_RESUMING) && now >= sb->transition_due_ms) {
+        bool resume = sb->state == SIM_RESUMING;
+        if (resume)
+            sim_signal_all_locked(sb, SIGCONT);
+        sb->state = resume ? SIM_RUNNING : SIM_PAUSED;
+        sb->transition_ms = sb->transition_due_ms;
+        snprintf(sb->reason, sizeof sb->reason, "%s",
+                 resume ? "CONTAINER_RUNNING" : "CONTAINER_PAUSED");
     }
     if (sb->expires_ms > 0 && now >= sb->expires_ms && sb->state != SIM_TERMINATED &&
         sb->state != SIM_FAILED) {
@@ -627,15 +642,6 @@ static enum MHD_Result sim_endpoint(struct MHD_Connection *c, struct sim_sandbox
     return sim_reply_json(c, 200, o);
 }
 
-/* Send sig to every process group of the sandbox (pause/resume); caller holds g_sim.mu. */
-static void sim_signal_all_locked(struct sim_sandbox *sb, int sig)
-{
-    for (int i = 0; i < sb->ncmds; i++)
-        sim_cmd_kill(sb->cmds[i], sig);
-    for (int i = 0; i < sb->npgids; i++)
-        kill(-sb->pgids[i], sig);
-}
-
 /* POST /sandboxes/<id>/renew-expiration. */
 static enum MHD_Result sim_renew(struct MHD_Connection *c, struct sim_req *r, const char *id)
 {
@@ -790,20 +796,7 @@ enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r
         return ret;
     }
     if ((strcmp(sub, "/pause") == 0 || strcmp(sub, "/resume") == 0) && strcmp(m, "POST") == 0) {
-        bool pause = strcmp(sub, "/pause") == 0;
-        enum sim_state st = sim_effective_state(sb, now);
-        if (pause && st != SIM_RUNNING) {
-            ret = sim_reply_error(c, 409, "DOCKER::SANDBOX_NOT_RUNNING", "sandbox is not running");
-        } else if (!pause && st != SIM_PAUSED) {
-            ret = sim_reply_error(c, 409, "DOCKER::SANDBOX_NOT_PAUSED", "sandbox is not paused");
-        } else {
-            sim_signal_all_locked(sb, pause ? SIGSTOP : SIGCONT);
-            sb->state = pause ? SIM_PAUSED : SIM_RUNNING;
-            sb->transition_ms = now;
-            snprintf(sb->reason, sizeof sb->reason, "%s",
-                     pause ? "CONTAINER_PAUSED" : "CONTAINER_RUNNING");
-            ret = sim_reply_empty(c, 202);
-        }
+        ret = sim_pause_handle(c, sb, strcmp(sub, "/pause") == 0, now);
         pthread_mutex_unlock(&g_sim.mu);
         return ret;
     }
