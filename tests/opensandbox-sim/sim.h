@@ -229,8 +229,8 @@ const char *sim_state_name(enum sim_state st);
 enum MHD_Result sim_snapshot_create(struct MHD_Connection *c, struct sim_req *r,
                                     const char *sandbox_id);
 enum MHD_Result sim_snapshots_handle(struct MHD_Connection *c, struct sim_req *r, const char *path);
-int sim_snapshot_restore_locked(const char *snap_id, const char *dest_dir, json_object **entrypoint,
-                                unsigned *status, const char **code, char *msg, size_t msgn);
+int sim_snapshot_restore(const char *snap_id, const char *dest_dir, json_object **entrypoint,
+                         unsigned *status, const char **code, char *msg, size_t msgn);
 void sim_snapshots_free_all(void);
 int sim_copy_tree(const char *src, const char *dst, char *err, size_t errn);
 

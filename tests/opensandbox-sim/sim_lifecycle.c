@@ -401,6 +401,28 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         }
     }
 
+    /* Restore from a snapshot: it must exist and be Ready (see sim_snapshot.c). */
+    json_object *snap_entry = NULL;
+    if (snap) {
+        unsigned sst;
+        const char *scode;
+        char smsg[256];
+        if (sim_snapshot_restore(json_object_get_string(snap), NULL, &snap_entry, &sst, &scode,
+                                 smsg, sizeof smsg) != 0) {
+            ret = sim_reply_error(c, sst, scode, smsg);
+            goto out;
+        }
+        struct sim_faults f;
+        sim_faults_get(&f);
+        if (f.restore_fail) {
+            json_object_put(snap_entry);
+            ret = sim_reply_error(c, 500, "DOCKER::SANDBOX_START_FAILED",
+                                  "Failed to start sandbox container: injected failure "
+                                  "(opensandbox-sim)");
+            goto out;
+        }
+    }
+
     /* Valid: create it. */
     struct sim_sandbox *sb = calloc(1, sizeof *sb);
     if (!sb)
@@ -414,8 +436,25 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         snprintf(msg, sizeof msg, "cannot create sandbox directory: %s", strerror(errno));
         free(sb->dir);
         free(sb);
+        json_object_put(snap_entry);
         ret = sim_reply_error(c, 500, "DOCKER::SANDBOX_CREATE_FAILED", msg);
         goto out;
+    }
+    if (snap) {
+        unsigned sst;
+        const char *scode;
+        char smsg[640];
+        json_object_put(snap_entry);
+        if (sim_snapshot_restore(json_object_get_string(snap), sb->dir, &snap_entry, &sst, &scode,
+                                 smsg, sizeof smsg) != 0) {
+            sim_remove_all(sb->dir);
+            free(sb->dir);
+            free(sb);
+            ret = sim_reply_error(c, sst, scode, smsg);
+            goto out;
+        }
+        if (!entry && snap_entry)
+            entry = snap_entry; /* the server restores the snapshot's entrypoint */
     }
     if (image) {
         sb->image = json_object_new_object();
@@ -426,7 +465,9 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         sb->snapshot_id = sim_strdup(json_object_get_string(snap));
     if (entry) {
         sb->entrypoint = json_object_get(entry);
+        json_object_put(snap_entry);
     } else {
+        json_object_put(snap_entry);
         sb->entrypoint = json_object_new_array();
         const char *dflt[] = {"tail", "-f", "/dev/null"};
         for (int i = 0; i < 3; i++)
@@ -445,7 +486,7 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
     pthread_mutex_lock(&g_sim.mu);
     if (g_sim.nsandboxes >= g_sim.max_sandboxes) {
         pthread_mutex_unlock(&g_sim.mu);
-        rmdir(sb->dir);
+        sim_remove_all(sb->dir);
         sim_sandbox_free(sb);
         ret = sim_reply_error(c, 409, "SANDBOX::QUOTA_EXCEEDED",
                               "opensandbox-sim: too many sandboxes (see --max-sandboxes)");
@@ -741,6 +782,8 @@ enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r
     if (sim_auth_fails(c, &ret))
         return ret;
     const char *m = r->method;
+    if (strcmp(path, "/snapshots") == 0 || strncmp(path, "/snapshots/", 11) == 0)
+        return sim_snapshots_handle(c, r, path);
     if (strcmp(path, "/sandboxes") == 0) {
         if (strcmp(m, "POST") == 0)
             return sim_create(c, r);
@@ -760,6 +803,8 @@ enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r
     const char *sub = e ? e : "";
     if (strcmp(sub, "/renew-expiration") == 0 && strcmp(m, "POST") == 0)
         return sim_renew(c, r, id);
+    if (strcmp(sub, "/snapshots") == 0 && strcmp(m, "POST") == 0)
+        return sim_snapshot_create(c, r, id);
     int64_t now = sim_now_ms();
     pthread_mutex_lock(&g_sim.mu);
     struct sim_sandbox *sb = sim_find_locked(id);
