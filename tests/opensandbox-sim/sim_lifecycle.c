@@ -683,7 +683,14 @@ static enum MHD_Result sim_endpoint(struct MHD_Connection *c, struct sim_sandbox
     return sim_reply_json(c, 200, o);
 }
 
-/* POST /sandboxes/<id>/renew-expiration. */
+/* POST /sandboxes/<id>/renew-expiration, as DockerSandboxService.renew_expiration in
+ * alibaba/OpenSandbox server/opensandbox_server/services/docker/docker_service.py:
+ * 404 for an unknown sandbox; validators.ensure_future_expiration: 400
+ * DOCKER::INVALID_EXPIRATION "New expiration time must be in the future." (a time without
+ * offset counts as UTC; an earlier time than the current expiry is accepted); a sandbox created
+ * without timeout (manual cleanup) is 409 DOCKER::INVALID_EXPIRATION. Paused sandboxes can be
+ * renewed. The real Docker provider removes expired sandboxes (then 404); the simulator keeps
+ * them as Terminated and answers 409 DOCKER::SANDBOX_NOT_RUNNING for them. */
 static enum MHD_Result sim_renew(struct MHD_Connection *c, struct sim_req *r, const char *id)
 {
     json_object *body = json_tokener_parse(r->body), *v;
@@ -698,17 +705,23 @@ static enum MHD_Result sim_renew(struct MHD_Connection *c, struct sim_req *r, co
     }
     json_object_put(body);
     int64_t now = sim_now_ms();
+    char msg[160];
     pthread_mutex_lock(&g_sim.mu);
     struct sim_sandbox *sb = sim_find_locked(id);
+    enum sim_state st = sb ? sim_effective_state(sb, now) : SIM_TERMINATED;
     enum MHD_Result ret;
     if (!sb) {
-        ret = sim_reply_error(c, 404, "DOCKER::SANDBOX_NOT_FOUND", "sandbox not found");
-    } else if (sim_effective_state(sb, now) == SIM_TERMINATED ||
-               sim_effective_state(sb, now) == SIM_FAILED) {
-        ret = sim_reply_error(c, 409, "DOCKER::SANDBOX_NOT_RUNNING", "sandbox is not running");
-    } else if (when <= now || (sb->expires_ms > 0 && when <= sb->expires_ms)) {
-        ret = sim_reply_error(c, 400, "SANDBOX::INVALID_EXPIRATION",
-                              "expiresAt must be in the future and after the current expiry");
+        snprintf(msg, sizeof msg, "Sandbox %s not found", id);
+        ret = sim_reply_error(c, 404, "DOCKER::SANDBOX_NOT_FOUND", msg);
+    } else if (when <= now) {
+        ret = sim_reply_error(c, 400, "DOCKER::INVALID_EXPIRATION",
+                              "New expiration time must be in the future.");
+    } else if (sb->expires_ms == 0) {
+        snprintf(msg, sizeof msg, "Sandbox %s does not have automatic expiration enabled.", id);
+        ret = sim_reply_error(c, 409, "DOCKER::INVALID_EXPIRATION", msg);
+    } else if (st == SIM_TERMINATED || st == SIM_FAILED) {
+        ret = sim_reply_error(c, 409, "DOCKER::SANDBOX_NOT_RUNNING",
+                              "Sandbox is not in a running state.");
     } else {
         sb->expires_ms = when;
         char ts[64];
