@@ -288,7 +288,7 @@ async function main() {
 
   log("endpoints: execd (with header), application port (host loopback)");
   const ep = await sbx.getEndpoint(44772);
-  assert.equal(ep.endpoint, `${HOSTPORT}/sandboxes/${sbx.id}/execd`);
+  assert.equal(ep.endpoint, `${HOSTPORT}/sandboxes/${sbx.id}/execd/proxy/44772`);
   assert.deepEqual(ep.headers, { [EXECD_HEADER]: EXECD_VALUE });
   const appPort = await freePort();
   const appEp = await sbx.getEndpoint(appPort);
@@ -352,7 +352,7 @@ async function main() {
   }
   await other.pause();
   assert.equal((await mgr.getSandboxInfo(other.id)).status.state, "Paused");
-  await expectReject(other.pause(), 409, "DOCKER::SANDBOX_NOT_RUNNING");
+  await expectReject(other.pause(), 500, "DOCKER::SANDBOX_PAUSE_FAILED");
   const resumed = await other.resume({ readyTimeoutSeconds: 10 });
   assert.equal((await resumed.getInfo()).status.state, "Running");
   ex = await resumed.commands.run("echo resumed");

@@ -229,6 +229,12 @@ static void sim_go_duration(int64_t ms, char *out, size_t n)
 static void sim_cmd_finish(struct sim_cmd *cmd)
 {
     int64_t now = sim_now_ms();
+    /* The session's state dump is complete (all pipes drained): publish it before the client
+     * can see the end of the run, as execd's bashSession.run stores env/cwd before its
+     * OnExecuteComplete hook (components/execd/pkg/runtime/bash_session.go). */
+    pthread_mutex_lock(&cmd->mu);
+    cmd->state_ready = true;
+    pthread_mutex_unlock(&cmd->mu);
     if (cmd->kind == SIM_CMD_SESSION && cmd->timed_out) {
         char dur[32], msg[128];
         sim_go_duration(cmd->timeout_ms, dur, sizeof dur);

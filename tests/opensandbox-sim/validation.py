@@ -141,11 +141,12 @@ def lifecycle_checks():
     st, js = lc("GET", "/sandboxes/nope/endpoints/44772")
     expect_error("endpoint of unknown sandbox", st, js, 404, "DOCKER::SANDBOX_NOT_FOUND")
     st, js = lc("GET", f"/sandboxes/{pending}/endpoints/44772?use_server_proxy=false")
-    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/execd")
-          and js["headers"] == TOKEN, "execd endpoint carries the execd header", f"({js})")
+    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/execd/proxy/44772")
+          and js["headers"] == TOKEN, "execd endpoint (bridge shape, ends in the port) carries "
+          "the execd header", f"({js})")
     st, js = lc("GET", f"/sandboxes/{pending}/endpoints/18080")
-    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/egress")
-          and "headers" not in js, "egress endpoint", f"({js})")
+    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/execd/proxy/18080")
+          and "headers" not in js, "egress endpoint (bridge shape)", f"({js})")
 
     # Renew expiration.
     st, js = lc("POST", f"/sandboxes/{pending}/renew-expiration", {"expiresAt": "tomorrow"})
