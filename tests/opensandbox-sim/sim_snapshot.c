@@ -217,7 +217,7 @@ struct sim_snap_job {
 static void *sim_snap_worker(void *arg)
 {
     struct sim_snap_job *job = arg;
-    char err[512] = "";
+    char err[sizeof(((struct sim_snapshot *)0)->message)] = "";
     int rc = -1;
     if (job->fail)
         snprintf(err, sizeof err, "injected failure (opensandbox-sim)");
