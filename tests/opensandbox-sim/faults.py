@@ -2,6 +2,7 @@
 
 import http.client
 import json
+import os
 import socket
 import sys
 import threading
@@ -167,6 +168,27 @@ def pause_and_snapshot_switches():
     check(st == 202 and js.get("snapshotId") == snap["id"], "restore works once cleared")
     lc("DELETE", f"/sandboxes/{js['id']}")
     lc("DELETE", f"/sandboxes/{sid}")
+
+    # A stream of a command in a paused sandbox ends when the sandbox is deleted.
+    victim = create()["id"]
+    wait_running(victim)
+    out = {}
+
+    def streamer():
+        out["raw"], out["eof"] = raw_stream(f"/sandboxes/{victim}/execd/command",
+                                            {"command": "touch started; sleep 60"},
+                                            read_timeout=30)
+
+    th = threading.Thread(target=streamer)
+    th.start()
+    root = os.environ["SIM_ROOT"]
+    wait_for(lambda: os.path.exists(f"{root}/{victim}/started"))
+    lc("POST", f"/sandboxes/{victim}/pause")
+    lc("DELETE", f"/sandboxes/{victim}")
+    th.join(20)
+    types = [e.get("type") for e in events_of(out.get("raw", b""))]
+    check(not th.is_alive() and out.get("eof") and types[-1:] == ["error"],
+          f"deleting a paused sandbox ends its open command streams (got {types})")
 
     st, _, data = request("GET", "/_sim/faults")
     keys = set(json.loads(data))

@@ -524,7 +524,9 @@ static ssize_t sim_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (g_sim.shutting_down || cut)
             return out ? (ssize_t)out : MHD_CONTENT_READER_END_WITH_ERROR;
         pthread_mutex_lock(&st->cmd->mu);
-        bool frozen = st->cmd->frozen; /* paused sandbox: a frozen execd sends nothing */
+        /* Paused sandbox: a frozen execd sends nothing, until the command ends (killed by a
+         * delete or expiry of the paused sandbox). */
+        bool frozen = st->cmd->frozen && !st->cmd->done;
         pthread_mutex_unlock(&st->cmd->mu);
         if (frozen || (f.stall_stream_after >= 0 && st->events >= f.stall_stream_after)) {
             if (out)

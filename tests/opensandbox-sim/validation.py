@@ -5,7 +5,10 @@ reach deterministically. Expects the simulator to run with --api-key, --execd-he
 X-Sim-Token:s3cret and --ready-delay-ms 1500 (see validation.test).
 """
 
+import grp
 import json
+import os
+import pwd
 import sys
 import time
 
@@ -374,9 +377,6 @@ def execd_checks():
 def execd_issue12_checks():
     """execd details: bridge-shaped endpoint route, /metrics, permissions owner/group, session
     state between back-to-back runs."""
-    import grp
-    import os
-    import pwd
     sid = create()["id"]
     wait_running(sid)
     _, ep = lc("GET", f"/sandboxes/{sid}/endpoints/44772")
