@@ -28,6 +28,8 @@ static void sim_usage(FILE *f)
                "  --max-sandboxes N        live sandbox cap (default 64)\n"
                "  --max-timeout-s N        largest accepted sandbox timeout (default 86400)\n"
                "  --max-upload-mb N        request body cap for uploads/proxy (default 0 = none)\n"
+               "  --no-pause               pause/resume answer 501 (like a Kubernetes runtime)\n"
+               "  --no-snapshots           snapshot creation answers 501 (runtime without it)\n"
                "Prints 'opensandbox-sim ready on http://HOST:PORT' when ready; SIGTERM/SIGINT\n"
                "kill every process it started and exit 0. Fault control API: /_sim/faults.\n");
 }
@@ -58,6 +60,14 @@ static void sim_parse_args(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             sim_usage(stdout);
             exit(0);
+        }
+        if (!strcmp(a, "--no-pause")) {
+            g_sim.no_pause = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-snapshots")) {
+            g_sim.no_snapshots = true;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "opensandbox-sim: unknown option or missing value: %s\n", a);
