@@ -237,6 +237,11 @@ const char *rk_call_request_id(const struct rk_call *call)
     return call->request_id;
 }
 
+int rk_call_deadline_passed(const struct rk_call *call)
+{
+    return call->deadline_ms && rk_now_ms() >= call->deadline_ms;
+}
+
 int rk_call_cancelled(const struct rk_call *call)
 {
     if (host_shutdown)

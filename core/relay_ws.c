@@ -601,7 +601,7 @@ void rk_relay_ws_handler(struct rk_req *r)
         rk_reply_detail(r, 500, "out of memory");
         return;
     }
-    int vnc = strstr(r->route->name, "vnc") != NULL;
+    int vnc = (r->route->flags & RK_ROUTE_VNC) != 0;
     const char *fwd = "";
     char *chosen = NULL;
     if (ws_port(r, ws, vnc, &fwd) != 0)

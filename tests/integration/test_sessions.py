@@ -43,7 +43,8 @@ def setup(n_admins=2, config=None, env=None, sim=None):
     sim = sim or Sim(api_key=KEY)
     cfg = deep_merge({"opensandbox": {"endpoint": sim.endpoint, "protocol": "http",
                                       "api_key": KEY, "command_timeout_margin": 2},
-                      "runtime": {"session_reservation_ttl": 2}}, config or {})
+                      "runtime": {"session_reservation_ttl": 2, "command_timeout_margin": 2}},
+                     config or {})
     admins = [Admin(operator="opensandbox", config=cfg, redis=redis, env=env)
               for _ in range(n_admins)]
     return (redis, sim) + tuple(admins)
