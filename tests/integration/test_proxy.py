@@ -103,11 +103,14 @@ class App(BaseHTTPRequestHandler):
                 data = ("data: %d %f\n\n" % (i, time.time())).encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
-                time.sleep(0.7)
+                if i == 0:
+                    # Event 1 only after the client saw event 0 (a relay that
+                    # buffered the response would deliver nothing until here).
+                    SSE_FIRST_SEEN.wait(60)
             self.wfile.write(b"0\r\n\r\n")
             return
         if path == "/slow":
-            time.sleep(4)
+            time.sleep(30)  # far beyond proxy.timeout: only the timeout can answer first
         if path == "/hop":
             self._send(200, b"{}", extra={"Connection": "x-secret", "X-Secret": "1",
                                           "X-Kept": "2"})
@@ -124,6 +127,9 @@ class App(BaseHTTPRequestHandler):
             self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _safe
+
+
+SSE_FIRST_SEEN = threading.Event()
 
 
 def start_app():
@@ -255,14 +261,21 @@ def test_bodies_headers_redirects():
 def test_sse_streams_chunks_as_produced():
     admin, sid = setup()
     port = start_app()
-    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
-    t0 = time.time()
+    SSE_FIRST_SEEN.clear()
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=120)
     conn.request("GET", proxy_path(sid, "/port/%d/sse" % port))
     resp = conn.getresponse()
     assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+    # The app sends event 1 only once we saw event 0: receiving event 0 alone
+    # proves the relay streams (a buffering relay would deadlock until the
+    # app's 60 s wait ran out, then deliver everything at once).
     first = resp.read1(65536)
-    assert first.startswith(b"data: 0"), first
-    assert time.time() - t0 < 1.2, "first event was delayed"
+    while b"\n\n" not in first:
+        more = resp.read1(65536)
+        assert more, first
+        first += more
+    assert first.startswith(b"data: 0") and b"data: 1" not in first, first
+    SSE_FIRST_SEEN.set()
     rest = resp.read()
     assert b"data: 2" in first + rest, first + rest
     conn.close()
@@ -278,7 +291,8 @@ def test_upstream_errors():
     t0 = time.time()
     st, js = admin.request("GET", proxy_path(sid, "/port/%d/slow" % port))
     assert st == 504 and "did not answer" in js["detail"], (st, js)
-    assert time.time() - t0 < 4, "timeout not applied"
+    # The app answers only after 30 s; a generous bound that cannot flake.
+    assert time.time() - t0 < 25, "timeout not applied"
     st, js = admin.request("GET", "%s/sandboxes/%s/vnc/x" % (PREFIX, sid))
     assert st in (502, 200), (st, js)  # nothing on port 8006 (or something unrelated)
     st, js = admin.request("GET", proxy_path("nope", "/x"))
@@ -440,7 +454,8 @@ def test_websocket_relay():
 def test_websocket_closed_with_1001_on_drain():
     assert harness.node_available(), \
         "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
-    admin, sid = setup()
+    # A long drain deadline: waiting for the WebSocket would take 60 s.
+    admin, sid = setup({"server": {"host": "127.0.0.1", "port": 0, "drain_timeout": 60}})
     script = node_script()
     port = ws_server(script)
     url = "ws://127.0.0.1:%d%s/port/%d/x" % (admin.port, proxy_path(sid), port)
@@ -452,8 +467,8 @@ def test_websocket_closed_with_1001_on_drain():
     admin.proc.send_signal(signal.SIGTERM)
     res = json.loads(proc.stdout.readline())
     assert res["code"] == 1001, res
-    assert admin.proc.wait(timeout=15) == 0
-    assert time.time() - t0 < 8, "drain waited for the WebSocket session"
+    assert admin.proc.wait(timeout=120) == 0
+    assert time.time() - t0 < 40, "drain waited for the WebSocket session"
 
 
 @test
