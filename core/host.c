@@ -31,7 +31,7 @@ struct rk_call {
     int64_t last_probe_ms;
 };
 
-static volatile int host_shutdown;
+static _Atomic int host_shutdown; /* set once by the main thread, read by all */
 static char plugin_prefix[64] = "plugin";
 
 void rk_host_set_plugin_name(const char *name)

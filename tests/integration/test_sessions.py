@@ -339,7 +339,8 @@ def explicit_env_and_startup_source_applied_once():
     assert out_of(b, sid, "p", 'echo "$GREETING|$QUOTE|$FROM_PROFILE"') == \
         "hello world|it's|hello world!\n"
     assert out_of(a, sid, "p", "cd /tmp && echo $FROM_PROFILE") == "hello world!\n"
-    assert out_of(b, sid, "p", "pwd; echo $GREETING") == "/tmp\nhello world\n"
+    got = out_of(b, sid, "p", "pwd; echo $GREETING")
+    assert got == "/tmp\nhello world\n", got
     with open(counter) as f:
         assert f.read() == "run\n", "startup_source must run exactly once"
     # A session without env does not see another session's variables.
