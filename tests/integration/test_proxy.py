@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import socketserver
 import subprocess
 import threading
 import time
@@ -372,6 +373,23 @@ if (mode === 'server') {
       ws.send('headers');
     } else if (mode === 'close') {
       ws.send('close-me');
+    } else if (mode === 'tcp') {
+      // Port forwarding: a byte stream, so compare the concatenation.
+      const parts = [];
+      for (let i = 0; i < 40; i++) parts.push(crypto.randomBytes(i % 10 === 0 ? 200000 : 3000));
+      const all = Buffer.concat(parts);
+      res.want = crypto.createHash('sha256').update(all).digest('hex');
+      res.total = all.length;
+      res.got = 0; res.hash = crypto.createHash('sha256');
+      for (const p of parts) ws.send(p, {binary: true});
+    }
+  });
+  ws.on('message', (data, isBinary) => {
+    if (mode !== 'tcp') return;
+    res.binary = isBinary;
+    res.got += data.length; res.hash.update(data);
+    if (res.got >= res.total) {
+      res.same = res.hash.digest('hex') === res.want; delete res.hash; ws.close(1000, 'done');
     }
   });
   ws.on('message', (data, isBinary) => {
@@ -442,12 +460,50 @@ def test_websocket_relay():
     pf = "ws://127.0.0.1:%d%s/sandboxes/%s/portforward" % (admin.port, PREFIX, sid)
     res = ws_client(script, "close", pf + "?port=22")
     assert res["code"] == 1008 and res["reason"] == "Port 22 is not allowed for port forwarding"
-    res = ws_client(script, "close", pf + "?port=8000")
+    closed = harness.free_port()
+    res = ws_client(script, "close", pf + "?port=%d" % closed)
     assert res["code"] == 1011, res
-    assert res["reason"] == "Proxy error: testop backend does not support portforward in this " \
-        "release", res
+    assert res["reason"].startswith("Proxy error: cannot connect to 127.0.0.1:%d" % closed), res
     res = ws_client(script, "close", pf)
     assert res.get("http") == 400, res
+
+
+def tcp_echo_server():
+    """A TCP echo server on a loopback port (the forwarded application)."""
+    class Echo(socketserver.BaseRequestHandler):
+        def handle(self):
+            while True:
+                data = self.request.recv(65536)
+                if not data:
+                    return
+                self.request.sendall(data)
+    srv = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Echo)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    harness._cleanups.append(srv.shutdown)
+    return srv.server_address[1]
+
+
+@test
+def test_portforward_tunnels_tcp():
+    """RK_CAP_PORT_FORWARD: binary frames reach the TCP port and its bytes come
+    back as binary frames; a plugin without the bit is refused by the gate."""
+    assert harness.node_available(), \
+        "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
+    admin, sid = setup()
+    script = node_script()
+    port = tcp_echo_server()
+    pf = "ws://127.0.0.1:%d%s/sandboxes/%s/portforward?port=%d" % (admin.port, PREFIX, sid, port)
+    res = ws_client(script, "tcp", pf)
+    assert res["open"] and res["same"] and res["binary"], res
+    assert res["got"] == res["total"] and res["code"] == 1000, res
+    mini = Admin(operator="testop_min")
+    harness._cleanups.append(mini.stop)
+    msid = mini.start_sandbox()
+    res = ws_client(script, "close", "ws://127.0.0.1:%d%s/sandboxes/%s/portforward?port=%d"
+                    % (mini.port, PREFIX, msid, port))
+    assert res["code"] == 1011, res
+    assert res["reason"] == "Proxy error: Testop backend does not support portforward", res
 
 
 @test
