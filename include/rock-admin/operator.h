@@ -32,8 +32,10 @@
  *     size into a zero-filled copy of its own layout and never reads the
  *     plugin's memory past that size, so fields a plugin does not know read as
  *     0 / NULL. Zero must therefore always mean "absent, 1.0 behaviour".
- *   - The host table is the core's: test members appended after 1.0 with
- *     RK_HOST_HAS() before calling them (an older core lacks them).
+ *   - The host table is the core's and at least as new as the plugin's
+ *     minor (newer plugins are refused); RK_HOST_HAS() checks a member's
+ *     presence (table size) and that it is set: use it for members appended
+ *     after 1.0 when one source is built against several SDKs.
  *   - Structs the core passes in (specs, requests, refs) may grow at the end;
  *     a plugin reads only the fields it knows. Structs the plugin fills (out
  *     parameters) are zero-filled by the core at the core's size, and the core
