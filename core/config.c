@@ -323,6 +323,9 @@ static const struct core_key core_keys[] = {
     {"runtime", "session_reservation_ttl", CT_INT, F(runtime.session_reservation_ttl_s), 1, INT_MAX,
      0, NULL},
     {"runtime", "start_wait", CT_INT, F(runtime.start_wait_s), 0, INT_MAX, 0, NULL},
+    /* issue 13: the core owns command deadlines (timeout + this grace). */
+    {"runtime", "command_timeout_margin", CT_INT, F(runtime.command_timeout_margin_s), 0, 86400, 0,
+     NULL},
     {"redis", "host", CT_STR, F(redis.host), 0, 0, 0, NULL},
     {"redis", "port", CT_INT, F(redis.port), 1, 65535, 0, NULL},
     {"redis", "password", CT_STR, F(redis.password), 0, 0, CKF_SECRET, NULL},
@@ -398,6 +401,7 @@ struct rk_config *rk_config_defaults(void)
     c->runtime.sweep_interval_s = 30;
     c->runtime.session_reservation_ttl_s = 120;
     c->runtime.start_wait_s = 85;
+    c->runtime.command_timeout_margin_s = 30; /* issue 13 */
     c->redis.host = xstrdup("");
     c->redis.port = 6379;
     c->redis.password = xstrdup("");

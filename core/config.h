@@ -68,6 +68,7 @@ struct rk_config {
         int sweep_interval_s;           /* idle sweep, default 30; 0 disables */
         int session_reservation_ttl_s;  /* default 120 */
         int start_wait_s;               /* /start waits this long, default 85 */
+        int command_timeout_margin_s;   /* grace after a command timeout, default 30 */
     } runtime;
     struct {
         char *host; /* "" = in-process store */

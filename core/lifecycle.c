@@ -363,12 +363,12 @@ rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const c
     rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
     if (rc == RK_STORE_ERROR)
         return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
-    enum rk_state stored = rc == RK_STORE_OK ? rk_rec_state(rec) : 0;
-    json_object_put(rec);
-    if (stored != RK_STATE_ARCHIVED)
+    if (rc != RK_STORE_OK || rk_rec_state(rec) != RK_STATE_ARCHIVED) {
+        json_object_put(rec);
         return RK_OK;
+    }
     struct rk_target t;
-    rk_status st = rk_dispatch(app, call, RK_OP_RESTORE, id, &t);
+    rk_status st = rk_dispatch_record(app, call, RK_OP_RESTORE, id, rec, &t);
     if (st != RK_OK)
         return st;
     st = pl->ops.restore(pl->inst, call, &t.ref);
@@ -420,4 +420,29 @@ rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, co
             usleep((useconds_t)(left < 1000 ? left : 1000) * 1000);
     }
     return rk_call_set_error(call, RK_E_TIMEOUT, "sandbox %s not running after %ds", id, wait_s);
+}
+
+/* ---- stop / restart / archive ------------------------------------------------------- */
+
+rk_status rk_lifecycle_state_op(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                                const struct rk_sandbox_ref *ref, enum rk_state to)
+{
+    const struct rk_plugin *pl = app->plugin;
+    rk_status (*fn)(void *, struct rk_call *, const struct rk_sandbox_ref *) =
+        op == RK_OP_STOP      ? pl->ops.stop
+        : op == RK_OP_RESTART ? pl->ops.restart
+        : op == RK_OP_ARCHIVE ? pl->ops.archive
+                              : NULL;
+    if (!fn)
+        return rk_call_set_error(call, RK_E_INTERNAL, "operation %d is not a state change",
+                                 (int)op);
+    const char *event = rk_op_info(op)->name;
+    rk_status st = fn(pl->inst, call, ref);
+    rk_metrics_upstream(event, st);
+    if (st != RK_OK)
+        return st;
+    /* The backend changed state: record it (a store failure is logged). */
+    struct patch p = {.to = to, .event = event};
+    patch_record(app, ref->sandbox_id, &p, NULL);
+    return RK_OK;
 }

@@ -86,20 +86,22 @@ static struct rk_store *open_store(const struct rk_config *cfg)
 /* Wait for SIGTERM/SIGINT (blocked in every thread), then drain. */
 static void wait_and_drain(struct rk_app *app, sigset_t *set)
 {
+    int sig = 0;
     for (;;) {
-        int sig = 0;
         if (sigwait(set, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
             rk_info("SIGHUP ignored: restart the service to apply configuration changes");
             continue;
         }
-        rk_info("received %s: draining (up to %d s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                app->cfg->server.drain_timeout_s);
         break;
     }
     app->draining = 1;
     rk_http_quiesce(app);
+    /* Logged once readiness reports draining and the listener is closed
+     * (tests wait for this line). */
+    rk_info("received %s: draining (up to %d s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+            app->cfg->server.drain_timeout_s);
     int64_t deadline = rk_now_ms() + (int64_t)app->cfg->server.drain_timeout_s * 1000;
     while (rk_http_inflight(app) > 0 && rk_now_ms() < deadline) {
         struct timespec ts = {0, 50 * 1000 * 1000};

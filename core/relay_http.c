@@ -388,9 +388,8 @@ struct px_route_kind {
 static struct px_route_kind px_kind(const struct rk_req *r)
 {
     struct px_route_kind k = {0, 0};
-    const char *name = r->route->name;
-    k.vnc = strstr(name, "vnc") != NULL;
-    k.doc_form = strcmp(name, "proxy_port_path") == 0;
+    k.vnc = (r->route->flags & RK_ROUTE_VNC) != 0;
+    k.doc_form = (r->route->flags & RK_ROUTE_PORT_PATH) != 0;
     return k;
 }
 
@@ -838,36 +837,40 @@ void rk_relay_http_handler(struct rk_req *r)
 /* Route table: relay routes are matched before the main table. */
 #define P RK_API_PREFIX
 /* A streamed HTTP relay route for any method. */
-#define HTTP_RELAY_ROUTE(pat, nm, msg)                                                             \
+#define HTTP_RELAY_ROUTE(pat, nm, msg, fl)                                                         \
     {                                                                                              \
         .method = "*", .pattern = pat, .name = nm, .body_mode = RK_BODY_STREAM,                    \
         .begin = rk_relay_http_begin, .body = rk_relay_http_body,                                  \
-        .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE  \
+        .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE, \
+        .flags = fl                                                                                \
     }
 
 /* A WebSocket relay route (matched only for Upgrade: websocket requests). */
-#define WS_RELAY_ROUTE(pat, nm, fn, msg)                                                           \
+#define WS_RELAY_ROUTE(pat, nm, fn, msg, fl)                                                       \
     {                                                                                              \
         .method = "GET", .pattern = pat, .name = nm, .handler = fn, .websocket = 1,                \
-        .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE                                    \
+        .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE, .flags = fl                       \
     }
 
 const struct rk_route rk_relay_routes[] = {
     /* The user-doc form; matched before the admin stub /proxy/{id}/{*} of router.c. */
-    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}", "proxy_port_path", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}/{*}", "proxy_port_path", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy", "proxy_http", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_http", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_http", "vnc http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_http", "vnc http proxy failed"),
+    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}", "proxy_port_path", "http proxy failed",
+                     RK_ROUTE_PORT_PATH),
+    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}/{*}", "proxy_port_path", "http proxy failed",
+                     RK_ROUTE_PORT_PATH),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy", "proxy_http", "http proxy failed", 0),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_http", "http proxy failed", 0),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_http", "vnc http proxy failed", RK_ROUTE_VNC),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_http", "vnc http proxy failed",
+                     RK_ROUTE_VNC),
     /* WebSocket (Upgrade: websocket only). */
     WS_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_ws", rk_relay_ws_handler,
-                   "websocket proxy failed"),
+                   "websocket proxy failed", 0),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_ws", rk_relay_ws_handler,
-                   "vnc websocket proxy failed"),
+                   "vnc websocket proxy failed", RK_ROUTE_VNC),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_ws", rk_relay_ws_handler,
-                   "vnc websocket proxy failed"),
+                   "vnc websocket proxy failed", RK_ROUTE_VNC),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/portforward", "portforward", rk_relay_portforward_handler,
-                   "portforward failed"),
+                   "portforward failed", 0),
     {.pattern = NULL},
 };

@@ -4,7 +4,7 @@
  *   WS /apis/envs/sandbox/v1/sandboxes/{id}/proxy/{path}   port as in §5.20,
  *                                                          range 1024-65535, not 22
  *   WS /apis/envs/sandbox/v1/sandboxes/{id}/vnc[/{path}]   port 8006, no client headers
- *   WS /apis/envs/sandbox/v1/sandboxes/{id}/portforward?port=N   refused after the checks
+ * (WS .../sandboxes/{id}/portforward?port=N is a TCP tunnel: relay_portforward.c.)
  *
  * The upstream connection is a libcurl CONNECT_ONLY handle (DNS, connect
  * timeout and TLS for https endpoints), over which the upstream handshake is
@@ -18,8 +18,8 @@
  *
  * Errors are reported as WebSocket close frames after accepting the client
  * (ROCK closes before accepting, which loses the code): 1008 for port policy,
- * 1011 "Proxy error: <text>" for everything else. A malformed handshake or a
- * missing/invalid portforward port is answered with HTTP 400 instead.
+ * 1011 "Proxy error: <text>" for everything else. A malformed handshake is
+ * answered with HTTP 400 instead.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* POLLRDHUP, getrandom */
@@ -601,7 +601,7 @@ void rk_relay_ws_handler(struct rk_req *r)
         rk_reply_detail(r, 500, "out of memory");
         return;
     }
-    int vnc = strstr(r->route->name, "vnc") != NULL;
+    int vnc = (r->route->flags & RK_ROUTE_VNC) != 0;
     const char *fwd = "";
     char *chosen = NULL;
     if (ws_port(r, ws, vnc, &fwd) != 0)
@@ -641,37 +641,4 @@ void rk_relay_ws_handler(struct rk_req *r)
 accept:
     ws_accept(r, ws, ws->close_code ? NULL : chosen);
     free(chosen);
-}
-
-/* WS portforward: port check, gate, then refusal (no raw TCP tunnel yet). */
-void rk_relay_portforward_handler(struct rk_req *r)
-{
-    long long port = 0;
-    const char *q = rk_req_query(r, "port");
-    if (!q || rk_relay_parse_int(q, &port) != 0) {
-        rk_reply_detail(r, 400,
-                        q ? "Query parameter port must be an integer"
-                          : "Query parameter port is required");
-        return;
-    }
-    if (ws_check_handshake(r) != 0)
-        return;
-    struct ws_relay *ws = ws_new(r);
-    if (!ws) {
-        rk_reply_detail(r, 500, "out of memory");
-        return;
-    }
-    char err[256];
-    struct rk_target t;
-    if (rk_relay_check_port_ws(port, err, sizeof err) != 0) {
-        ws_fail(ws, 1008, "%s", err);
-    } else if (rk_dispatch(r->app, r->call, RK_OP_PORT_FORWARD, r->params[0], &t) != RK_OK) {
-        ws_fail(ws, 1011, "Proxy error: %s", rk_call_error_text(r->call));
-    } else {
-        /* A backend with raw TCP forwarding would tunnel it in binary frames;
-         * rock-admin does not implement that tunnel yet. */
-        rk_target_release(&t);
-        ws_fail(ws, 1011, "Proxy error: %s", "raw TCP port forwarding is not implemented");
-    }
-    ws_accept(r, ws, NULL);
 }

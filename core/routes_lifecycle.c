@@ -181,37 +181,32 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
     const char *ns = read_headers ? header_or(r, "X-Namespace", "default") : "default";
     const char *cluster = read_headers ? header_or(r, "X-Cluster", "default") : "default";
 
-    /* The pending record exists before the answer (Pitfall 8). */
+    /* The pending record exists before the answer (Pitfall 8). Another
+     * process may poll it; until create_deadline a missing backend sandbox
+     * means "create still running", not "failed". */
     int64_t now = rk_epoch_s();
-    char iso[32];
-    rk_iso_time(now, iso);
-    json_object *rec = json_object_new_object();
-    rk_rec_set_str(rec, "sandbox_id", id);
-    rk_rec_set_str(rec, "state", "pending");
-    rk_rec_set_str(rec, "image", image);
-    rk_rec_set_str(rec, "image_os", image_os);
-    json_object_object_add(rec, "cpus", json_object_new_double(cpus));
-    if (limit_cpus > 0)
-        json_object_object_add(rec, "limit_cpus", json_object_new_double(limit_cpus));
-    rk_rec_set_str(rec, "memory", mem_norm);
-    rk_rec_set_str(rec, "memory_requested", memory);
-    rk_rec_set_str(rec, "disk", disk);
-    json_object_object_add(rec, "num_gpus", has_gpus ? json_object_new_double(num_gpus) : NULL);
-    rk_rec_set_str(rec, "accelerator_type", accel);
-    rk_rec_set_str(rec, "user_id", user);
-    rk_rec_set_str(rec, "experiment_id", exp);
-    rk_rec_set_str(rec, "namespace", ns);
-    rk_rec_set_str(rec, "cluster_name", cluster);
-    json_object_object_add(rec, "env", json_object_new_object());
-    json_object_object_add(rec, "metadata", json_object_new_object());
-    rk_rec_set_str(rec, "create_time", iso);
-    json_object_object_add(rec, "auto_clear_time", json_object_new_int64(acm));
-    json_object_object_add(rec, "state_history", json_object_new_array());
-    rk_rec_set_backend(rec, app->plugin->desc->backend_tag, NULL);
-    /* Another process may poll this record; until this deadline a missing
-     * backend sandbox means "create still running", not "failed". */
-    int64_t create_window = (int64_t)(has_st ? startup_timeout : 600.0) + 120;
-    json_object_object_add(rec, "create_deadline", json_object_new_int64(now + create_window));
+    struct rk_rec_start rs = {
+        .sandbox_id = id,
+        .image = image,
+        .image_os = image_os,
+        .memory = mem_norm,
+        .memory_requested = memory,
+        .disk = disk,
+        .accelerator_type = accel,
+        .user_id = user,
+        .experiment_id = exp,
+        .namespace_name = ns,
+        .cluster_name = cluster,
+        .backend_tag = app->plugin->desc->backend_tag,
+        .cpus = cpus,
+        .limit_cpus = limit_cpus,
+        .has_gpus = has_gpus,
+        .num_gpus = num_gpus,
+        .now_s = now,
+        .auto_clear_minutes = acm,
+        .create_deadline_s = now + (int64_t)(has_st ? startup_timeout : 600.0) + 120,
+    };
+    json_object *rec = rk_rec_new_pending(&rs);
 
     char err[RK_STORE_ERRLEN];
     rk_store_rc rc = rk_store_create(app->store, id, rec, now + acm * 60, err, sizeof err);
@@ -308,9 +303,8 @@ static rk_status status_of(struct rk_req *r, const char *id, int include_all, js
         json_object_put(rec);
         return RK_OK;
     }
-    json_object_put(rec);
     struct rk_target t;
-    rk_status st = rk_dispatch(app, r->call, RK_OP_STATUS, id, &t);
+    rk_status st = rk_dispatch_record(app, r->call, RK_OP_STATUS, id, rec, &t);
     if (st != RK_OK)
         return st;
     enum rk_state shown;
@@ -370,28 +364,6 @@ static rk_status buf_sink_write(void *ctx, enum rk_stream stream, const char *da
     return rk_buf_append(ctx, data, len) == 0 ? RK_OK : RK_E_TOO_LARGE;
 }
 
-struct transition_ctx {
-    enum rk_state to;
-    const char *event;
-};
-
-static int apply_transition(json_object *rec, void *ctx)
-{
-    struct transition_ctx *t = ctx;
-    rk_rec_transition(rec, t->to, t->event);
-    return 0;
-}
-
-/* Persist a state transition atomically (logged on failure). */
-static void persist_transition(struct rk_app *app, const char *id, enum rk_state to,
-                               const char *event)
-{
-    struct transition_ctx t = {to, event};
-    char err[RK_STORE_ERRLEN];
-    if (rk_store_update(app->store, id, apply_transition, &t, NULL, err, sizeof err) != RK_STORE_OK)
-        rk_warn("sandbox %s: cannot record state %s: %s", id, rk_state_name(to), err);
-}
-
 /* ---- stop / delete / restart / archive / commit ------------------------------- */
 
 /* The body's sandbox_id (NonBlank) or a validation reply. */
@@ -432,9 +404,8 @@ static int delete_sandbox(struct rk_req *r, const char *id)
         json_object_put(rec);
         return 0;
     }
-    json_object_put(rec);
     struct rk_target t;
-    if (rk_dispatch(app, r->call, RK_OP_DELETE, id, &t) != RK_OK) {
+    if (rk_dispatch_record(app, r->call, RK_OP_DELETE, id, rec, &t) != RK_OK) {
         rk_reply_call_error(r);
         return -1;
     }
@@ -479,7 +450,6 @@ static int state_op(struct rk_req *r, const char *id, enum rk_op op, enum rk_sta
                     enum rk_state from)
 {
     struct rk_app *app = r->app;
-    const struct rk_plugin *pl = app->plugin;
     struct rk_target t;
     if (rk_dispatch(app, r->call, op, id, &t) != RK_OK) {
         rk_reply_call_error(r);
@@ -493,18 +463,12 @@ static int state_op(struct rk_req *r, const char *id, enum rk_op op, enum rk_sta
         rk_target_release(&t);
         return -1;
     }
-    rk_status (*fn)(void *, struct rk_call *, const struct rk_sandbox_ref *) =
-        op == RK_OP_STOP      ? pl->ops.stop
-        : op == RK_OP_RESTART ? pl->ops.restart
-                              : pl->ops.archive;
-    rk_status st = fn(pl->inst, r->call, &t.ref);
-    rk_metrics_upstream(rk_op_info(op)->name, st);
+    rk_status st = rk_lifecycle_state_op(app, r->call, op, &t.ref, to);
     rk_target_release(&t);
     if (st != RK_OK) {
         rk_reply_call_error(r);
         return -1;
     }
-    persist_transition(app, id, to, rk_op_info(op)->name);
     return 0;
 }
 

@@ -32,8 +32,10 @@
  *     size into a zero-filled copy of its own layout and never reads the
  *     plugin's memory past that size, so fields a plugin does not know read as
  *     0 / NULL. Zero must therefore always mean "absent, 1.0 behaviour".
- *   - The host table is the core's: test members appended after 1.0 with
- *     RK_HOST_HAS() before calling them (an older core lacks them).
+ *   - The host table is the core's and at least as new as the plugin's
+ *     minor (newer plugins are refused); RK_HOST_HAS() checks a member's
+ *     presence (table size) and that it is set: use it for members appended
+ *     after 1.0 when one source is built against several SDKs.
  *   - Structs the core passes in (specs, requests, refs) may grow at the end;
  *     a plugin reads only the fields it knows. Structs the plugin fills (out
  *     parameters) are zero-filled by the core at the core's size, and the core
@@ -88,7 +90,9 @@
  *                       RK_CAP_SESSION_INTERACTIVE (appended to
  *                       rk_session_req: flags, expect, expect_len; to
  *                       rk_exec_res: expect_string), RK_CAP_PORT_FORWARD
- *                       (see its comment).
+ *                       (the core tunnels the portforward WebSocket to the
+ *                       tcp://host:port that proxy_target returns for
+ *                       RK_PROXY_TCP).
  *   1.0 (2026-11-29)  First public ABI: descriptor, ops table, host table,
  *                     declarative config schema, capability bits.
  */
@@ -177,7 +181,7 @@ typedef enum rk_status {
 #define RK_CAP_SESSION_INTERACTIVE (1ull << 5) /**< interactive/expect in session_run (>= 1.1) */
 #define RK_CAP_PROXY_HTTP (1ull << 6)          /**< ops.proxy_target, kind HTTP */
 #define RK_CAP_PROXY_WS (1ull << 7)            /**< ops.proxy_target, kind WS */
-#define RK_CAP_PORT_FORWARD (1ull << 8)        /**< ops.proxy_target, kind TCP (see below) */
+#define RK_CAP_PORT_FORWARD (1ull << 8)        /**< ops.proxy_target, kind TCP (tunnel, 1.1) */
 #define RK_CAP_STOP (1ull << 9)                /**< ops.stop */
 #define RK_CAP_RESTART (1ull << 10)            /**< ops.restart */
 #define RK_CAP_ARCHIVE (1ull << 11)            /**< ops.archive */
@@ -399,7 +403,11 @@ enum rk_proxy_kind { RK_PROXY_HTTP = 1, RK_PROXY_WS = 2, RK_PROXY_TCP = 3 };
 
 /** Where the core relays proxied traffic (arena). */
 struct rk_proxy_target {
-    const char *base_url; /**< http(s)://host[:port][/path][?query]; the core appends the path */
+    /** HTTP/WS: http(s)://host[:port][/path][?query]; the core appends the path.
+     *  TCP (port forwarding): tcp://host:port or tcp://[v6]:port, which the core
+     *  connects to and tunnels the WebSocket's data frames through; headers are
+     *  not used. */
+    const char *base_url;
     const struct rk_kv *headers; /**< headers that must reach the upstream, override the client's */
     size_t headers_len;
 };

@@ -32,7 +32,8 @@ const struct rk_cfg_key os_config_keys[] = {
     {"sandbox_timeout", RK_CFG_INT, 0, "86400", NULL, NULL,
      "OpenSandbox lifetime backstop in seconds sent on create (0 = none, else >= 60)"},
     {"command_timeout_margin", RK_CFG_INT, 0, "30", NULL, NULL,
-     "seconds added to a command timeout for the admin-side deadline"},
+     "seconds added to a session's startup_timeout for the init deadline (commands: "
+     "runtime.command_timeout_margin)"},
     {"max_file_bytes", RK_CFG_INT, RK_CFGF_POSITIVE, "67108864", NULL, NULL,
      "largest file read_file returns, in bytes"},
     {NULL, 0, 0, NULL, NULL, NULL, NULL},

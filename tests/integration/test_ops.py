@@ -97,7 +97,8 @@ def drain_finishes_inflight_and_refuses_new():
     # SIGTERM only once all eight are really being handled
     wait_until(lambda: _inflight(a) == 8, 20, 0.05, "8 requests in flight")
     a.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    # the daemon logs the signal once it stopped accepting (main.c)
+    a.wait_for_line(r"received SIGTERM: draining")
     # readiness flips at once (asked on an already open connection) ...
     keep.request("GET", "/readyz")
     resp = keep.getresponse()

@@ -286,7 +286,7 @@ def cleanup():
 
 def stop_admins():
     """Stop every rock-admin of the test with SIGTERM and assert a clean exit:
-    status 0 and no sanitizer report (leaks, memory errors, UB)."""
+    status 0 and no sanitizer report (leaks, memory errors, UB, data races)."""
     problems = []
     while _admins:
         a = _admins.pop()
@@ -294,7 +294,8 @@ def stop_admins():
             continue
         rc = a.stop()
         out = a.output()
-        bad = [m for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:") if m in out]
+        bad = [m for m in ("AddressSanitizer", "LeakSanitizer", "ThreadSanitizer",
+                           "runtime error:") if m in out]
         if rc != 0 or bad:
             problems.append("rock-admin exited with %s %s:\n%s" % (rc, bad, out[-6000:]))
     if problems:
