@@ -153,4 +153,19 @@ rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t
 /** Total store errors since start (both backends). */
 uint64_t rk_store_error_count(const struct rk_store *st);
 
+/* ---- hot-path read and reconciler election (issue 15) --------------------- */
+
+/** Fetch a record like rk_store_get and, when it is active and its
+ *  "auto_clear_time" (minutes) is positive, move its idle deadline to
+ *  now_s + minutes*60 if that is later (so the deadline is written at most once
+ *  per second per sandbox). One Redis round trip. now_s <= 0: no touch. */
+rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_s,
+                               json_object **out, char *err, size_t errlen);
+
+/** Take or renew the lease `name` for owner for ttl_ms milliseconds:
+ *  RK_STORE_OK when owner holds it now, RK_STORE_EXISTS when another owner
+ *  does. The in-process store always grants it (one process). */
+rk_store_rc rk_store_lease(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                           char *err, size_t errlen);
+
 #endif /* RK_STORE_H */
