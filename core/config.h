@@ -89,6 +89,10 @@ struct rk_config {
     struct {
         char *level; /* error|warning|info|debug, default info */
     } log;
+    struct {
+        int reconcile_interval_ms; /* issue 15: reconciler pass period, default 1000; 0 = off */
+        int proxy_endpoint_ttl_ms; /* issue 15: proxy endpoint cache TTL, default 5000 */
+    } perf;
     struct rk_cfg_raw_section *sections; /* unknown top-level sections, raw */
     size_t n_sections;
 };

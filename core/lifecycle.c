@@ -228,8 +228,13 @@ rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
 
 /* ---- status refresh ----------------------------------------------------------- */
 
-rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_object **rec_io,
-                               enum rk_state *shown, int *alive)
+/* Apply what the backend said about a sandbox (status() or a list pass) to its record.
+ * info == NULL with st == RK_E_NOT_FOUND: the backend has no such sandbox. touch: refresh the
+ * idle deadline when active (a client asked; the reconciler never touches). */
+static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call,
+                                     json_object **rec_io, rk_status st,
+                                     const struct rk_status_info *info_in, int touch,
+                                     enum rk_state *shown, int *alive)
 {
     const struct rk_plugin *pl = app->plugin;
     json_object *rec = *rec_io;
@@ -249,11 +254,12 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
     snprintf(upstream, sizeof upstream, "%s", up ? up : "");
     struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, stored};
     struct rk_status_info info = {0};
-    rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
-    rk_metrics_upstream("status", st);
+    if (info_in)
+        info = *info_in;
 
     if (st == RK_E_NOT_FOUND) {
-        rk_call_clear_error(call);
+        if (call)
+            rk_call_clear_error(call);
         if (!ref.upstream_id) {
             json_object *dl;
             int64_t deadline = 0;
@@ -296,11 +302,13 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
             struct patch p = {.expect = RK_STATE_PENDING, .to = RK_STATE_RUNNING, .event = "alive"};
             patch_record(app, id, &p, rec_io);
         }
-        rk_dispatch_touch_rec(app, *rec_io);
+        if (touch)
+            rk_dispatch_touch_rec(app, *rec_io);
         break;
     case RK_STATE_PENDING:
         *shown = RK_STATE_PENDING;
-        rk_dispatch_touch_rec(app, *rec_io);
+        if (touch)
+            rk_dispatch_touch_rec(app, *rec_io);
         break;
     case RK_STATE_DELETED: {
         struct patch p = {.to = RK_STATE_DELETED, .event = "terminated"};
@@ -322,6 +330,38 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
         break;
     }
     return RK_OK;
+}
+
+rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                               enum rk_state *shown, int *alive)
+{
+    const struct rk_plugin *pl = app->plugin;
+    json_object *rec = *rec_io;
+    *shown = rk_rec_state(rec);
+    *alive = 0;
+    json_object *cf;
+    if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
+        return RK_OK; /* the failed phase tells the client why */
+    char id[256], upstream[256];
+    snprintf(id, sizeof id, "%s",
+             rk_rec_str(rec, "sandbox_id") ? rk_rec_str(rec, "sandbox_id") : "");
+    const char *tag = pl->desc->backend_tag;
+    const char *up = rk_rec_upstream_id(rec, tag);
+    snprintf(upstream, sizeof upstream, "%s", up ? up : "");
+    struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, *shown};
+    struct rk_status_info info = {0};
+    rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
+    rk_metrics_upstream("status", st);
+    return apply_backend_state(app, call, rec_io, st, &info, 1, shown, alive);
+}
+
+rk_status rk_lifecycle_reconcile(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                 const struct rk_status_info *info)
+{
+    enum rk_state shown;
+    int alive;
+    return apply_backend_state(app, call, rec_io, info ? RK_OK : RK_E_NOT_FOUND, info, 0, &shown,
+                               &alive);
 }
 
 /* ---- delete -------------------------------------------------------------------- */

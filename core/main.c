@@ -17,6 +17,7 @@
 #include "relay.h"
 #include "store.h"
 #include "sweeper.h"
+#include "reconciler.h"
 #include "util.h"
 
 #ifndef SYSCONFDIR
@@ -237,8 +238,11 @@ int main(int argc, char **argv)
         goto out;
     if (rk_sweeper_start(&app) != 0)
         rk_warn("cannot start the idle sweeper");
+    if (rk_reconciler_start(&app) != 0)
+        rk_warn("cannot start the reconciler; status reads ask the backend");
     rk_notice("rock-admin ready on http://%s:%d", cfg->server.host, rk_http_port(&app));
     wait_and_drain(&app, &set);
+    rk_reconciler_stop(&app);
     rk_sweeper_stop(&app);
     rc = 0;
 out:

@@ -37,6 +37,7 @@ static const struct cap_op cap_ops[] = {
     {RK_CAP_RESTORE, "restore", offsetof(struct rk_operator_ops, restore)},
     {RK_CAP_COMMIT, "commit", offsetof(struct rk_operator_ops, commit)},
     {RK_CAP_STATISTICS, "statistics", offsetof(struct rk_operator_ops, statistics)},
+    {RK_CAP_LIST, "list", offsetof(struct rk_operator_ops, list)},
 };
 
 /* Read a function-pointer slot of the ops table if the plugin's table has it. */
@@ -101,9 +102,9 @@ int rk_plugin_check_descriptor(const struct rk_operator *d, const char *stem, ch
     if (!(d->flags & RK_OPF_THREADSAFE))
         REFUSE("flags check failed: RK_OPF_THREADSAFE is required by ABI %d",
                RK_OPERATOR_ABI_MAJOR);
-    if (d->caps & ~RK_CAP_ALL_1_0)
+    if (d->caps & ~RK_CAP_ALL_1_1)
         REFUSE("capability check failed: unknown capability bits 0x%llx",
-               (unsigned long long)(d->caps & ~RK_CAP_ALL_1_0));
+               (unsigned long long)(d->caps & ~RK_CAP_ALL_1_1));
     const struct rk_operator_ops *ops = d->ops;
     if (!ops)
         REFUSE("entry point check failed: ops table is NULL");

@@ -51,6 +51,9 @@
  *   RK_E_TIMEOUT, RK_E_COMMAND, RK_E_CANCELLED -> Failed with a null result
  *
  * ABI changelog (newest first):
+ *   1.1               - ops.list + RK_CAP_LIST: enumerate this deployment's
+ *                       sandboxes in one paged pass, so a reconciler learns
+ *                       state without a status call per request.
  *   1.0 (2026-11-29)  First public ABI: descriptor, ops table, host table,
  *                     declarative config schema, capability bits.
  */
@@ -67,7 +70,7 @@ extern "C" {
 /** Major version of the operator ABI this header describes. */
 #define RK_OPERATOR_ABI_MAJOR 1
 /** Minor version of the operator ABI this header describes. */
-#define RK_OPERATOR_ABI_MINOR 0
+#define RK_OPERATOR_ABI_MINOR 1
 /** First field of every descriptor: ASCII "RKOP". */
 #define RK_OPERATOR_MAGIC 0x524b4f50u
 /** Name of the symbol the loader looks up in a plugin. */
@@ -150,6 +153,9 @@ typedef enum rk_status {
 #define RK_CAP_SCHEDULER (1ull << 16)          /**< the backend uses a worker scheduler (no op) */
 /** Every bit ABI 1.0 knows; anything else is refused. */
 #define RK_CAP_ALL_1_0 ((1ull << 17) - 1)
+#define RK_CAP_LIST (1ull << 17) /**< ops.list (ABI 1.1) */
+/** Every bit ABI 1.1 knows. */
+#define RK_CAP_ALL_1_1 (RK_CAP_ALL_1_0 | RK_CAP_LIST)
 
 /** Descriptor flags. */
 #define RK_OPF_THREADSAFE 0x1u /**< required in ABI 1 */
@@ -254,6 +260,13 @@ struct rk_status_info {
     const char *reason;      /**< human-readable detail or NULL */
     const char *upstream_id; /**< set when the plugin discovered the id (ref had NULL) */
 };
+
+/**
+ * Callback of ops.list: one sandbox this deployment owns. sandbox_id is the
+ * ROCK id recorded at create (NULL if the backend lost it), info its current
+ * state (info->upstream_id set). Borrowed for the callback's duration.
+ */
+typedef void (*rk_list_fn)(void *ctx, const char *sandbox_id, const struct rk_status_info *info);
 
 /** Output stream ids passed to rk_sink.write. */
 enum rk_stream { RK_STREAM_DATA = 0, RK_STREAM_STDOUT = 1, RK_STREAM_STDERR = 2 };
@@ -471,6 +484,12 @@ struct rk_operator_ops {
      *  `port` inside the sandbox goes; the core relays the bytes itself. */
     rk_status (*proxy_target)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                               int port, enum rk_proxy_kind kind, struct rk_proxy_target *out);
+
+    /** RK_CAP_LIST (ABI 1.1). Call fn once per sandbox this deployment created
+     *  (all pages), with the same state mapping as status(). A sandbox the
+     *  backend does not report is gone. Returns RK_OK only after a complete
+     *  pass (a partial list must not be taken as "the others vanished"). */
+    rk_status (*list)(void *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
 };
 
 /* ------------------------------------------------------------------------ */

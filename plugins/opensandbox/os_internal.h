@@ -200,6 +200,7 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
                        const struct rk_create_spec *spec, struct rk_created *out);
 rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                        struct rk_status_info *out);
+rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
 rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
                         const struct rk_sandbox_ref *ref);
 rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
