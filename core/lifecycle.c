@@ -36,6 +36,8 @@ struct patch {
     int create_failed;       /* mark the create as failed */
     int create_done;         /* drop create_deadline */
     enum rk_state seen;      /* out: state found */
+    const char *observed;    /* set "backend_state" (reconciler: non-active backend state) */
+    int clear_observed;      /* drop "backend_state" */
 };
 
 static int apply_patch(json_object *rec, void *ctx)
@@ -60,6 +62,10 @@ static int apply_patch(json_object *rec, void *ctx)
         json_object_object_add(rec, "create_failed", json_object_new_boolean(1));
     if (p->create_done)
         json_object_object_del(rec, "create_deadline");
+    if (p->observed)
+        rk_rec_set_str(rec, "backend_state", p->observed);
+    if (p->clear_observed)
+        json_object_object_del(rec, "backend_state");
     if (p->to)
         rk_rec_transition(rec, p->to, p->event);
     return 0;
@@ -231,9 +237,8 @@ rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
 /* Apply what the backend said about a sandbox (status() or a list pass) to its record.
  * info == NULL with st == RK_E_NOT_FOUND: the backend has no such sandbox. touch: refresh the
  * idle deadline when active (a client asked; the reconciler never touches). */
-static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call,
-                                     json_object **rec_io, rk_status st,
-                                     const struct rk_status_info *info_in, int touch,
+static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                     rk_status st, const struct rk_status_info *info_in, int touch,
                                      enum rk_state *shown, int *alive)
 {
     const struct rk_plugin *pl = app->plugin;
@@ -294,12 +299,22 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call,
                           .create_done = 1};
         patch_record(app, id, &p, rec_io);
     }
+    /* Reconciler (touch == 0): a non-active backend state the record cannot express (e.g. a
+     * failed sandbox shows as stopped) is kept in "backend_state" for store-only reads. */
+    json_object *obs = NULL;
+    int has_observed = json_object_object_get_ex(*rec_io, "backend_state", &obs) && obs;
     switch (info.state) {
     case RK_STATE_RUNNING:
         *alive = 1;
         *shown = RK_STATE_RUNNING;
         if (stored == RK_STATE_PENDING) {
-            struct patch p = {.expect = RK_STATE_PENDING, .to = RK_STATE_RUNNING, .event = "alive"};
+            struct patch p = {.expect = RK_STATE_PENDING,
+                              .to = RK_STATE_RUNNING,
+                              .event = "alive",
+                              .clear_observed = has_observed};
+            patch_record(app, id, &p, rec_io);
+        } else if (has_observed) {
+            struct patch p = {.clear_observed = 1};
             patch_record(app, id, &p, rec_io);
         }
         if (touch)
@@ -324,6 +339,14 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call,
             if (!json_object_object_get_ex(*rec_io, "failure", &f) || !f) {
                 struct patch p = {.tag = tag,
                                   .failure = info.reason ? info.reason : "backend reports failure"};
+                patch_record(app, id, &p, rec_io);
+            }
+        }
+        if (!touch && info.state && info.state != stored) {
+            const char *name = rk_state_name(info.state);
+            const char *had = has_observed ? json_object_get_string(obs) : NULL;
+            if (name && (!had || strcmp(had, name) != 0)) {
+                struct patch p = {.observed = name};
                 patch_record(app, id, &p, rec_io);
             }
         }

@@ -25,6 +25,7 @@
 #include "host.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "metrics.h"
 #include "plugin_loader.h"
 #include "record.h"
 #include "store.h"
@@ -62,8 +63,8 @@ struct listing {
 /* 1 if the plugin can list and the reconciler is enabled in the config. */
 static int can_reconcile(const struct rk_app *app)
 {
-    return app && app->plugin && (app->plugin->desc->caps & RK_CAP_LIST) &&
-           app->plugin->ops.list && app->cfg->perf.reconcile_interval_ms > 0;
+    return app && app->plugin && (app->plugin->desc->caps & RK_CAP_LIST) && app->plugin->ops.list &&
+           app->cfg->perf.reconcile_interval_ms > 0;
 }
 
 int rk_reconciler_active(const struct rk_app *app)
@@ -146,12 +147,40 @@ static const struct listed *find_listed(const struct listing *l, const char *roc
     return lo;
 }
 
+/* Staleness bound of store-only reads, ms: three intervals, at least 3 s. */
+static int64_t fresh_ms(const struct rk_app *app)
+{
+    int64_t b = (int64_t)app->cfg->perf.reconcile_interval_ms * 3;
+    return b < 3000 ? 3000 : b;
+}
+
+/* Mark format: "<epoch ms of the last successful pass> <epoch ms of the last pass> <error>". */
+int rk_reconciler_mark_fresh(const struct rk_app *app, const char *mark)
+{
+    long long ok_ms = 0;
+    if (!mark || sscanf(mark, "%lld", &ok_ms) != 1 || ok_ms <= 0)
+        return 0;
+    int64_t age = rk_epoch_s() * 1000 - ok_ms;
+    return age < fresh_ms(app);
+}
+
+/* Record the outcome of a pass in the store for every admin's reads. */
+static void put_mark(struct rk_app *app, int ok, const char *error)
+{
+    static long long last_ok_ms;
+    long long now = (long long)rk_epoch_s() * 1000;
+    if (ok)
+        last_ok_ms = now;
+    char mark[RK_STORE_MARK_MAX], err[RK_STORE_ERRLEN];
+    snprintf(mark, sizeof mark, "%lld %lld %s", last_ok_ms, now, error ? error : "");
+    if (rk_store_set_mark(app->store, mark, err, sizeof err) != RK_STORE_OK)
+        rk_warn("reconciler: cannot store the pass mark: %s", err);
+}
+
 /* Take or renew the lease; 1 if this process reconciles. */
 static int hold_lease(struct rk_app *app)
 {
-    int ttl = app->cfg->perf.reconcile_interval_ms * 3;
-    if (ttl < 3000)
-        ttl = 3000;
+    int ttl = (int)fresh_ms(app);
     char err[RK_STORE_ERRLEN];
     rk_store_rc rc = rk_store_lease(app->store, RECONCILE_LEASE, rc_owner, ttl, err, sizeof err);
     int leader = rc == RK_STORE_OK;
@@ -191,8 +220,9 @@ int rk_reconciler_run_once(struct rk_app *app)
     rk_metrics_upstream("list", st);
     int changed = -1;
     if (st != RK_OK || l.oom) {
-        rk_warn("reconciler: list failed: %s",
-                l.oom ? "out of memory" : call ? rk_call_error_text(call) : "out of memory");
+        rk_warn("reconciler: list failed: %s", l.oom  ? "out of memory"
+                                               : call ? rk_call_error_text(call)
+                                                      : "out of memory");
         goto out;
     }
     if (l.n)
@@ -228,6 +258,7 @@ int rk_reconciler_run_once(struct rk_app *app)
                     rk_state_name(rk_rec_state(recs[i])));
         }
     }
+    put_mark(app, 1, NULL);
 out:
     listing_free(&l);
     if (call)
@@ -272,7 +303,8 @@ int rk_reconciler_start(struct rk_app *app)
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
-    unsigned long long salt = (unsigned long long)rk_now_ms() ^ ((unsigned long long)getpid() << 20);
+    unsigned long long salt =
+        (unsigned long long)rk_now_ms() ^ ((unsigned long long)getpid() << 20);
     snprintf(rc_owner, sizeof rc_owner, "%s:%ld:%llx", host, (long)getpid(), salt);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -17,6 +17,11 @@ struct rk_app;
  *  reconciler is enabled), 0 if every status read asks the plugin. */
 int rk_reconciler_active(const struct rk_app *app);
 
+/** 1 if mark (from rk_store_get_touch) says a pass succeeded recently enough
+ *  for store-only reads: within 3 intervals (at least 3 s). Otherwise reads
+ *  fall back to asking the backend. */
+int rk_reconciler_mark_fresh(const struct rk_app *app, const char *mark);
+
 /** Start the reconciler thread when rk_reconciler_active(); 0 on success. */
 int rk_reconciler_start(struct rk_app *app);
 

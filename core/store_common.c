@@ -456,16 +456,27 @@ uint64_t rk_store_error_count(const struct rk_store *st)
 
 /* Fetch a record and refresh its idle deadline (throttled) in one round trip. */
 rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_s,
-                               json_object **out, char *err, size_t errlen)
+                               json_object **out, char *mark, size_t marklen, char *err,
+                               size_t errlen)
 {
     err_reset(err, errlen);
+    err_reset(mark, marklen);
     if (out)
         *out = NULL;
     if (!st || !out)
         return invalid(st, "argument", err, errlen);
     if (!name_ok(id))
         return invalid(st, "sandbox id", err, errlen);
-    return counted(st, st->ops->get_touch(st, id, now_s, out, err, errlen));
+    return counted(st, st->ops->get_touch(st, id, now_s, out, mark, marklen, err, errlen));
+}
+
+/* Store the reconciler's mark. */
+rk_store_rc rk_store_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (!st || !value)
+        return invalid(st, "argument", err, errlen);
+    return counted(st, st->ops->set_mark(st, value, err, errlen));
 }
 
 /* Take or renew a named lease. */

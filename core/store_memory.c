@@ -4,6 +4,7 @@
 #include "store_common.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,9 +34,10 @@ struct mem_rec {
 struct mem_store {
     struct rk_store base;
     pthread_mutex_t mu;
-    struct mem_map records;  /* id -> struct mem_rec */
-    struct mem_map sessions; /* sandbox id -> struct mem_map (name -> char *value) */
-    struct mem_map claims;   /* name -> int64_t deadline ms */
+    struct mem_map records;       /* id -> struct mem_rec */
+    struct mem_map sessions;      /* sandbox id -> struct mem_map (name -> char *value) */
+    struct mem_map claims;        /* name -> int64_t deadline ms */
+    char mark[RK_STORE_MARK_MAX]; /* the reconciler's mark */
 };
 
 /* FNV-1a hash of a string. */
@@ -626,10 +628,13 @@ static rk_store_rc mem_session_count(struct rk_store *st, const char *sandbox_id
 /* Record + idle deadline; when active with a positive auto_clear_time, move the deadline to
  * now_s + minutes*60 if later (same semantics as the Redis script). */
 static rk_store_rc mem_get_touch(struct rk_store *st, const char *id, int64_t now_s,
-                                 json_object **out, char *err, size_t errlen)
+                                 json_object **out, char *mark, size_t marklen, char *err,
+                                 size_t errlen)
 {
     struct mem_store *m = mem(st);
     pthread_mutex_lock(&m->mu);
+    if (mark && marklen)
+        snprintf(mark, marklen, "%s", m->mark);
     struct mem_ent *e = map_find(&m->records, id);
     if (e && now_s > 0) {
         struct mem_rec *r = e->val;
@@ -643,6 +648,18 @@ static rk_store_rc mem_get_touch(struct rk_store *st, const char *id, int64_t no
     rk_store_rc rc = get_locked(m, id, out, err, errlen);
     pthread_mutex_unlock(&m->mu);
     return rc;
+}
+
+/* Keep the reconciler's mark. */
+static rk_store_rc mem_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    struct mem_store *m = mem(st);
+    pthread_mutex_lock(&m->mu);
+    snprintf(m->mark, sizeof m->mark, "%s", value);
+    pthread_mutex_unlock(&m->mu);
+    return RK_STORE_OK;
 }
 
 /* One process: the lease is always ours. */
@@ -678,6 +695,7 @@ static const struct rk_store_ops mem_ops = {
     .session_count = mem_session_count,
     .get_touch = mem_get_touch,
     .lease = mem_lease,
+    .set_mark = mem_set_mark,
 };
 
 /* Open the in-process store. */

@@ -987,6 +987,7 @@ static rk_store_rc redis_session_count(struct rk_store *st, const char *sandbox_
 static const char LUA_GET_TOUCH[] =
     "local rec = redis.call('GET', KEYS[1])\n"
     "if not rec then return false end\n"
+    "local mark = redis.call('GET', KEYS[4])\n"
     "local score = redis.call('ZSCORE', KEYS[3], ARGV[1])\n"
     "if tonumber(ARGV[2]) > 0 and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then\n"
     "  local m = tonumber(string.match(rec, '\"auto_clear_time\":%s*(%d+)'))\n"
@@ -998,7 +999,7 @@ static const char LUA_GET_TOUCH[] =
     "    end\n"
     "  end\n"
     "end\n"
-    "return {rec, score or false}\n";
+    "return {rec, score or false, mark or false}\n";
 
 /* Take or renew a lease: set when free or already ours, with a TTL in ms. */
 static const char LUA_LEASE[] = "local v = redis.call('GET', KEYS[1])\n"
@@ -1008,15 +1009,16 @@ static const char LUA_LEASE[] = "local v = redis.call('GET', KEYS[1])\n"
 
 /* One EVALSHA: record + idle deadline, with the throttled idle touch. */
 static rk_store_rc redis_get_touch(struct rk_store *st, const char *id, int64_t now_s,
-                                   json_object **out, char *err, size_t errlen)
+                                   json_object **out, char *mark, size_t marklen, char *err,
+                                   size_t errlen)
 {
     struct redis_store *rs = rstore(st);
-    char k1[KEY_MAX], k2[KEY_MAX], k3[KEY_MAX], nowbuf[32];
+    char k1[KEY_MAX], k2[KEY_MAX], k3[KEY_MAX], k4[KEY_MAX], nowbuf[32];
     snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)(now_s > 0 ? now_s : 0));
     struct cmd c;
-    cmd_build(&c, "EVAL", LUA_GET_TOUCH, "3", key_of(rs, k1, "sandbox:", id),
-              key_of(rs, k2, "active", NULL), key_of(rs, k3, "expire", NULL), id, nowbuf,
-              (const char *)NULL);
+    cmd_build(&c, "EVAL", LUA_GET_TOUCH, "4", key_of(rs, k1, "sandbox:", id),
+              key_of(rs, k2, "active", NULL), key_of(rs, k3, "expire", NULL),
+              key_of(rs, k4, "reconcile_mark", NULL), id, nowbuf, (const char *)NULL);
     redisReply *r = NULL;
     rk_store_rc rc = run(rs, &c, &r, err, errlen);
     if (rc != RK_STORE_OK)
@@ -1028,6 +1030,8 @@ static rk_store_rc redis_get_touch(struct rk_store *st, const char *id, int64_t 
     } else {
         rc = record_from(r->element[0], r->elements > 1 ? r->element[1] : NULL, out, id, err,
                          errlen);
+        if (mark && marklen && r->elements > 2 && r->element[2]->type == REDIS_REPLY_STRING)
+            snprintf(mark, marklen, "%.*s", (int)r->element[2]->len, r->element[2]->str);
     }
     freeReplyObject(r);
     return rc;
@@ -1050,6 +1054,20 @@ static rk_store_rc redis_lease(struct rk_store *st, const char *name, const char
     return v == 1 ? RK_STORE_OK : RK_STORE_EXISTS;
 }
 
+/* SET <p>reconcile_mark value. */
+static rk_store_rc redis_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen)
+{
+    struct redis_store *rs = rstore(st);
+    char k[KEY_MAX], v[RK_STORE_MARK_MAX];
+    snprintf(v, sizeof v, "%s", value);
+    struct cmd c;
+    redisReply *r = NULL;
+    cmd_build(&c, "SET", key_of(rs, k, "reconcile_mark", NULL), v, (const char *)NULL);
+    rk_store_rc rc = run(rs, &c, &r, err, errlen);
+    freeReplyObject(r);
+    return rc;
+}
+
 static const struct rk_store_ops redis_ops = {
     .close = redis_close,
     .ping = redis_ping,
@@ -1070,6 +1088,7 @@ static const struct rk_store_ops redis_ops = {
     .session_count = redis_session_count,
     .get_touch = redis_get_touch,
     .lease = redis_lease,
+    .set_mark = redis_set_mark,
 };
 
 /* Open the Redis store; connections are made on first use. */

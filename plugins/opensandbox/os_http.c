@@ -260,6 +260,12 @@ rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value)
     return RK_OK;
 }
 
+/** Use a new connection for this exchange (non-idempotent requests that must not be re-sent). */
+void os_xfer_fresh_connection(struct os_xfer *x)
+{
+    curl_easy_setopt(x->curl, CURLOPT_FRESH_CONNECT, 1L);
+}
+
 /** Send a JSON body (copied by curl). */
 void os_xfer_json(struct os_xfer *x, const char *json)
 {

@@ -179,6 +179,7 @@ rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *
                        const char *method, const char *url, int64_t timeout_ms);
 rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value);
 void os_xfer_json(struct os_xfer *x, const char *json);
+void os_xfer_fresh_connection(struct os_xfer *x);
 rk_status os_xfer_perform(struct os_xfer *x);
 const char *os_xfer_err(const struct os_xfer *x);
 void os_xfer_cleanup(struct os_xfer *x);

@@ -338,6 +338,10 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
     struct os_xfer x;
     rk_status s = lc_xfer(&x, inst, call, "POST", "/sandboxes");
     if (s == RK_OK) {
+        /* A fresh connection: libcurl silently re-sends a request whose reused connection
+         * died before any reply byte, and a create must never be sent twice (a lost reply is
+         * handled by looking the sandbox up by its ROCK id instead). */
+        os_xfer_fresh_connection(&x);
         os_xfer_json(&x, body);
         s = os_xfer_perform(&x);
     }

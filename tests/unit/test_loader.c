@@ -38,6 +38,9 @@ static char *refusal(const char *name)
     return line;
 }
 
+#define RK_STR_(x) #x
+#define RK_STR(x) RK_STR_(x)
+
 static void expect_refusal(const char *name, const char *needle1, const char *needle2)
 {
     char *line = refusal(name);
@@ -64,7 +67,8 @@ static void test_other_major(void **state)
 {
     (void)state;
     expect_refusal("abi_other_major", "ABI major check failed",
-                   "operator ABI 2.0, daemon provides 1.0");
+                   "operator ABI 2." RK_STR(RK_OPERATOR_ABI_MINOR) ", daemon provides 1." RK_STR(
+                       RK_OPERATOR_ABI_MINOR));
 }
 
 static void test_newer_minor(void **state)
