@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "lifecycle.h"
+#include "endpoint_cache.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -81,6 +82,8 @@ static rk_store_rc patch_record(struct rk_app *app, const char *id, struct patch
     rk_store_rc rc = rk_store_update(app->store, id, apply_patch, p, &out, err, sizeof err);
     if (rc == RK_STORE_ERROR)
         rk_warn("sandbox %s: cannot update its record: %s", id, err);
+    if (rc == RK_STORE_OK && p->to && p->to != RK_STATE_RUNNING)
+        rk_ep_cache_forget_sandbox(id); /* cached proxy endpoints die with it */
     if (rc == RK_STORE_OK && rec_io && out) {
         json_object_put(*rec_io);
         *rec_io = out;

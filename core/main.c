@@ -18,6 +18,8 @@
 #include "store.h"
 #include "sweeper.h"
 #include "reconciler.h"
+#include "endpoint_cache.h"
+#include "relay_pool.h"
 #include "util.h"
 
 #ifndef SYSCONFDIR
@@ -249,6 +251,8 @@ out:
     rk_http_stop(&app);
     /* Detached HTTP relay workers may still be inside libcurl. */
     rk_relay_wait(rk_now_ms() + 5000);
+    rk_relay_pool_shutdown();
+    rk_ep_cache_clear();
     rk_plugin_unload(pl);
     rk_store_close(app.store);
     rk_config_free(cfg);

@@ -9,6 +9,7 @@
 #include "app.h"
 #include "config.h"
 #include "dispatch.h"
+#include "endpoint_cache.h"
 #include "envelope.h"
 #include "host.h"
 #include "http_server.h"
@@ -462,6 +463,7 @@ static void persist_transition(struct rk_app *app, const char *id, enum rk_state
 {
     struct transition_ctx t = {to, event};
     char err[RK_STORE_ERRLEN];
+    rk_ep_cache_forget_sandbox(id); /* cached proxy endpoints die with the state change */
     if (rk_store_update(app->store, id, apply_transition, &t, NULL, err, sizeof err) != RK_STORE_OK)
         rk_warn("sandbox %s: cannot record state %s: %s", id, rk_state_name(to), err);
 }
