@@ -327,14 +327,19 @@ def scenario_inflight(n):
     RESULTS.append({"name": "%d in-flight /execute, opensandbox.so" % n, "rss_kib": rss,
                     "idle_kib": idle, "per_req_kib": (rss - idle) / n})
     ok = 0
+    failures = {}
     for c in conns:
         try:
             r = c.getresponse()
-            ok += json.loads(r.read()).get("status") == "Success"
-        except Exception:
-            pass
+            js = json.loads(r.read())
+            if js.get("status") == "Success":
+                ok += 1
+            else:
+                failures[js.get("error")] = failures.get(js.get("error"), 0) + 1
+        except Exception as e:
+            failures[repr(e)] = failures.get(repr(e), 0) + 1
         c.close()
-    log("    %d of %d commands succeeded" % (ok, n))
+    log("    %d of %d commands succeeded; failures: %s" % (ok, n, failures))
 
 
 def main():

@@ -410,7 +410,8 @@ struct rk_config *rk_config_defaults(void)
     c->redis.db = 0;
     c->redis.connect_timeout_ms = 1000;
     c->redis.timeout_ms = 2000;
-    c->redis.pool_size = 32;
+    c->redis.pool_size =
+        64; /* issue 15: >= wrk -c64 concurrency; waiting for a connection costs more */
     c->redis.key_prefix = xstrdup("rock:");
     c->scheduler.enabled = 0;
     c->proxy.timeout_s = 120;

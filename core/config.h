@@ -76,7 +76,7 @@ struct rk_config {
         int db;
         int connect_timeout_ms; /* default 1000 */
         int timeout_ms;         /* default 2000 */
-        int pool_size;          /* default 32 */
+        int pool_size;          /* default 64 */
         char *key_prefix;       /* default "rock:" */
     } redis;
     struct {
