@@ -340,6 +340,10 @@ static const struct core_key core_keys[] = {
     {"proxy", "timeout", CT_INT, F(proxy.timeout_s), 1, INT_MAX, 0, NULL},
     {"proxy", "connect_timeout", CT_INT, F(proxy.connect_timeout_s), 1, INT_MAX, 0, NULL},
     {"log", "level", CT_LEVEL, F(log.level), 0, 0, 0, NULL},
+    /* issue 15: state from a reconciler; proxy endpoint cache */
+    {"runtime", "reconcile_interval_ms", CT_INT, F(perf.reconcile_interval_ms), 0, INT_MAX, 0,
+     NULL},
+    {"proxy", "endpoint_cache_ttl_ms", CT_INT, F(perf.proxy_endpoint_ttl_ms), 0, INT_MAX, 0, NULL},
 };
 
 #undef F
@@ -402,13 +406,16 @@ struct rk_config *rk_config_defaults(void)
     c->runtime.session_reservation_ttl_s = 120;
     c->runtime.start_wait_s = 85;
     c->runtime.command_timeout_margin_s = 30; /* issue 13 */
+    c->perf.reconcile_interval_ms = 1000; /* issue 15 */
+    c->perf.proxy_endpoint_ttl_ms = 5000; /* issue 15 */
     c->redis.host = xstrdup("");
     c->redis.port = 6379;
     c->redis.password = xstrdup("");
     c->redis.db = 0;
     c->redis.connect_timeout_ms = 1000;
     c->redis.timeout_ms = 2000;
-    c->redis.pool_size = 32;
+    c->redis.pool_size =
+        64; /* issue 15: >= wrk -c64 concurrency; waiting for a connection costs more */
     c->redis.key_prefix = xstrdup("rock:");
     c->scheduler.enabled = 0;
     c->proxy.timeout_s = 120;

@@ -77,7 +77,7 @@ struct rk_config {
         int db;
         int connect_timeout_ms; /* default 1000 */
         int timeout_ms;         /* default 2000 */
-        int pool_size;          /* default 32 */
+        int pool_size;          /* default 64 */
         char *key_prefix;       /* default "rock:" */
     } redis;
     struct {
@@ -90,6 +90,10 @@ struct rk_config {
     struct {
         char *level; /* error|warning|info|debug, default info */
     } log;
+    struct {
+        int reconcile_interval_ms; /* issue 15: reconciler pass period, default 1000; 0 = off */
+        int proxy_endpoint_ttl_ms; /* issue 15: proxy endpoint cache TTL, default 5000 */
+    } perf;
     struct rk_cfg_raw_section *sections; /* unknown top-level sections, raw */
     size_t n_sections;
 };

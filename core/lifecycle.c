@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "lifecycle.h"
+#include "endpoint_cache.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -37,6 +38,8 @@ struct patch {
     int create_failed;       /* mark the create as failed */
     int create_done;         /* drop create_deadline */
     enum rk_state seen;      /* out: state found */
+    const char *observed;    /* set "backend_state" (reconciler: non-active backend state) */
+    int clear_observed;      /* drop "backend_state" */
 };
 
 static int apply_patch(json_object *rec, void *ctx)
@@ -61,6 +64,10 @@ static int apply_patch(json_object *rec, void *ctx)
         json_object_object_add(rec, "create_failed", json_object_new_boolean(1));
     if (p->create_done)
         json_object_object_del(rec, "create_deadline");
+    if (p->observed)
+        rk_rec_set_str(rec, "backend_state", p->observed);
+    if (p->clear_observed)
+        json_object_object_del(rec, "backend_state");
     if (p->to)
         rk_rec_transition(rec, p->to, p->event);
     return 0;
@@ -76,6 +83,8 @@ static rk_store_rc patch_record(struct rk_app *app, const char *id, struct patch
     rk_store_rc rc = rk_store_update(app->store, id, apply_patch, p, &out, err, sizeof err);
     if (rc == RK_STORE_ERROR)
         rk_warn("sandbox %s: cannot update its record: %s", id, err);
+    if (rc == RK_STORE_OK && p->to && p->to != RK_STATE_RUNNING)
+        rk_ep_cache_forget_sandbox(id); /* cached proxy endpoints die with it */
     if (rc == RK_STORE_OK && rec_io && out) {
         json_object_put(*rec_io);
         *rec_io = out;
@@ -229,8 +238,12 @@ rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
 
 /* ---- status refresh ----------------------------------------------------------- */
 
-rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_object **rec_io,
-                               enum rk_state *shown, int *alive)
+/* Apply what the backend said about a sandbox (status() or a list pass) to its record.
+ * info == NULL with st == RK_E_NOT_FOUND: the backend has no such sandbox. touch: refresh the
+ * idle deadline when active (a client asked; the reconciler never touches). */
+static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                     rk_status st, const struct rk_status_info *info_in, int touch,
+                                     enum rk_state *shown, int *alive)
 {
     const struct rk_plugin *pl = app->plugin;
     json_object *rec = *rec_io;
@@ -250,11 +263,12 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
     snprintf(upstream, sizeof upstream, "%s", up ? up : "");
     struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, stored};
     struct rk_status_info info = {0};
-    rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
-    rk_metrics_upstream("status", st);
+    if (info_in)
+        info = *info_in;
 
     if (st == RK_E_NOT_FOUND) {
-        rk_call_clear_error(call);
+        if (call)
+            rk_call_clear_error(call);
         if (!ref.upstream_id) {
             json_object *dl;
             int64_t deadline = 0;
@@ -289,19 +303,31 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
                           .create_done = 1};
         patch_record(app, id, &p, rec_io);
     }
+    /* Reconciler (touch == 0): a non-active backend state the record cannot express (e.g. a
+     * failed sandbox shows as stopped) is kept in "backend_state" for store-only reads. */
+    json_object *obs = NULL;
+    int has_observed = json_object_object_get_ex(*rec_io, "backend_state", &obs) && obs;
     switch (info.state) {
     case RK_STATE_RUNNING:
         *alive = 1;
         *shown = RK_STATE_RUNNING;
         if (stored == RK_STATE_PENDING) {
-            struct patch p = {.expect = RK_STATE_PENDING, .to = RK_STATE_RUNNING, .event = "alive"};
+            struct patch p = {.expect = RK_STATE_PENDING,
+                              .to = RK_STATE_RUNNING,
+                              .event = "alive",
+                              .clear_observed = has_observed};
+            patch_record(app, id, &p, rec_io);
+        } else if (has_observed) {
+            struct patch p = {.clear_observed = 1};
             patch_record(app, id, &p, rec_io);
         }
-        rk_dispatch_touch_rec(app, *rec_io);
+        if (touch)
+            rk_dispatch_touch_rec(app, *rec_io);
         break;
     case RK_STATE_PENDING:
         *shown = RK_STATE_PENDING;
-        rk_dispatch_touch_rec(app, *rec_io);
+        if (touch)
+            rk_dispatch_touch_rec(app, *rec_io);
         break;
     case RK_STATE_DELETED: {
         struct patch p = {.to = RK_STATE_DELETED, .event = "terminated"};
@@ -320,9 +346,49 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
                 patch_record(app, id, &p, rec_io);
             }
         }
+        if (!touch && info.state && info.state != stored) {
+            const char *name = rk_state_name(info.state);
+            const char *had = has_observed ? json_object_get_string(obs) : NULL;
+            if (name && (!had || strcmp(had, name) != 0)) {
+                struct patch p = {.observed = name};
+                patch_record(app, id, &p, rec_io);
+            }
+        }
         break;
     }
     return RK_OK;
+}
+
+rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                               enum rk_state *shown, int *alive)
+{
+    const struct rk_plugin *pl = app->plugin;
+    json_object *rec = *rec_io;
+    *shown = rk_rec_state(rec);
+    *alive = 0;
+    json_object *cf;
+    if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
+        return RK_OK; /* the failed phase tells the client why */
+    char id[256], upstream[256];
+    snprintf(id, sizeof id, "%s",
+             rk_rec_str(rec, "sandbox_id") ? rk_rec_str(rec, "sandbox_id") : "");
+    const char *tag = pl->desc->backend_tag;
+    const char *up = rk_rec_upstream_id(rec, tag);
+    snprintf(upstream, sizeof upstream, "%s", up ? up : "");
+    struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, *shown};
+    struct rk_status_info info = {0};
+    rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
+    rk_metrics_upstream("status", st);
+    return apply_backend_state(app, call, rec_io, st, &info, 1, shown, alive);
+}
+
+rk_status rk_lifecycle_reconcile(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                 const struct rk_status_info *info)
+{
+    enum rk_state shown;
+    int alive;
+    return apply_backend_state(app, call, rec_io, info ? RK_OK : RK_E_NOT_FOUND, info, 0, &shown,
+                               &alive);
 }
 
 /* ---- delete -------------------------------------------------------------------- */

@@ -34,6 +34,12 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
 rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_object *rec,
                               const char *event);
 
+/** Apply one entry of the reconciler's list pass to a stored record (info NULL: the backend
+ *  does not list the sandbox any more). Same transitions as rk_lifecycle_refresh, without the
+ *  idle touch. *rec_io may be replaced. */
+rk_status rk_lifecycle_reconcile(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                 const struct rk_status_info *info);
+
 /**
  * Restore an archived sandbox (RK_CAP_RESTORE): if the plugin has the
  * capability and id's record is archived, pass the gate, call restore() and

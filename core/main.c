@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <getopt.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,9 @@
 #include "relay.h"
 #include "store.h"
 #include "sweeper.h"
+#include "reconciler.h"
+#include "endpoint_cache.h"
+#include "relay_pool.h"
 #include "util.h"
 
 #ifndef SYSCONFDIR
@@ -114,6 +118,43 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
     rk_host_shutdown();
     if (rk_app_bg_wait(rk_now_ms() + 5000) > 0)
         rk_warn("background jobs still running at exit");
+}
+
+/* File descriptors per connection (client socket + upstream connection) and a reserve for
+ * pooled connections, Redis, plugins and logs: server.max_connections is checked against the
+ * descriptor limit with these (issue 15). */
+#define FDS_PER_CONNECTION 2
+#define FDS_RESERVE 1024
+
+/* Raise the soft RLIMIT_NOFILE to the hard limit (as nginx's worker_rlimit_nofile does) and
+ * lower server.max_connections when it cannot fit; the outcome is written to line. */
+static void fit_fd_limit(struct rk_config *cfg, char *line, size_t len)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        snprintf(line, len, "file descriptors: limit unknown");
+        return;
+    }
+    rlim_t before = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = before;
+    }
+    long long limit = rl.rlim_cur == RLIM_INFINITY ? (1LL << 30) : (long long)rl.rlim_cur;
+    long long fit = (limit - FDS_RESERVE) / FDS_PER_CONNECTION;
+    if (fit < 16)
+        fit = 16;
+    const char *verdict = "fits";
+    if ((long long)cfg->server.max_connections > fit) {
+        cfg->server.max_connections = (int)fit;
+        verdict = "lowered to fit";
+    }
+    snprintf(line, len,
+             "file descriptors: soft limit %lld (was %lld, hard %lld); server.max_connections %d "
+             "%s (%d per connection + %d reserved)",
+             limit, (long long)before, rl.rlim_max == RLIM_INFINITY ? -1LL : (long long)rl.rlim_max,
+             cfg->server.max_connections, verdict, FDS_PER_CONNECTION, FDS_RESERVE);
 }
 
 int main(int argc, char **argv)
@@ -214,10 +255,14 @@ int main(int argc, char **argv)
         rk_warn("Scheduler is enabled but unsupported for operator_type=%s; skipping worker "
                 "scheduler",
                 cfg->runtime.operator_type);
+    char fd_line[256];
+    int max_conn_asked = cfg->server.max_connections;
+    fit_fd_limit(cfg, fd_line, sizeof fd_line);
     if (test_only) {
         printf("rock-admin: configuration %s is valid (operator %s %s, ABI %u.%u)\n", cfg_path,
                pl->desc->name, pl->desc->version ? pl->desc->version : "", pl->desc->abi_major,
                pl->desc->abi_minor);
+        printf("rock-admin: %s\n", fd_line);
         rk_config_dump(cfg, pl->cfg_view, pl->desc->config, dump_line, NULL);
         rk_plugin_unload(pl);
         rk_config_free(cfg);
@@ -227,6 +272,12 @@ int main(int argc, char **argv)
     rk_notice("rock-admin %s starting: operator %s %s (ABI %u.%u) from %s", PACKAGE_VERSION,
               pl->desc->name, pl->desc->version ? pl->desc->version : "", pl->desc->abi_major,
               pl->desc->abi_minor, pl->path);
+
+    if (cfg->server.max_connections < max_conn_asked)
+        rk_warn("%s: server.max_connections %d does not fit the descriptor limit", fd_line,
+                max_conn_asked);
+    else
+        rk_info("%s", fd_line);
 
     struct rk_app app = {.cfg = cfg, .plugin = pl};
     app.store = open_store(cfg);
@@ -239,14 +290,19 @@ int main(int argc, char **argv)
         goto out;
     if (rk_sweeper_start(&app) != 0)
         rk_warn("cannot start the idle sweeper");
+    if (rk_reconciler_start(&app) != 0)
+        rk_warn("cannot start the reconciler; status reads ask the backend");
     rk_notice("rock-admin ready on http://%s:%d", cfg->server.host, rk_http_port(&app));
     wait_and_drain(&app, &set);
+    rk_reconciler_stop(&app);
     rk_sweeper_stop(&app);
     rc = 0;
 out:
     rk_http_stop(&app);
     /* Detached HTTP relay workers may still be inside libcurl. */
     rk_relay_wait(rk_now_ms() + 5000);
+    rk_relay_pool_shutdown();
+    rk_ep_cache_clear();
     rk_plugin_unload(pl);
     rk_store_close(app.store);
     rk_config_free(cfg);

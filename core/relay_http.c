@@ -43,6 +43,7 @@
 #include "bytepipe.h"
 #include "config.h"
 #include "dispatch.h"
+#include "endpoint_cache.h"
 #include "envelope.h"
 #include "host.h"
 #include "http_server.h"
@@ -53,6 +54,8 @@
 /* relay.h uses struct rk_route from router.h */
 #include "relay.h"
 #include "relay_common.h"
+#include "relay_pool.h"
+#include "store.h"
 #include "util.h"
 #include "validate.h"
 
@@ -98,6 +101,7 @@ struct px_http {
     CURLcode result;
     int timed_out;
     int cancel;          /* the request side gave up */
+    int discard_body;    /* the upstream answered early: the rest of the client body is dropped */
     int reader_attached; /* the client response is being produced */
     int64_t last_io_ms;
     int64_t wait_start_ms;
@@ -113,7 +117,7 @@ static void px_unref(struct px_http *px)
     if (left > 0)
         return;
     if (px->curl)
-        curl_easy_cleanup(px->curl);
+        curl_easy_cleanup(px->curl); /* the transfer never ran */
     curl_slist_free_all(px->hdrs);
     free(px->url);
     if (px->req)
@@ -191,6 +195,15 @@ static size_t px_header_cb(char *line, size_t size, size_t n, void *ud)
         if (px->status >= 200) {
             px->head_done = 1;
             pthread_cond_broadcast(&px->cv);
+            if (px->status >= 300 && px->req) {
+                /* An early error answer: libcurl stops sending the body ("HTTP error before end
+                 * of send"); stop feeding it so the request side drains the client body and
+                 * relays this answer (issue 10 item 5), as nginx does. */
+                px->discard_body = 1;
+                pthread_mutex_unlock(&px->mu);
+                rk_bytepipe_abort(px->req);
+                return len;
+            }
         }
         pthread_mutex_unlock(&px->mu);
         return len;
@@ -313,13 +326,17 @@ static int px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_o
     return idle;
 }
 
-/* Worker thread: run the transfer, then publish the result. */
-static void *px_worker(void *arg)
+/* Worker (a cached relay thread): run the transfer, then publish the result. The handle goes
+ * back to the per-origin pool with its keep-alive connection after a complete exchange. */
+static void px_worker(void *arg)
 {
     struct px_http *px = arg;
     px_touch(px);
     CURLcode res = curl_easy_perform(px->curl);
-    curl_easy_cleanup(px->curl);
+    pthread_mutex_lock(&px->mu);
+    int complete = res == CURLE_OK && !px->cancel && !px->discard_body;
+    pthread_mutex_unlock(&px->mu);
+    rk_relay_curl_put(px->url, px->curl, complete);
     px->curl = NULL;
     pthread_mutex_lock(&px->mu);
     px->finished = 1;
@@ -331,7 +348,6 @@ static void *px_worker(void *arg)
     rk_bytepipe_close(px->resp);
     px_unref(px);
     rk_relay_leave();
-    return NULL;
 }
 
 /* The MHD content reader: the upstream body as it arrives. */
@@ -539,11 +555,29 @@ static int px_route_port(struct rk_req *r, struct px_route_kind k, const char **
     return 0;
 }
 
-/* Resolve the endpoint through the gate and the plugin; replies on failure. */
+/* Resolve the endpoint: from the in-process cache (issue 15: no store read, no plugin call;
+ * the idle deadline is refreshed at most once per second), else through the gate and the
+ * plugin; replies on failure. *cached holds the cache's copy the target points into. */
 static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum rk_op op,
-                      struct rk_proxy_target *pt)
+                      struct rk_proxy_target *pt, struct rk_ep *cached)
 {
     struct rk_app *app = r->app;
+    int64_t ttl = app->cfg->perf.proxy_endpoint_ttl_ms;
+    int touch_due = 0;
+    memset(cached, 0, sizeof *cached);
+    if (rk_ep_cache_get(r->params[0], port, (int)kind, ttl, cached, &touch_due) == 0) {
+        memset(pt, 0, sizeof *pt);
+        pt->base_url = cached->base_url;
+        pt->headers = cached->headers;
+        pt->headers_len = cached->headers_len;
+        if (touch_due && cached->idle_minutes > 0) {
+            char err[RK_STORE_ERRLEN];
+            if (rk_store_touch(app->store, r->params[0], rk_epoch_s() + cached->idle_minutes * 60,
+                               err, sizeof err) != RK_STORE_OK)
+                rk_warn("cannot refresh idle deadline of %s: %s", r->params[0], err);
+        }
+        return 0;
+    }
     struct rk_target t;
     if (rk_dispatch(app, r->call, op, r->params[0], &t) != RK_OK) {
         rk_reply_call_error(r);
@@ -557,6 +591,13 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
     else
         st = app->plugin->ops.proxy_target(app->plugin->inst, r->call, &t.ref, port, kind, pt);
     rk_metrics_upstream("proxy_target", st);
+    if (st == RK_OK && pt->base_url && ttl > 0) {
+        json_object *m = NULL;
+        int64_t minutes = 0;
+        if (json_object_object_get_ex(t.rec, "auto_clear_time", &m) && m)
+            minutes = json_object_get_int64(m);
+        rk_ep_cache_put(r->params[0], port, (int)kind, pt, minutes);
+    }
     rk_target_release(&t);
     if (st != RK_OK || !pt->base_url) {
         if (st == RK_OK)
@@ -571,6 +612,8 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
 int rk_relay_http_begin(struct rk_req *r)
 {
     struct rk_app *app = r->app;
+    struct rk_ep cached; /* the endpoint cache's copy the target points into */
+    memset(&cached, 0, sizeof cached);
     struct px_route_kind k = px_kind(r);
     const char *raw_full = rk_req_raw_path(r);
     char *raw_path = rk_strdup_printf("%.*s", (int)strcspn(raw_full, "?"), raw_full);
@@ -583,7 +626,7 @@ int rk_relay_http_begin(struct rk_req *r)
         goto replied;
     }
     struct rk_proxy_target pt;
-    if (px_resolve(r, port, RK_PROXY_HTTP, RK_OP_PROXY_HTTP, &pt) != 0)
+    if (px_resolve(r, port, RK_PROXY_HTTP, RK_OP_PROXY_HTTP, &pt, &cached) != 0)
         goto replied;
 
     struct px_http *px = calloc(1, sizeof *px);
@@ -639,7 +682,7 @@ int rk_relay_http_begin(struct rk_req *r)
             hc.list = n;
     }
     px->hdrs = hc.list;
-    px->curl = curl_easy_init();
+    px->curl = rk_relay_curl_get(px->url);
     px->resp = rk_bytepipe_new(PX_PIPE_BYTES);
     if (hc.failed || !px->curl || !px->resp) {
         rk_reply_error(r, RK_E_NOMEM, "out of memory");
@@ -678,36 +721,43 @@ int rk_relay_http_begin(struct rk_req *r)
         }
     }
 
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, PX_WORKER_STACK);
-    pthread_t tid;
     px->refs++;
     rk_relay_enter();
-    if (pthread_create(&tid, &attr, px_worker, px) != 0) {
+    if (rk_relay_run(px_worker, px, PX_WORKER_STACK) != 0) {
         px->refs--;
         rk_relay_leave();
-        pthread_attr_destroy(&attr);
         rk_reply_error(r, RK_E_INTERNAL, "cannot start the proxy worker thread");
         goto replied;
     }
-    pthread_attr_destroy(&attr);
+    rk_ep_free(&cached);
     free(raw_path);
     return 0;
 
 replied:
+    rk_ep_free(&cached);
     free(raw_path);
     return 1;
 }
 
-/* One chunk of client body: into the request pipe (blocks while it is full). */
+/* One chunk of client body: into the request pipe (blocks while it is full). Once the
+ * upstream answered early, the rest of the body is read and dropped so the answer can be
+ * relayed on this connection. */
 int rk_relay_http_body(struct rk_req *r, const char *data, size_t len)
 {
     struct px_http *px = r->route_ctx;
     if (!px || !px->req)
         return 0;
-    return rk_bytepipe_write(px->req, data, len) != 0;
+    pthread_mutex_lock(&px->mu);
+    int discard = px->discard_body;
+    pthread_mutex_unlock(&px->mu);
+    if (discard)
+        return 0;
+    if (rk_bytepipe_write(px->req, data, len) == 0)
+        return 0;
+    pthread_mutex_lock(&px->mu);
+    discard = px->discard_body;
+    pthread_mutex_unlock(&px->mu);
+    return discard ? 0 : 1;
 }
 
 /* Wait for the response head, the end of the transfer, or a reason to stop. */
@@ -784,6 +834,8 @@ void rk_relay_http_handler(struct rk_req *r)
             rk_reply_detail(r, 502, "request cancelled");
             return;
         }
+        /* The endpoint may have moved: resolve it again next time. */
+        rk_ep_cache_forget(px->sandbox_id, px->port, (int)RK_PROXY_HTTP);
         px_reply_upstream_error(r, px);
         return;
     }

@@ -9,6 +9,7 @@
 #include "app.h"
 #include "config.h"
 #include "dispatch.h"
+#include "endpoint_cache.h"
 #include "envelope.h"
 #include "host.h"
 #include "http_server.h"
@@ -17,6 +18,7 @@
 #include "metrics.h"
 #include "plugin_loader.h"
 #include "record.h"
+#include "reconciler.h"
 #include "routes.h"
 #include "store.h"
 #include "util.h"
@@ -283,12 +285,73 @@ void rk_route_start(struct rk_req *r)
 
 /* Look up the record for a status-style query and compute what to show.
  * On success *out is a new status object; on failure the error is on r->call. */
+/* Status when the reconciler keeps the store current (issue 15): one store round trip (the
+ * record, with the idle touch done by the store at most once per second), the backend-tag
+ * checks of the dispatch gate on that record, and no backend call. */
+static rk_status status_from_store(struct rk_req *r, const char *id, int include_all,
+                                   json_object **out, int *fallback)
+{
+    struct rk_app *app = r->app;
+    const struct rk_operator *desc = app->plugin->desc;
+    char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
+    json_object *rec = NULL;
+    *fallback = 0;
+    rk_store_rc rc =
+        rk_store_get_touch(app->store, id, rk_epoch_s(), &rec, mark, sizeof mark, err, sizeof err);
+    if (rc == RK_STORE_ERROR)
+        return rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
+    enum rk_state stored = rc == RK_STORE_OK ? rk_rec_state(rec) : 0;
+    if (rk_state_is_active(stored) && !rk_reconciler_mark_fresh(app, mark)) {
+        /* No recent successful pass (backend down, no elected admin yet): ask the backend. */
+        json_object_put(rec);
+        *fallback = 1;
+        return RK_OK;
+    }
+    if (rc == RK_STORE_NOT_FOUND || (!include_all && !rk_state_is_active(stored))) {
+        json_object_put(rec);
+        return rk_call_set_error(r->call, RK_E_NOT_FOUND, "Sandbox %s not found", id);
+    }
+    if (rk_state_is_active(stored)) {
+        const char *tag = rk_rec_backend(rec);
+        rk_status st = RK_OK;
+        if (!tag)
+            st = rk_call_set_error(r->call, RK_E_INVALID,
+                                   "%s sandbox metadata is missing required backend",
+                                   desc->display_name);
+        else if (strcmp(tag, desc->backend_tag) != 0)
+            st = rk_call_set_error(r->call, RK_E_INVALID,
+                                   "Sandbox backend %s conflicts with configured operator %s", tag,
+                                   desc->name);
+        if (st != RK_OK) {
+            json_object_put(rec);
+            return st;
+        }
+    }
+    json_object *cf;
+    int create_failed =
+        json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf);
+    /* A backend state the record cannot hold (e.g. failed -> stopped), as the reconciler saw it. */
+    enum rk_state shown = stored;
+    const char *observed = rk_state_is_active(stored) ? rk_rec_str(rec, "backend_state") : NULL;
+    if (observed && rk_state_parse(observed))
+        shown = rk_state_parse(observed);
+    *out = rk_rec_status(rec, shown, shown == RK_STATE_RUNNING && !create_failed);
+    json_object_put(rec);
+    return RK_OK;
+}
+
 static rk_status status_of(struct rk_req *r, const char *id, int include_all, json_object **out)
 {
     struct rk_app *app = r->app;
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
     *out = NULL;
+    if (rk_reconciler_active(app)) {
+        int fallback = 0;
+        rk_status fs = status_from_store(r, id, include_all, out, &fallback);
+        if (!fallback)
+            return fs;
+    }
     rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
     if (rc == RK_STORE_ERROR)
         return rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);

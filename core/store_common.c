@@ -453,3 +453,40 @@ uint64_t rk_store_error_count(const struct rk_store *st)
 {
     return st ? (uint64_t)atomic_load(&((struct rk_store *)st)->errors) : 0;
 }
+
+/* Fetch a record and refresh its idle deadline (throttled) in one round trip. */
+rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_s,
+                               json_object **out, char *mark, size_t marklen, char *err,
+                               size_t errlen)
+{
+    err_reset(err, errlen);
+    err_reset(mark, marklen);
+    if (out)
+        *out = NULL;
+    if (!st || !out)
+        return invalid(st, "argument", err, errlen);
+    if (!name_ok(id))
+        return invalid(st, "sandbox id", err, errlen);
+    return counted(st, st->ops->get_touch(st, id, now_s, out, mark, marklen, err, errlen));
+}
+
+/* Store the reconciler's mark. */
+rk_store_rc rk_store_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (!st || !value)
+        return invalid(st, "argument", err, errlen);
+    return counted(st, st->ops->set_mark(st, value, err, errlen));
+}
+
+/* Take or renew a named lease. */
+rk_store_rc rk_store_lease(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                           char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (!st || !owner || !*owner)
+        return invalid(st, "argument", err, errlen);
+    if (!name_ok(name))
+        return invalid(st, "lease name", err, errlen);
+    return counted(st, st->ops->lease(st, name, owner, ttl_ms, err, errlen));
+}

@@ -50,6 +50,11 @@ struct rk_store_ops {
                                  size_t errlen);
     rk_store_rc (*session_count)(struct rk_store *st, const char *sandbox_id, size_t *n_out,
                                  char *err, size_t errlen);
+    rk_store_rc (*get_touch)(struct rk_store *st, const char *id, int64_t now_s, json_object **out,
+                             char *mark, size_t marklen, char *err, size_t errlen);
+    rk_store_rc (*set_mark)(struct rk_store *st, const char *value, char *err, size_t errlen);
+    rk_store_rc (*lease)(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                         char *err, size_t errlen);
 };
 
 /** Common head of every backend's store object (first member). */

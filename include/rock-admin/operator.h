@@ -93,6 +93,9 @@
  *                       (the core tunnels the portforward WebSocket to the
  *                       tcp://host:port that proxy_target returns for
  *                       RK_PROXY_TCP).
+ *                     - ops.list + RK_CAP_LIST: enumerate this deployment's
+ *                       sandboxes in one paged pass, so a reconciler learns
+ *                       state without a status call per request.
  *   1.0 (2026-11-29)  First public ABI: descriptor, ops table, host table,
  *                     declarative config schema, capability bits.
  */
@@ -192,10 +195,11 @@ typedef enum rk_status {
 #define RK_CAP_SCHEDULER (1ull << 16)          /**< the backend uses a worker scheduler (no op) */
 /** Every bit ABI 1.0 knows. */
 #define RK_CAP_ALL_1_0 ((1ull << 17) - 1)
-/* 1.1 capability bits: append new bits here (next free: 1ull << 17) and add
+/* 1.1 capability bits: append new bits here (next free: 1ull << 18) and add
  * them to RK_CAP_ALL. */
+#define RK_CAP_LIST (1ull << 17) /**< ops.list (ABI 1.1) */
 /** Every bit this header knows; a plugin setting any other bit is refused. */
-#define RK_CAP_ALL RK_CAP_ALL_1_0
+#define RK_CAP_ALL (RK_CAP_ALL_1_0 | RK_CAP_LIST)
 
 /** Descriptor flags. */
 #define RK_OPF_THREADSAFE 0x1u /**< required in ABI 1 */
@@ -308,6 +312,13 @@ struct rk_status_info {
     const char *reason;      /**< human-readable detail or NULL */
     const char *upstream_id; /**< set when the plugin discovered the id (ref had NULL) */
 };
+
+/**
+ * Callback of ops.list: one sandbox this deployment owns. sandbox_id is the
+ * ROCK id recorded at create (NULL if the backend lost it), info its current
+ * state (info->upstream_id set). Borrowed for the callback's duration.
+ */
+typedef void (*rk_list_fn)(void *ctx, const char *sandbox_id, const struct rk_status_info *info);
 
 /** Output stream ids passed to rk_sink.write. */
 enum rk_stream { RK_STREAM_DATA = 0, RK_STREAM_STDOUT = 1, RK_STREAM_STDERR = 2 };
@@ -557,6 +568,12 @@ struct rk_operator_ops {
      *  `port` inside the sandbox goes; the core relays the bytes itself. */
     rk_status (*proxy_target)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                               int port, enum rk_proxy_kind kind, struct rk_proxy_target *out);
+
+    /** RK_CAP_LIST (ABI 1.1). Call fn once per sandbox this deployment created
+     *  (all pages), with the same state mapping as status(). A sandbox the
+     *  backend does not report is gone. Returns RK_OK only after a complete
+     *  pass (a partial list must not be taken as "the others vanished"). */
+    rk_status (*list)(void *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
 };
 
 /* ------------------------------------------------------------------------ */

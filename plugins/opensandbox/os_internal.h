@@ -125,14 +125,20 @@ struct os_inst {
     pthread_mutex_t ep_lock;
     struct os_ep_entry *ep_head;
     size_t ep_count;
-    void *share;                    /**< CURLSH: DNS, TLS sessions, connection pool */
+    void *share;                    /**< CURLSH: DNS cache and TLS sessions only */
     pthread_mutex_t share_locks[8]; /**< one per curl_lock_data value */
     int share_locks_ready;
+    pthread_mutex_t pool_lock; /**< guards the idle easy-handle pool */
+    void **pool;               /**< idle CURL * handles, each with its own live connections */
+    size_t pool_len;
 };
 
-/** Create the instance's curl share (connection reuse); NULL-safe on failure. */
+/** Most idle easy handles kept for reuse (each keeps its connections open). */
+#define OS_CURL_POOL_MAX 64
+
+/** Create the instance's curl share and handle pool; NULL-safe on failure. */
 void os_share_init(struct os_inst *inst);
-/** Destroy the instance's curl share. */
+/** Destroy the instance's curl share and every pooled handle. */
 void os_share_free(struct os_inst *inst);
 
 rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg,
@@ -147,7 +153,7 @@ extern const struct rk_cfg_key os_config_keys[];
 /** Why a transfer was aborted by the progress callback. */
 enum os_abort { OS_ABORT_NONE = 0, OS_ABORT_CANCELLED, OS_ABORT_CALL_DEADLINE, OS_ABORT_OWN };
 
-/** One HTTP exchange over a fresh easy handle. */
+/** One HTTP exchange over an easy handle taken from the instance's pool. */
 struct os_xfer {
     struct os_inst *inst;
     struct rk_call *call;
@@ -173,6 +179,7 @@ rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *
                        const char *method, const char *url, int64_t timeout_ms);
 rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value);
 void os_xfer_json(struct os_xfer *x, const char *json);
+void os_xfer_fresh_connection(struct os_xfer *x);
 rk_status os_xfer_perform(struct os_xfer *x);
 const char *os_xfer_err(const struct os_xfer *x);
 void os_xfer_cleanup(struct os_xfer *x);
@@ -194,6 +201,7 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
                        const struct rk_create_spec *spec, struct rk_created *out);
 rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                        struct rk_status_info *out);
+rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
 rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
                         const struct rk_sandbox_ref *ref);
 rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char *osid, int port,

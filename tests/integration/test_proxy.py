@@ -74,8 +74,25 @@ class App(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _early(self):
+        """Answer 413 before reading the body, then drain it for a while and close (a lingering
+        close, so the answer is not lost to a reset)."""
+        self._send(413, b'{"error": "body too large"}')
+        self.wfile.flush()
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(5)
+            while self.connection.recv(1 << 20):
+                pass
+        except OSError:
+            pass
+
     def _handle(self):
         path, _, query = self.path.partition("?")
+        if path == "/early":
+            self._early()
+            return
         n, digest = self._body()
         if path.startswith("/big"):
             size = int(query.split("=")[1])
@@ -332,6 +349,25 @@ def test_big_bodies_stream_with_flat_memory():
     assert total == BIG and got.hexdigest() == want.hexdigest(), total
     grown = rss_kib(admin.proc.pid) - base
     assert grown < 64 * 1024, "rock-admin RSS grew by %d KiB" % grown
+
+
+@test
+def test_early_answer_to_a_large_body_is_relayed():
+    """The application answers 413 before reading a 64 MiB body: the client gets that answer
+    (rock-admin drops the rest of the body, as nginx does), and the proxy keeps working."""
+    admin, sid = setup()
+    port = start_app()
+    size = 64 * 1024 * 1024
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=120)
+    conn.request("POST", proxy_path(sid, "/port/%d/early" % port), body=pattern(size),
+                 headers={"Content-Length": str(size)})
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    assert resp.status == 413, (resp.status, body)
+    assert json.loads(body) == {"error": "body too large"}, body
+    st, js = admin.request("POST", proxy_path(sid, "/port/%d/echo" % port), body=b"after")
+    assert st == 200 and js["body_len"] == 5, js
 
 
 WS_SCRIPT = r"""

@@ -125,6 +125,16 @@ void sim_kill_everything(void)
     pthread_mutex_unlock(&g_sim.mu);
 }
 
+/* Deep copy of a stored JSON value: json-c caches serialisations inside objects and its reference
+ * count is not atomic, so objects shared with response bodies serialised outside g_sim.mu race. */
+static json_object *sim_json_copy(json_object *src)
+{
+    json_object *dst = NULL;
+    if (json_object_deep_copy(src, &dst, NULL) != 0)
+        return NULL;
+    return dst;
+}
+
 /* Serialise a sandbox as the API's Sandbox object; caller holds g_sim.mu. */
 static json_object *sim_sandbox_json(struct sim_sandbox *sb, int64_t now)
 {
@@ -142,14 +152,14 @@ static json_object *sim_sandbox_json(struct sim_sandbox *sb, int64_t now)
     json_object_object_add(status, "lastTransitionAt", json_object_new_string(ts));
     json_object_object_add(o, "status", status);
     if (sb->image)
-        json_object_object_add(o, "image", json_object_get(sb->image));
+        json_object_object_add(o, "image", sim_json_copy(sb->image));
     if (sb->snapshot_id)
         json_object_object_add(o, "snapshotId", json_object_new_string(sb->snapshot_id));
     if (sb->platform)
-        json_object_object_add(o, "platform", json_object_get(sb->platform));
+        json_object_object_add(o, "platform", sim_json_copy(sb->platform));
     if (sb->metadata && json_object_object_length(sb->metadata) > 0)
-        json_object_object_add(o, "metadata", json_object_get(sb->metadata));
-    json_object_object_add(o, "entrypoint", json_object_get(sb->entrypoint));
+        json_object_object_add(o, "metadata", sim_json_copy(sb->metadata));
+    json_object_object_add(o, "entrypoint", sim_json_copy(sb->entrypoint));
     if (sb->expires_ms > 0) {
         sim_iso_time(sb->expires_ms, ts, sizeof ts);
         json_object_object_add(o, "expiresAt", json_object_new_string(ts));
