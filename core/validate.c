@@ -11,6 +11,34 @@
 #include "host.h"
 #include "http_server.h"
 
+int rk_id_valid(const char *s, size_t len)
+{
+    if (!s || len == 0 || len > RK_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+int rk_id_field(const char *key)
+{
+    return strcmp(key, "sandbox_id") == 0 || strcmp(key, "session") == 0;
+}
+
+/* Apply the identifier rule to a non-empty value of an identifier field. An empty
+ * value keeps the route's own handling (Field required / not found). */
+static int id_ok(struct rk_v *v, const char *key, const char *s, size_t len)
+{
+    if (len == 0 || !rk_id_field(key) || rk_id_valid(s, len))
+        return 1;
+    rk_v_problem(v, key, RK_ID_RULE_MSG);
+    return 0;
+}
+
 void rk_v_init(struct rk_v *v, struct rk_call *call, const char *loc)
 {
     memset(v, 0, sizeof *v);
@@ -113,6 +141,8 @@ const char *rk_v_str(struct rk_v *v, json_object *obj, const char *key, unsigned
             return def;
         }
     }
+    if (!id_ok(v, key, s, len))
+        return def;
     return rk_arena_strndup(v->call, s, len);
 }
 
@@ -248,6 +278,13 @@ json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, uns
             rk_v_problem(v, sub, "Input should be a valid string");
             return NULL;
         }
+        if (strcmp(key, "sandbox_ids") == 0 && json_object_get_string_len(item) > 0 &&
+            !rk_id_valid(json_object_get_string(item), (size_t)json_object_get_string_len(item))) {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s.%zu", key, i);
+            rk_v_problem(v, sub, RK_ID_RULE_MSG);
+            return NULL;
+        }
     }
     return val;
 }
@@ -273,6 +310,8 @@ const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigne
             return NULL;
         }
     }
+    if (!id_ok(v, key, s, len))
+        return NULL;
     return rk_arena_strndup(v->call, s, len);
 }
 
@@ -303,4 +342,25 @@ int64_t rk_v_qint(struct rk_v *v, struct rk_req *r, const char *key, int64_t def
         return def;
     }
     return x;
+}
+
+int64_t rk_v_irange(struct rk_v *v, const char *key, int64_t x, int64_t lo, int64_t hi)
+{
+    if (x >= lo && x <= hi)
+        return x;
+    char msg[128];
+    snprintf(msg, sizeof msg, "Input should be in the range [%lld, %lld]", (long long)lo,
+             (long long)hi);
+    rk_v_problem(v, key, msg);
+    return x < lo ? lo : hi;
+}
+
+double rk_v_frange(struct rk_v *v, const char *key, double x, double lo, double hi)
+{
+    if (isfinite(x) && x >= lo && x <= hi)
+        return x;
+    char msg[128];
+    snprintf(msg, sizeof msg, "Input should be in the range [%g, %g]", lo, hi);
+    rk_v_problem(v, key, msg);
+    return !(x >= lo) ? lo : hi;
 }

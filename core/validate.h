@@ -20,6 +20,21 @@ struct rk_req;
 #define RK_V_REQUIRED 0x1u /* absent -> "Field required" */
 #define RK_V_NONBLANK 0x2u /* strip; empty -> "String should have at least 1 character" */
 
+/*
+ * Identifier rule for sandbox ids and session names (every route, checked at the
+ * API edge): 1-128 bytes of [A-Za-z0-9._-]. ROCK's own ids are 32 hex digits and
+ * the SDKs' session names look like "default" or "bash-1". Fields named
+ * "sandbox_id", "session" (and the items of "sandbox_ids") read through rk_v_str,
+ * rk_v_qstr and rk_v_strlist are checked automatically.
+ */
+#define RK_ID_MAX 128
+/** The validation message for an identifier that breaks the rule. */
+#define RK_ID_RULE_MSG "String should match pattern '^[A-Za-z0-9._-]{1,128}$'"
+/** 1 if s[0..len) follows the identifier rule. */
+int rk_id_valid(const char *s, size_t len);
+/** 1 if key names an identifier field the rule applies to. */
+int rk_id_field(const char *key);
+
 /** Accumulated validation problems. */
 struct rk_v {
     struct rk_call *call; /* arena for stripped strings */
@@ -65,5 +80,12 @@ const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigne
 int rk_v_qbool(struct rk_v *v, struct rk_req *r, const char *key, int def);
 /** Query integer; def when absent. */
 int64_t rk_v_qint(struct rk_v *v, struct rk_req *r, const char *key, int64_t def);
+
+/** Range check of a number already read: a problem naming key and the range
+ *  "[lo, hi]" when x is outside; returns x clamped into the range so callers
+ *  never compute with an out-of-range value. */
+int64_t rk_v_irange(struct rk_v *v, const char *key, int64_t x, int64_t lo, int64_t hi);
+/** Same for floating values (also refuses NaN/inf). */
+double rk_v_frange(struct rk_v *v, const char *key, double x, double lo, double hi);
 
 #endif /* RK_VALIDATE_H */
