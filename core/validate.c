@@ -24,19 +24,31 @@ int rk_id_valid(const char *s, size_t len)
     return 1;
 }
 
-int rk_id_field(const char *key)
+int rk_session_name_valid(const char *s, size_t len)
 {
-    return strcmp(key, "sandbox_id") == 0 || strcmp(key, "session") == 0;
+    if (!s || len == 0 || len > RK_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
 }
 
-/* Apply the identifier rule to a non-empty value of an identifier field. An empty
- * value keeps the route's own handling (Field required / not found). */
+/* Apply the identifier rules to a non-empty value of an identifier field. An
+ * empty value keeps the route's own handling (Field required / not found). */
 static int id_ok(struct rk_v *v, const char *key, const char *s, size_t len)
 {
-    if (len == 0 || !rk_id_field(key) || rk_id_valid(s, len))
+    if (len == 0)
         return 1;
-    rk_v_problem(v, key, RK_ID_RULE_MSG);
-    return 0;
+    if (strcmp(key, "sandbox_id") == 0 && !rk_id_valid(s, len)) {
+        rk_v_problem(v, key, RK_ID_RULE_MSG);
+        return 0;
+    }
+    if (strcmp(key, "session") == 0 && !rk_session_name_valid(s, len)) {
+        rk_v_problem(v, key, RK_SESSION_RULE_MSG);
+        return 0;
+    }
+    return 1;
 }
 
 void rk_v_init(struct rk_v *v, struct rk_call *call, const char *loc)
