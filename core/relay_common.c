@@ -264,8 +264,25 @@ static int dot_spelling(const char *seg, size_t n)
     return dots == 1 || dots == 2;
 }
 
-/* Decode once, then refuse NUL anywhere and a dot segment in any spelling
- * ('\' and '/' both separate segments). */
+/* Length of a segment separator at p (n bytes left), or 0: '/', '\', or an
+ * encoded one that a second decode would produce ("%2f", "%5c", "%252f"...). */
+static size_t separator_len(const char *p, size_t n)
+{
+    if (*p == '/' || *p == '\\')
+        return 1;
+    if (*p != '%')
+        return 0;
+    size_t j = 1;
+    while (j + 1 < n && p[j] == '2' && p[j + 1] == '5')
+        j += 2;
+    if (j + 1 < n && ((p[j] == '2' && (p[j + 1] == 'f' || p[j + 1] == 'F')) ||
+                      (p[j] == '5' && (p[j + 1] == 'c' || p[j + 1] == 'C'))))
+        return j + 2;
+    return 0;
+}
+
+/* Decode once, then refuse NUL anywhere and a dot segment in any spelling;
+ * '/', '\' and their still-encoded forms all separate segments. */
 int rk_relay_has_dot_segment(const char *raw)
 {
     size_t n = strlen(raw);
@@ -275,11 +292,11 @@ int rk_relay_has_dot_segment(const char *raw)
     size_t len = pct_decode_once(raw, n, a);
     int bad = memchr(a, '\0', len) != NULL;
     for (size_t i = 0; !bad && i <= len;) {
-        size_t e = i;
-        while (e < len && a[e] != '/' && a[e] != '\\')
+        size_t e = i, sep = 0;
+        while (e < len && (sep = separator_len(a + e, len - e)) == 0)
             e++;
         bad = dot_spelling(a + i, e - i);
-        i = e + 1;
+        i = e + (sep ? sep : 1);
     }
     free(a);
     return bad;

@@ -147,6 +147,8 @@ static void test_traversal(void **state)
     assert_true(rk_relay_has_dot_segment("%u002e%u002e/x"));
     assert_true(rk_relay_has_dot_segment("..;jsessionid=1/x"));
     assert_true(rk_relay_has_dot_segment("a%2f..%2fb"));
+    assert_true(rk_relay_has_dot_segment("a/%252e%252e%255cadmin"));
+    assert_true(rk_relay_has_dot_segment("a%25252f..%25252fb"));
     assert_true(rk_relay_has_dot_segment("a\\..\\b"));
     assert_false(rk_relay_has_dot_segment("..."));
     assert_false(rk_relay_has_dot_segment("a/%2e%2e%2e/b"));
