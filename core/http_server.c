@@ -487,6 +487,39 @@ static void reply_too_large(struct rk_req *r)
     rk_reply_detail(r, 413, msg);
 }
 
+/* 503 busy for a JSON body that does not fit the memory budget. */
+static void reply_body_busy(struct rk_req *r)
+{
+    rk_req_reply_busy(r, "the memory budget for request bodies is in use "
+                         "(server.max_buffered_bytes)");
+}
+
+/* JSON routes: take the budget for the whole declared body at once, so
+ * concurrent bodies are admitted whole or refused whole rather than all
+ * stalling half-charged. Each buffered byte is charged RK_BODY_CHARGE times:
+ * the body, its parsed tree and the copies a handler makes of its strings.
+ * Returns non-zero after answering (never, today: refusals answer at the end). */
+static int reserve_body(struct rk_req *r)
+{
+    if (r->responded || r->route->body_mode != RK_BODY_JSON)
+        return 0;
+    const char *cl = rk_req_header(r, "Content-Length");
+    char *end = NULL;
+    long long n = cl ? strtoll(cl, &end, 10) : 0;
+    if (!cl || end == cl || *end || n <= 0 || n > r->app->cfg->server.max_body_bytes)
+        return 0; /* chunked, empty or too large (413 later): charged as it comes */
+    if (rk_budget_take(&rk_mem_budget, (int64_t)n * RK_BODY_CHARGE) != 0) {
+        /* Read and drop the body (at most max_body_bytes, at min_body_rate),
+         * then answer: a client that writes its whole body before reading
+         * gets the 503 instead of a reset. */
+        r->budget_refused = 1;
+        return 0;
+    }
+    r->budget_charged += (int64_t)n * RK_BODY_CHARGE;
+    r->body_reserved = n;
+    return 0;
+}
+
 static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection *conn,
                                       const char *url, const char *method, const char *upload_data,
                                       size_t *upload_data_size, void **con_cls)
@@ -511,7 +544,7 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
             reply_unrouted(r, m);
             return MHD_YES;
         }
-        if (admit_request(r))
+        if (admit_request(r) || reserve_body(r))
             return MHD_YES;
         if (r->route->body_mode == RK_BODY_STREAM && r->route->begin && r->route->begin(r))
             return MHD_YES;
@@ -551,17 +584,21 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
             r->body_len = n;
             return MHD_YES;
         }
-        /* Charge the buffered bytes three times: the body, its parsed tree and
-         * the copies a handler makes of its strings. */
-        if (rk_budget_take(&rk_mem_budget, (int64_t)n * RK_BODY_CHARGE) != 0) {
-            free(r->body);
-            r->body = NULL;
-            r->body_len = 0;
-            rk_req_reply_busy(r, "the memory budget for request bodies is in use "
-                                 "(server.max_buffered_bytes)");
-            return MHD_YES;
+        if (r->budget_refused)
+            return MHD_YES; /* discard; answered at the end */
+        /* Bytes past the Content-Length reserved at the start (chunked bodies). */
+        int64_t extra = (int64_t)(r->body_len + n) - r->body_reserved;
+        if (extra > 0) {
+            if (rk_budget_take(&rk_mem_budget, extra * RK_BODY_CHARGE) != 0) {
+                free(r->body);
+                r->body = NULL;
+                r->body_len = 0;
+                r->budget_refused = 1;
+                return MHD_YES;
+            }
+            r->budget_charged += extra * RK_BODY_CHARGE;
+            r->body_reserved += extra;
         }
-        r->budget_charged += (int64_t)n * RK_BODY_CHARGE;
         char *nb = realloc(r->body, r->body_len + n + 1);
         if (!nb) {
             r->body_too_large = 1;
@@ -577,6 +614,8 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
 
     /* Final call: the whole body has arrived. */
     track_phase(app->http, track_of(conn), PH_HANDLER);
+    if (!r->responded && r->budget_refused)
+        reply_body_busy(r);
     if (!r->responded && r->body_too_large && r->route && r->route->body_mode == RK_BODY_JSON)
         reply_too_large(r);
     if (!r->responded && r->route && !r->route->websocket) {

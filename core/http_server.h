@@ -59,6 +59,8 @@ struct rk_req {
     /* limits (issue 10) */
     int data_slot;          /* holds one of the data-route slots (not health) */
     int64_t budget_charged; /* bytes taken from rk_mem_budget, given back at the end */
+    int64_t body_reserved;  /* body bytes already covered by budget_charged */
+    int budget_refused;     /* the body did not fit the budget: answer busy at the end */
 };
 
 /** Start listening per app->cfg->server. Returns 0, or -1 with an error logged. */

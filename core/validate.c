@@ -301,12 +301,81 @@ json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, uns
     return val;
 }
 
+/* Value of one hex digit or -1. */
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decode s[0..n) ('+' = space) into out (at least n + 1 bytes); returns the
+ * length. Decoded NUL bytes are kept, so *has_nul tells if there was one. */
+static size_t form_decode(const char *s, size_t n, char *out, int *has_nul)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        if (s[i] == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 && (lo = hexval(s[i + 2])) >= 0) {
+            out[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            out[o++] = s[i] == '+' ? ' ' : s[i];
+        }
+    }
+    out[o] = '\0';
+    *has_nul = memchr(out, '\0', o) != NULL;
+    return o;
+}
+
+/* 1 if the raw query gives key a value holding an encoded NUL byte (the
+ * decoded C string would silently end there). */
+static int query_value_has_nul(struct rk_req *r, const char *key)
+{
+    const char *q = rk_req_raw_query(r);
+    int found = 0;
+    while (*q && !found) {
+        size_t seg = strcspn(q, "&");
+        const char *eq = memchr(q, '=', seg);
+        size_t klen = eq ? (size_t)(eq - q) : seg;
+        char *k = malloc(klen + 1);
+        if (!k)
+            return 1;
+        int knul, vnul = 0;
+        size_t kl = form_decode(q, klen, k, &knul);
+        if (!knul && kl == strlen(key) && memcmp(k, key, kl) == 0 && eq) {
+            size_t vlen = seg - klen - 1;
+            char *val = malloc(vlen + 1);
+            if (!val) {
+                free(k);
+                return 1;
+            }
+            form_decode(eq + 1, vlen, val, &vnul);
+            free(val);
+            found = vnul;
+        }
+        free(k);
+        q += seg;
+        if (*q == '&')
+            q++;
+    }
+    return found;
+}
+
 const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigned flags)
 {
     const char *s = rk_req_query(r, key);
     if (!s) {
         if (flags & RK_V_REQUIRED)
             rk_v_problem(v, key, "Field required");
+        return NULL;
+    }
+    if (query_value_has_nul(r, key)) {
+        rk_v_problem(v, key, "String should not contain NUL characters");
         return NULL;
     }
     size_t len = strlen(s);
