@@ -4,7 +4,6 @@
  * the input is written to an in-memory file and loaded as the YAML config,
  * then the opensandbox-like plugin view is built from it.
  */
-#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -11,13 +11,13 @@
 #include "fuzz.h"
 #include "os_internal.h"
 
-/* Output sink: count the bytes (and touch them so ASan checks the range). */
+/* Output sink: sum the bytes (reading them all lets ASan check the range). */
 static rk_status sink(void *ctx, enum rk_stream stream, const char *buf, size_t len)
 {
     size_t *total = ctx;
     (void)stream;
     for (size_t i = 0; i < len; i++)
-        *total += (unsigned char)buf[i] != 0x100;
+        *total += (unsigned char)buf[i];
     return RK_OK;
 }
 
