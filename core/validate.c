@@ -425,23 +425,63 @@ int64_t rk_v_qint(struct rk_v *v, struct rk_req *r, const char *key, int64_t def
     return x;
 }
 
+/* The problem text for a value outside [lo, hi]. */
+static void range_problem(struct rk_v *v, const char *key, int has_lo, int has_hi, const char *lo,
+                          const char *hi)
+{
+    char msg[160];
+    if (has_lo && has_hi)
+        snprintf(msg, sizeof msg, "Input should be in the range [%s, %s]", lo, hi);
+    else if (has_hi)
+        snprintf(msg, sizeof msg, "Input should be less than or equal to %s", hi);
+    else
+        snprintf(msg, sizeof msg, "Input should be greater than or equal to %s", lo);
+    rk_v_problem(v, key, msg);
+}
+
 int64_t rk_v_irange(struct rk_v *v, const char *key, int64_t x, int64_t lo, int64_t hi)
 {
     if (x >= lo && x <= hi)
         return x;
-    char msg[128];
-    snprintf(msg, sizeof msg, "Input should be in the range [%lld, %lld]", (long long)lo,
-             (long long)hi);
-    rk_v_problem(v, key, msg);
+    char l[32], h[32];
+    snprintf(l, sizeof l, "%lld", (long long)lo);
+    snprintf(h, sizeof h, "%lld", (long long)hi);
+    range_problem(v, key, lo != INT64_MIN, hi != INT64_MAX, l, h);
     return x < lo ? lo : hi;
 }
 
 double rk_v_frange(struct rk_v *v, const char *key, double x, double lo, double hi)
 {
-    if (isfinite(x) && x >= lo && x <= hi)
+    if (x >= lo && x <= hi)
         return x;
-    char msg[128];
-    snprintf(msg, sizeof msg, "Input should be in the range [%g, %g]", lo, hi);
-    rk_v_problem(v, key, msg);
-    return !(x >= lo) ? lo : hi;
+    char l[32], h[32];
+    snprintf(l, sizeof l, "%g", lo);
+    snprintf(h, sizeof h, "%g", hi);
+    range_problem(v, key, isfinite(lo), isfinite(hi), l, h);
+    return !(x >= lo) ? (isfinite(lo) ? lo : 0) : hi;
+}
+
+int64_t rk_v_int_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
+                    int64_t def, int64_t lo, int64_t hi, int *present)
+{
+    int has = 0;
+    int64_t x = rk_v_int(v, obj, key, flags, def, &has);
+    if (present)
+        *present = has;
+    return has ? rk_v_irange(v, key, x, lo, hi) : x;
+}
+
+double rk_v_num_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags, double def,
+                   double lo, double hi, int *present)
+{
+    int has = 0;
+    double x = rk_v_num(v, obj, key, flags, def, &has);
+    if (present)
+        *present = has;
+    return has ? rk_v_frange(v, key, x, lo, hi) : x;
+}
+
+int64_t rk_sat_i64(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : x > hi ? hi : x;
 }

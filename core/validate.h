@@ -88,10 +88,23 @@ int rk_v_qbool(struct rk_v *v, struct rk_req *r, const char *key, int def);
 int64_t rk_v_qint(struct rk_v *v, struct rk_req *r, const char *key, int64_t def);
 
 /** Range check of a number already read: a problem naming key and the range
- *  "[lo, hi]" when x is outside; returns x clamped into the range so callers
- *  never compute with an out-of-range value. */
+ *  when x is outside [lo, hi] (INT64_MIN / INT64_MAX = no bound on that side);
+ *  returns x clamped into the range so callers never compute with an
+ *  out-of-range value. */
 int64_t rk_v_irange(struct rk_v *v, const char *key, int64_t x, int64_t lo, int64_t hi);
-/** Same for floating values (also refuses NaN/inf). */
+/** Same for floating values (-INFINITY / INFINITY = no bound; NaN refused). */
 double rk_v_frange(struct rk_v *v, const char *key, double x, double lo, double hi);
+/** rk_v_int, then rk_v_irange when a value was given. */
+int64_t rk_v_int_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
+                    int64_t def, int64_t lo, int64_t hi, int *present);
+/** rk_v_num, then rk_v_frange when a value was given. */
+double rk_v_num_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags, double def,
+                   double lo, double hi, int *present);
+/** Saturate x into [lo, hi] (for values whose range is not an error). */
+int64_t rk_sat_i64(int64_t x, int64_t lo, int64_t hi);
+
+/** Upper bounds of request numbers (validation errors above them). */
+#define RK_MAX_MINUTES 5256000LL   /* ten years */
+#define RK_MAX_SECONDS 315360000LL /* ten years */
 
 #endif /* RK_VALIDATE_H */
