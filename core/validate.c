@@ -320,7 +320,8 @@ static size_t form_decode(const char *s, size_t n, char *out, int *has_nul)
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         int hi, lo;
-        if (s[i] == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 && (lo = hexval(s[i + 2])) >= 0) {
+        if (s[i] == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 &&
+            (lo = hexval(s[i + 2])) >= 0) {
             out[o++] = (char)(hi * 16 + lo);
             i += 2;
         } else {
@@ -461,8 +462,8 @@ double rk_v_frange(struct rk_v *v, const char *key, double x, double lo, double 
     return !(x >= lo) ? (isfinite(lo) ? lo : 0) : hi;
 }
 
-int64_t rk_v_int_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
-                    int64_t def, int64_t lo, int64_t hi, int *present)
+int64_t rk_v_int_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int64_t def,
+                    int64_t lo, int64_t hi, int *present)
 {
     int has = 0;
     int64_t x = rk_v_int(v, obj, key, flags, def, &has);

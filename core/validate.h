@@ -95,8 +95,8 @@ int64_t rk_v_irange(struct rk_v *v, const char *key, int64_t x, int64_t lo, int6
 /** Same for floating values (-INFINITY / INFINITY = no bound; NaN refused). */
 double rk_v_frange(struct rk_v *v, const char *key, double x, double lo, double hi);
 /** rk_v_int, then rk_v_irange when a value was given. */
-int64_t rk_v_int_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
-                    int64_t def, int64_t lo, int64_t hi, int *present);
+int64_t rk_v_int_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int64_t def,
+                    int64_t lo, int64_t hi, int *present);
 /** rk_v_num, then rk_v_frange when a value was given. */
 double rk_v_num_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags, double def,
                    double lo, double hi, int *present);

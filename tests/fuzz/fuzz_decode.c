@@ -13,10 +13,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *const encodings[] = {"utf-8", "UTF8", "ascii", "latin-1", "cp65001",
-                                            "iso8859-1", "u8", "bogus", NULL};
-    static const char *const handlers[] = {"strict", "replace", "ignore", "backslashreplace",
-                                           "nope", NULL};
+    static const char *const encodings[] = {"utf-8",     "UTF8", "ascii", "latin-1", "cp65001",
+                                            "iso8859-1", "u8",   "bogus", NULL};
+    static const char *const handlers[] = {"strict",           "replace", "ignore",
+                                           "backslashreplace", "nope",    NULL};
     if (size < 2)
         return 0;
     const char *enc = encodings[data[0] % (sizeof encodings / sizeof *encodings)];
