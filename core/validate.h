@@ -21,8 +21,8 @@ struct rk_req;
 #define RK_V_NONBLANK 0x2u /* strip; empty -> "String should have at least 1 character" */
 
 /*
- * Identifier rules, checked at the API edge on every route (docs/api.md
- * "Identifiers"):
+ * Identifier rules, checked at the API edge on every route (docs/operations.md,
+ * "Hostile and careless clients"):
  *   - sandbox ids: 1-128 bytes of [A-Za-z0-9._-]. ROCK's own ids are 32 hex
  *     digits; ids travel into upstream URLs, filters and store keys.
  *   - session names: 1-128 bytes without control characters (ROCK and its
