@@ -301,7 +301,7 @@ static const struct core_key core_keys[] = {
     {"server", "host", CT_STR, F(server.host), 0, 0, 0, NULL},
     {"server", "port", CT_INT, F(server.port), 0, 65535, 0, NULL},
     {"server", "max_connections", CT_INT, F(server.max_connections), 1, INT_MAX, 0, NULL},
-    {"server", "per_ip_connections", CT_INT, F(server.per_ip_connections), 0, INT_MAX, 0, NULL},
+    {"server", "per_ip_connections", CT_INT, F(server.per_ip_connections), -1, INT_MAX, 0, NULL},
     {"server", "connection_timeout", CT_INT, F(server.connection_timeout_s), 1, INT_MAX, 0,
      "must be at least 1 (0 disables the idle timeout, which is unsafe)"},
     {"server", "max_body_bytes", CT_I64, F(server.max_body_bytes), 0, INT64_MAX, 0, NULL},
@@ -311,6 +311,12 @@ static const struct core_key core_keys[] = {
     {"server", "max_read_bytes", CT_I64, F(server.max_read_bytes), 0, INT64_MAX, 0, NULL},
     {"server", "drain_timeout", CT_INT, F(server.drain_timeout_s), 0, INT_MAX, 0, NULL},
     {"server", "thread_stack_kib", CT_INT, F(server.thread_stack_kib), 64, INT_MAX / 1024, 0, NULL},
+    /* issue 10: limits against hostile and careless clients */
+    {"server", "max_buffered_bytes", CT_I64, F(server.max_buffered_bytes), 0, INT64_MAX, 0, NULL},
+    {"server", "max_spool_bytes", CT_I64, F(server.max_spool_bytes), 0, INT64_MAX, 0, NULL},
+    {"server", "header_timeout", CT_INT, F(server.header_timeout_s), 1, INT_MAX, 0, NULL},
+    {"server", "min_body_rate", CT_INT, F(server.min_body_rate), 0, INT_MAX, 0, NULL},
+    {"server", "reserved_connections", CT_INT, F(server.reserved_connections), 0, INT_MAX, 0, NULL},
     {"runtime", "operator_type", CT_OPTYPE, F(runtime.operator_type), 0, 0, 0, NULL},
     {"runtime", "plugin_dir", CT_STR, F(runtime.plugin_dir), 0, 0, 0, NULL},
     {"runtime", "stop_as_delete", CT_BOOL, F(runtime.stop_as_delete), 0, 0, 0, NULL},
@@ -386,15 +392,20 @@ struct rk_config *rk_config_defaults(void)
     c->server.host = xstrdup("0.0.0.0");
     c->server.port = 8080;
     c->server.max_connections = 4096;
-    c->server.per_ip_connections = 0;
+    c->server.per_ip_connections = -1;
     c->server.connection_timeout_s = 60;
     c->server.max_body_bytes = 64ll * 1024 * 1024;
     c->server.max_header_bytes = 32768;
-    c->server.max_upload_bytes = 0;
+    c->server.max_upload_bytes = 1024ll * 1024 * 1024;
     c->server.max_output_bytes = 16ll * 1024 * 1024;
     c->server.max_read_bytes = 64ll * 1024 * 1024;
     c->server.drain_timeout_s = 30;
     c->server.thread_stack_kib = 256;
+    c->server.max_buffered_bytes = 512ll * 1024 * 1024;
+    c->server.max_spool_bytes = 1024ll * 1024 * 1024;
+    c->server.header_timeout_s = 15;
+    c->server.min_body_rate = 1024;
+    c->server.reserved_connections = 4;
     c->runtime.operator_type = xstrdup("");
     c->runtime.plugin_dir = xstrdup(PKGLIBDIR);
     c->runtime.stop_as_delete = 0;

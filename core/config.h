@@ -47,15 +47,21 @@ struct rk_config {
         char *host;               /* default "0.0.0.0" */
         int port;                 /* default 8080 */
         int max_connections;      /* default 4096 */
-        int per_ip_connections;   /* default 0 = unlimited */
+        int per_ip_connections;   /* default -1 = max_connections/4; 0 = unlimited */
         int connection_timeout_s; /* idle timeout, default 60, never 0 */
         int64_t max_body_bytes;   /* JSON bodies, default 64 MiB */
         int max_header_bytes;     /* per-connection header memory, default 32768 */
-        int64_t max_upload_bytes; /* /upload, default 0 = unlimited */
+        int64_t max_upload_bytes; /* /upload, default 1 GiB; 0 = unlimited */
         int64_t max_output_bytes; /* command output kept per request, default 16 MiB */
         int64_t max_read_bytes;   /* /read_file content, default 64 MiB */
         int drain_timeout_s;      /* SIGTERM drain deadline, default 30 */
         int thread_stack_kib;     /* per-connection thread stack, default 256 */
+        /* issue 10: limits against hostile and careless clients */
+        int64_t max_buffered_bytes; /* global budget for buffered bodies/responses, 512 MiB */
+        int64_t max_spool_bytes;    /* total /upload spool, default 1 GiB; 0 = unlimited */
+        int header_timeout_s;       /* request line + headers deadline, default 15 */
+        int min_body_rate;          /* bytes/s a body must average, default 1024; 0 = off */
+        int reserved_connections;   /* slots kept for /livez /readyz /metrics, default 4 */
     } server;
     struct {
         char *operator_type;            /* required */

@@ -11,6 +11,8 @@
 #include "record.h"
 #include "store.h"
 #include "util.h"
+#include "validate.h"
+#include "validate.h"
 
 /* One row per operation: the gate's whole policy lives in this table. */
 static const struct rk_op_info op_table[RK_OP_COUNT] = {
@@ -151,6 +153,10 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
 {
     memset(t, 0, sizeof *t);
     char err[RK_STORE_ERRLEN];
+    /* 0. Defence in depth for routes that read the id without rk_v_* (path
+     *    parameters): the identifier rule of validate.h, before any store call. */
+    if (sandbox_id && *sandbox_id && !rk_id_valid(sandbox_id, strlen(sandbox_id)))
+        return rk_call_set_error(call, RK_E_INVALID, "sandbox_id: " RK_ID_RULE_MSG);
     /* 1. The record must exist. */
     json_object *rec = NULL;
     rk_store_rc rc = rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);

@@ -78,17 +78,21 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
     double limit_cpus = rk_v_num(&v, body, "limit_cpus", 0, 0.0, NULL);
     const char *req_id = rk_v_str(&v, body, "sandbox_id", 0, NULL);
     int has_acm = 0;
-    int64_t acm = rk_v_int(&v, body, "auto_clear_time_minutes", 0,
-                           cfg->runtime.default_auto_clear_minutes, &has_acm);
+    int64_t acm =
+        rk_v_int_in(&v, body, "auto_clear_time_minutes", 0, cfg->runtime.default_auto_clear_minutes,
+                    INT64_MIN, RK_MAX_MINUTES, &has_acm);
     int has_st = 0;
-    double startup_timeout = rk_v_num(&v, body, "startup_timeout", 0, 600.0, &has_st);
+    double startup_timeout = rk_v_num_in(&v, body, "startup_timeout", 0, 600.0, -RK_MAX_SECONDS,
+                                         RK_MAX_SECONDS, &has_st);
     const char *disk = rk_v_str(&v, body, "disk", 0, "50G");
     int has_gpus = 0;
     double num_gpus = rk_v_num(&v, body, "num_gpus", 0, 0, &has_gpus);
     const char *accel = rk_v_str(&v, body, "accelerator_type", 0, NULL);
     int has_aas = 0, has_ads = 0;
-    int64_t aas = rk_v_int(&v, body, "auto_archive_seconds", 0, 0, &has_aas);
-    int64_t ads = rk_v_int(&v, body, "auto_delete_seconds", 0, 0, &has_ads);
+    int64_t aas =
+        rk_v_int_in(&v, body, "auto_archive_seconds", 0, 0, INT64_MIN, RK_MAX_SECONDS, &has_aas);
+    int64_t ads =
+        rk_v_int_in(&v, body, "auto_delete_seconds", 0, 0, INT64_MIN, RK_MAX_SECONDS, &has_ads);
     const char *pull = rk_v_str(&v, body, "pull", 0, "missing");
     rk_v_bool(&v, body, "use_kata_runtime", 0, 0);
     rk_v_str(&v, body, "registry_username", 0, NULL);
@@ -404,7 +408,7 @@ void rk_route_is_alive(struct rk_req *r)
     const char *id = rk_req_query(r, "sandbox_id");
     json_object *st = NULL;
     json_object *o = json_object_new_object();
-    if (id && *id && status_of(r, id, 0, &st) == RK_OK) {
+    if (id && *id && rk_id_valid(id, strlen(id)) && status_of(r, id, 0, &st) == RK_OK) {
         json_object *alive = NULL, *host = NULL;
         json_object_object_get_ex(st, "is_alive", &alive);
         json_object_object_get_ex(st, "host_name", &host);
@@ -750,7 +754,7 @@ void rk_route_list(struct rk_req *r)
 {
     struct rk_v v;
     rk_v_init(&v, r->call, "query");
-    int64_t page = rk_v_qint(&v, r, "page", 1);
+    int64_t page = rk_sat_i64(rk_v_qint(&v, r, "page", 1), INT64_MIN, INT32_MAX);
     int64_t page_size = rk_v_qint(&v, r, "page_size", 500);
     if (!rk_v_ok(&v)) {
         rk_reply_invalid(r, rk_v_text(&v));

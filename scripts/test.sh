@@ -5,7 +5,8 @@
 #   3. build and run `make check` again under AddressSanitizer + UBSan;
 #   4. build under ThreadSanitizer and run the unit tests and the
 #      concurrency-heavy integration tests (TSAN_TESTS below);
-#   5. `make distcheck` (tarball builds, installs and passes its own check).
+#   5. the libFuzzer targets (tests/fuzz) for a fixed number of runs each;
+#   6. `make distcheck` (tarball builds, installs and passes its own check).
 # Before the builds: the operator ABI check (scripts/abi-check.sh --self-test:
 # abidiff of include/rock-admin/operator.h against abi/operator-1.0.abi, and
 # proof that the check fails on incompatible changes and on an append without
@@ -112,6 +113,34 @@ set -- $(count "$top/_build/tsan")
 tp=$1 tf=$2
 summary="$summary; tsan: $tp passed, $tf failed"
 
+# libFuzzer targets (tests/fuzz, issue 10): clang build of the core with
+# ASan/UBSan, then every target for a fixed number of executions from the
+# checked-in seed corpus (ROCK_FUZZ_RUNS, default 20000).
+echo "==> [fuzz] configure --enable-fuzzing CC=clang"
+fz="$top/_build/fuzz"
+rm -rf "$fz"
+mkdir -p "$fz"
+if (cd "$fz" && "$top/configure" --enable-werror --enable-fuzzing CC=clang \
+        CFLAGS="$ASAN_FLAGS" LDFLAGS="-fsanitize=address,undefined" >configure.out 2>&1) &&
+    make -C "$fz/core" -j"$jobs" >"$fz/build.out" 2>&1 &&
+    make -C "$fz/tests/fuzz" -j"$jobs" >>"$fz/build.out" 2>&1; then
+    if ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+        sh tests/fuzz/run-fuzzers.sh "$fz" "${ROCK_FUZZ_RUNS:-20000}"; then
+        summary="$summary; fuzz: ok"
+        fp=1 ff=0
+    else
+        summary="$summary; fuzz: FAILED"
+        status=1
+        fp=0 ff=1
+    fi
+else
+    cat "$fz/configure.out" | tail -n 20
+    tail -n 60 "$fz/build.out" 2>/dev/null || true
+    summary="$summary; fuzz: build FAILED"
+    status=1
+    fp=0 ff=1
+fi
+
 if [ "${ROCK_SKIP_DISTCHECK:-0}" != 1 ]; then
     echo "==> make distcheck"
     if make -C "$top/_build/normal" -j"$jobs" distcheck >"$top/_build/distcheck.out" 2>&1; then
@@ -128,5 +157,5 @@ else
 fi
 
 echo "$summary"
-echo "$((ap + np + sp + tp + dp)) passed, $((af + nf + sf + tf + df)) failed"
+echo "$((ap + np + sp + tp + fp + dp)) passed, $((af + nf + sf + tf + ff + df)) failed"
 exit $status

@@ -57,6 +57,12 @@ int64_t os_mode_to_decimal(unsigned mode);
 char *os_error_detail(long http_status, const char *body, size_t len);
 char *os_join_url(const char *protocol, const char *endpoint, const char *path);
 int os_contains_ci(const char *hay, const char *needle);
+/** Percent-encode every byte but RFC 3986 unreserved ones (A-Z a-z 0-9 - . _ ~). */
+char *os_query_escape(const char *s);
+/** The value of a `metadata=` list filter matching key=value exactly: each part is
+ *  escaped on its own (OpenSandbox parses the filter with parse_qsl), then the
+ *  whole filter is escaped again for the outer query string. */
+char *os_metadata_filter(const char *key, const char *value);
 char *os_session_init_command(const struct rk_kv *env, size_t env_len, const char *const *sources,
                               size_t sources_len);
 

@@ -134,10 +134,7 @@ static rk_status lc_find(struct os_inst *inst, struct rk_call *call, const char 
     *out = NULL;
     *out_n = 0;
     struct os_sb sb = {0};
-    os_sb_printf(&sb, "%s=%s", OS_META_ROCK_ID, rock_id);
-    char *filter = os_sb_take(&sb);
-    char *enc = filter ? os_escape(filter) : NULL;
-    free(filter);
+    char *enc = os_metadata_filter(OS_META_ROCK_ID, rock_id);
     if (!enc)
         return inst->host->set_error(call, RK_E_NOMEM, "opensandbox %s failed: out of memory", op);
     struct lc_found *list = NULL;

@@ -559,7 +559,40 @@ static bool sim_parse_uint(const char *s, long *out)
     return true;
 }
 
-/* True if the sandbox metadata contains every k=v pair of the filter string. */
+/* Value of a hex digit or -1. */
+static int sim_hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode s in place, '+' as a space (what parse_qsl does to each part). */
+static void sim_qs_unquote(char *s)
+{
+    char *o = s;
+    for (; *s; s++) {
+        int hi, lo;
+        if (*s == '+') {
+            *o++ = ' ';
+        } else if (*s == '%' && (hi = sim_hexval(s[1])) >= 0 && (lo = sim_hexval(s[2])) >= 0) {
+            *o++ = (char)(hi * 16 + lo);
+            s += 2;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o = 0;
+}
+
+/* True if the sandbox metadata contains every k=v pair of the filter string.
+ * Like OpenSandbox's list_sandboxes (server/src/api/lifecycle.py), the filter is
+ * split with parse_qsl: split on '&', then on the first '=', then each part is
+ * percent-decoded, so an escaped '&' or '=' inside a value stays in the value. */
 static bool sim_meta_match(struct sim_sandbox *sb, const char *filter)
 {
     char *copy = sim_strdup(filter);
@@ -568,6 +601,8 @@ static bool sim_meta_match(struct sim_sandbox *sb, const char *filter)
     for (char *tok = strtok_r(copy, "&", &save); tok && ok; tok = strtok_r(NULL, "&", &save)) {
         char *eq = strchr(tok, '=');
         *eq = 0;
+        sim_qs_unquote(tok);
+        sim_qs_unquote(eq + 1);
         json_object *v;
         ok = sb->metadata && json_object_object_get_ex(sb->metadata, tok, &v) &&
              strcmp(json_object_get_string(v), eq + 1) == 0;

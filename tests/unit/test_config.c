@@ -82,11 +82,16 @@ static void test_defaults(void **state)
     assert_string_equal(c->server.host, "0.0.0.0");
     assert_int_equal(c->server.port, 8080);
     assert_int_equal(c->server.max_connections, 4096);
-    assert_int_equal(c->server.per_ip_connections, 0);
+    assert_int_equal(c->server.per_ip_connections, -1);
     assert_int_equal(c->server.connection_timeout_s, 60);
     assert_int_equal(c->server.max_body_bytes, 64 * 1024 * 1024);
     assert_int_equal(c->server.max_header_bytes, 32768);
-    assert_int_equal(c->server.max_upload_bytes, 0);
+    assert_true(c->server.max_upload_bytes == 1024LL * 1024 * 1024);
+    assert_true(c->server.max_buffered_bytes == 512LL * 1024 * 1024);
+    assert_true(c->server.max_spool_bytes == 1024LL * 1024 * 1024);
+    assert_int_equal(c->server.header_timeout_s, 15);
+    assert_int_equal(c->server.min_body_rate, 1024);
+    assert_int_equal(c->server.reserved_connections, 4);
     assert_int_equal(c->server.max_output_bytes, 16 * 1024 * 1024);
     assert_int_equal(c->server.max_read_bytes, 64 * 1024 * 1024);
     assert_int_equal(c->server.drain_timeout_s, 30);
