@@ -167,7 +167,8 @@ static void test_descriptor(void **state)
     assert_string_equal(d->display_name, "OpenSandbox");
     assert_true(d->flags & RK_OPF_THREADSAFE);
     uint64_t want = RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE |
-                    RK_CAP_SESSION | RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING;
+                    RK_CAP_SESSION | RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING |
+                    RK_CAP_LIST;
     assert_int_equal(d->caps, want);
     assert_null(d->ops->stop);
     assert_null(d->ops->restart);
