@@ -56,6 +56,12 @@ struct rk_config {
         int64_t max_read_bytes;   /* /read_file content, default 64 MiB */
         int drain_timeout_s;      /* SIGTERM drain deadline, default 30 */
         int thread_stack_kib;     /* per-connection thread stack, default 256 */
+        /* Securing rock-admin (auth.c, tls.c, cors.c) */
+        char *auth_tokens_file; /* "" = authentication off (default) */
+        int metrics_public;     /* /metrics answers without a token, default 0 */
+        char *tls_cert_file;    /* PEM chain; "" = plain HTTP (default) */
+        char *tls_key_file;     /* PEM private key */
+        char **cors_origins;    /* NULL-terminated list; empty = no CORS headers */
     } server;
     struct {
         char *operator_type;            /* required */

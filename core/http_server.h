@@ -22,6 +22,9 @@ struct rk_call;
 struct MHD_Response;
 struct MHD_Connection;
 
+/** Size of rk_req.auth_name (token names are at most 63 characters). */
+#define RK_AUTH_NAME_MAX 64
+
 /** Maximum path parameters a route can capture. */
 #define RK_MAX_PARAMS 4
 
@@ -49,6 +52,9 @@ struct rk_req {
     int responded;
     unsigned http_status;
     const char *outcome; /* "ok", "failed", "client_error", ... for metrics */
+    /* authentication (auth.c) */
+    char auth_name[RK_AUTH_NAME_MAX]; /* token name for the access log, "-" if none */
+    int auth_via_authorization;       /* the Authorization header carried our token */
 };
 
 /** Start listening per app->cfg->server. Returns 0, or -1 with an error logged. */

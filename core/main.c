@@ -9,7 +9,9 @@
 #include <time.h>
 
 #include "app.h"
+#include "auth.h"
 #include "config.h"
+#include "cors.h"
 #include "host.h"
 #include "http_server.h"
 #include "log.h"
@@ -17,6 +19,7 @@
 #include "relay.h"
 #include "store.h"
 #include "sweeper.h"
+#include "tls.h"
 #include "util.h"
 
 #ifndef SYSCONFDIR
@@ -91,7 +94,10 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
         if (sigwait(set, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            rk_info("SIGHUP ignored: restart the service to apply configuration changes");
+            /* Tokens and the TLS certificate are re-read; the rest needs a restart. */
+            rk_auth_reload();
+            rk_tls_reload();
+            rk_info("SIGHUP: other configuration changes need a restart");
             continue;
         }
         rk_info("received %s: draining (up to %d s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
@@ -175,7 +181,15 @@ int main(int argc, char **argv)
         else
             cfg->server.port = (int)port;
     }
+    if (cfg) {
+        /* Securing rock-admin: token file, TLS pair, CORS origins (also checked by -t). */
+        rk_auth_load(cfg, &problems);
+        rk_tls_load(cfg, &problems);
+        rk_cors_check_config(cfg, &problems);
+    }
     if (!cfg || problems.n) {
+        rk_auth_free();
+        rk_tls_free();
         print_problems(&problems);
         rk_problems_free(&problems);
         rk_config_free(cfg);
@@ -203,6 +217,8 @@ int main(int argc, char **argv)
     if (problems.n) {
         print_problems(&problems);
         rk_problems_free(&problems);
+        rk_auth_free();
+        rk_tls_free();
         rk_plugin_unload(pl);
         rk_config_free(cfg);
         curl_global_cleanup();
@@ -217,6 +233,8 @@ int main(int argc, char **argv)
                pl->desc->name, pl->desc->version ? pl->desc->version : "", pl->desc->abi_major,
                pl->desc->abi_minor);
         rk_config_dump(cfg, pl->cfg_view, pl->desc->config, dump_line, NULL);
+        rk_auth_free();
+        rk_tls_free();
         rk_plugin_unload(pl);
         rk_config_free(cfg);
         curl_global_cleanup();
@@ -237,7 +255,9 @@ int main(int argc, char **argv)
         goto out;
     if (rk_sweeper_start(&app) != 0)
         rk_warn("cannot start the idle sweeper");
-    rk_notice("rock-admin ready on http://%s:%d", cfg->server.host, rk_http_port(&app));
+    rk_notice("rock-admin ready on %s://%s:%d%s", rk_tls_enabled() ? "https" : "http",
+              cfg->server.host, rk_http_port(&app),
+              rk_auth_enabled() ? " (bearer-token authentication on)" : "");
     wait_and_drain(&app, &set);
     rk_sweeper_stop(&app);
     rc = 0;
@@ -247,6 +267,8 @@ out:
     rk_relay_wait(rk_now_ms() + 5000);
     rk_plugin_unload(pl);
     rk_store_close(app.store);
+    rk_auth_free();
+    rk_tls_free();
     rk_config_free(cfg);
     curl_global_cleanup();
     rk_notice("rock-admin stopped");

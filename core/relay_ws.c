@@ -44,6 +44,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "plugin_loader.h"
+#include "proxy_guard.h"
 #include "relay_common.h"
 #include "router.h"
 #include "util.h"
@@ -132,6 +133,7 @@ struct ws_hdr_ctx {
     size_t budget;
     int dropped;
     struct rk_buf *protocols; /* the client's Sec-WebSocket-Protocol values */
+    const struct rk_req *r;   /* for proxy_guard.c */
 };
 
 /* 1 if an endpoint header overrides name. */
@@ -156,7 +158,7 @@ static void ws_client_header(void *ud, const char *name, const char *value)
         return;
     }
     if (!c->req || rk_relay_ws_blocked_header(name) || endpoint_has(c->pt, name) ||
-        strpbrk(value, "\r\n"))
+        rk_proxy_guard_client_header(c->r, c->pt, name) || strpbrk(value, "\r\n"))
         return;
     size_t n = strlen(name) + strlen(value) + 4;
     if (n > c->budget) {
@@ -255,7 +257,7 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
                   "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                   "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n",
                   target, u.hostport, key);
-    struct ws_hdr_ctx hc = {vnc ? NULL : &req, pt, WS_MAX_CLIENT_HEADER_BYTES, 0, &protocols};
+    struct ws_hdr_ctx hc = {vnc ? NULL : &req, pt, WS_MAX_CLIENT_HEADER_BYTES, 0, &protocols, r};
     rk_req_header_each(r, ws_client_header, &hc);
     if (hc.dropped)
         rk_warn("websocket proxy to sandbox %s: %d client header(s) left out (size budget)",
@@ -266,7 +268,8 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
     for (size_t i = 0; i < pt->headers_len; i++) {
         const char *name = pt->headers[i].key;
         const char *value = pt->headers[i].value ? pt->headers[i].value : "";
-        if (!name || rk_relay_ws_blocked_header(name) || strpbrk(value, "\r\n"))
+        if (!name || rk_relay_ws_blocked_header(name) || rk_proxy_guard_endpoint_header(pt, i) ||
+            strpbrk(value, "\r\n"))
             continue;
         rk_buf_printf(&req, "%s: %s\r\n", name, value);
     }
