@@ -17,7 +17,8 @@
 /* Request headers a listed origin may send (what the ROCK SDKs and proxies use). */
 #define ALLOWED_HEADERS                                                                            \
     "Authorization, XRL-Authorization, Content-Type, X-Request-ID, X-ROCK-Target-Port, "           \
-    "X-Cluster, X-User-Id, X-Experiment-Id, X-Namespace, X-Rock-Gateway-Target-Cluster"
+    "ROUTE-KEY, "                                                                                  \
+    "X-Cluster"
 
 /* True if s is "http://" or "https://" followed by a host[:port] with no path. */
 static int valid_origin(const char *s)
@@ -93,7 +94,13 @@ int rk_cors_preflight(struct rk_req *r)
         return 0;
     MHD_add_response_header(resp, "Access-Control-Allow-Methods",
                             "GET, POST, PUT, PATCH, DELETE, HEAD");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", ALLOWED_HEADERS);
+    /* A listed origin may send what it asks for (the SDKs' extra headers vary); only
+     * header-name characters are echoed. */
+    const char *want = rk_req_header(r, "Access-Control-Request-Headers");
+    int sane = want && *want && strlen(want) < 1024 &&
+               strspn(want, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_, ") ==
+                   strlen(want);
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", sane ? want : ALLOWED_HEADERS);
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     r->outcome = "preflight";
     rk_req_reply_mhd(r, 204, resp);
