@@ -25,7 +25,7 @@ def admin(args, env=None, config_text=None):
 @test
 def version_and_help():
     rc, out, _ = admin(["--version"])
-    assert rc == 0 and "rock-admin" in out and "operator ABI 1.0" in out, out
+    assert rc == 0 and "rock-admin" in out and "operator ABI 1.1" in out, out
     rc, out, _ = admin(["-h"])
     assert rc == 0 and "-t" in out and "--config" in out
     rc, _, err = admin(["--bogus"])
@@ -83,7 +83,7 @@ def plugin_for_another_abi_major_refused():
         "runtime:\n  operator_type: abi_other_major\n  plugin_dir: %s\n" % TEST_PLUGIN_DIR))
     lines = [l for l in err.splitlines() if l]
     assert rc == 1 and len(lines) == 1, err
-    assert "ABI major check failed" in lines[0] and "2.0" in lines[0], lines
+    assert "ABI major check failed" in lines[0] and "2.1" in lines[0], lines
 
 
 @test

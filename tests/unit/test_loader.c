@@ -64,7 +64,7 @@ static void test_other_major(void **state)
 {
     (void)state;
     expect_refusal("abi_other_major", "ABI major check failed",
-                   "operator ABI 2.0, daemon provides 1.0");
+                   "operator ABI 2.1, daemon provides 1.1");
 }
 
 static void test_newer_minor(void **state)
