@@ -23,6 +23,7 @@
 #include "envelope.h"
 #include "http_server.h"
 #include "log.h"
+#include "util.h"
 
 #define DIGEST_LEN 32
 /* Shortest plain token accepted: shorter ones are guessable. */
@@ -43,6 +44,16 @@ struct token_set {
     struct token *t;
     size_t n;
 };
+
+/* Requests accepted per token name (names outlive reloads), refused per reason. */
+struct name_count {
+    char name[RK_AUTH_NAME_MAX];
+    unsigned long long n;
+};
+static pthread_mutex_t g_count_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct name_count g_accepted[MAX_TOKENS];
+static size_t g_n_accepted;
+static unsigned long long g_missing, g_invalid, g_other_names;
 
 static pthread_rwlock_t g_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct token_set g_set;
@@ -319,6 +330,45 @@ static int token_matches(const char *value, char name[RK_AUTH_NAME_MAX])
     return found;
 }
 
+/* Count an accepted request under the token's name (bounded table). */
+static void count_accepted(const char *name)
+{
+    pthread_mutex_lock(&g_count_mu);
+    size_t i;
+    for (i = 0; i < g_n_accepted; i++)
+        if (!strcmp(g_accepted[i].name, name))
+            break;
+    if (i == g_n_accepted && g_n_accepted < MAX_TOKENS)
+        snprintf(g_accepted[g_n_accepted++].name, RK_AUTH_NAME_MAX, "%s", name);
+    if (i < g_n_accepted)
+        g_accepted[i].n++;
+    else
+        g_other_names++;
+    pthread_mutex_unlock(&g_count_mu);
+}
+
+void rk_auth_metrics_render(struct rk_buf *out)
+{
+    if (!rk_auth_enabled())
+        return;
+    pthread_mutex_lock(&g_count_mu);
+    rk_buf_printf(out, "# HELP rock_admin_auth_requests_total Requests by authentication result "
+                       "(accepted: by token name).\n"
+                       "# TYPE rock_admin_auth_requests_total counter\n");
+    for (size_t i = 0; i < g_n_accepted; i++)
+        rk_buf_printf(out,
+                      "rock_admin_auth_requests_total{result=\"accepted\",token=\"%s\"} %llu\n",
+                      g_accepted[i].name, g_accepted[i].n);
+    if (g_other_names)
+        rk_buf_printf(out, "rock_admin_auth_requests_total{result=\"accepted\",token=\"\"} %llu\n",
+                      g_other_names);
+    rk_buf_printf(out,
+                  "rock_admin_auth_requests_total{result=\"missing\",token=\"\"} %llu\n"
+                  "rock_admin_auth_requests_total{result=\"invalid\",token=\"\"} %llu\n",
+                  g_missing, g_invalid);
+    pthread_mutex_unlock(&g_count_mu);
+}
+
 /* True for the routes that answer without a token. */
 static int is_public(const struct rk_req *r)
 {
@@ -362,16 +412,24 @@ int rk_auth_gate(struct rk_req *r)
     const char *authz = rk_req_header(r, "Authorization");
     const char *xrl = rk_req_header(r, "XRL-Authorization");
     char name[RK_AUTH_NAME_MAX];
-    if (authz && token_matches(authz, name)) {
-        r->auth_via_authorization = 1;
+    int ok = 0;
+    if (authz && token_matches(authz, name))
+        ok = r->auth_via_authorization = 1;
+    else if (xrl && token_matches(xrl, name))
+        ok = 1;
+    if (ok) {
         memcpy(r->auth_name, name, sizeof r->auth_name);
+        count_accepted(name);
         return 0;
     }
-    if (xrl && token_matches(xrl, name)) {
-        memcpy(r->auth_name, name, sizeof r->auth_name);
-        return 0;
-    }
-    reply_unauthorized(r, bearer_token(authz) != NULL || bearer_token(xrl) != NULL);
+    int presented = bearer_token(authz) != NULL || bearer_token(xrl) != NULL;
+    pthread_mutex_lock(&g_count_mu);
+    if (presented)
+        g_invalid++;
+    else
+        g_missing++;
+    pthread_mutex_unlock(&g_count_mu);
+    reply_unauthorized(r, presented);
     return 1;
 }
 

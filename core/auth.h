@@ -34,6 +34,12 @@ void rk_auth_free(void);
  */
 int rk_auth_gate(struct rk_req *r);
 
+struct rk_buf;
+/** Append the rock_admin_auth_requests_total series (nothing when
+ *  authentication is off): accepted requests by token name, refused ones by
+ *  reason ("missing" or "invalid"). */
+void rk_auth_metrics_render(struct rk_buf *out);
+
 /** Non-zero if the client header `name` carried rock-admin's own credential
  *  for this request, so it must not be forwarded into a sandbox. */
 int rk_auth_header_is_ours(const struct rk_req *r, const char *name);

@@ -114,7 +114,17 @@ def sdk_flow_needs_a_valid_token():
     assert anon.raw("GET", "/readyz")[0] == 200
     assert anon.raw("POST", "/livez")[0] == 401
     assert anon.raw("GET", "/metrics")[0] == 401
-    assert Client(admin.port, sdk_headers(ALICE)).raw("GET", "/metrics")[0] == 200
+    st, metrics, _ = Client(admin.port, sdk_headers(ALICE)).raw("GET", "/metrics")
+    assert st == 200, st
+    counts = {}
+    for line in metrics.decode().splitlines():
+        if line.startswith("rock_admin_auth_requests_total{"):
+            labels, value = line.rsplit(" ", 1)
+            counts[labels[len("rock_admin_auth_requests_total"):]] = int(value)
+    for name in ("alice", "bob", "line5"):
+        assert counts.get('{result="accepted",token="%s"}' % name, 0) > 0, counts
+    assert counts['{result="missing",token=""}'] > 0, counts
+    assert counts['{result="invalid",token=""}'] > 0, counts
 
     # the access log names the token, never shows it
     log = admin.output()
