@@ -256,12 +256,15 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         r->call = rk_call_new(r->request_id, rk_req_client_fd(r), 0);
         atomic_fetch_add(&hs->inflight, 1);
         rk_metrics_inflight_add(1);
-        /* Security gates (preflight, token, cross-site/content type): auth.c, cors.c. */
-        if (rk_cors_preflight(r) || rk_auth_gate(r))
+        /* Security gates (preflight, token, cross-site/content type): cors.c, auth.c. */
+        if (rk_cors_preflight(r))
             return MHD_YES;
         enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), &r->route, r);
-        if (m != RK_MATCH_OK) {
+        if (m != RK_MATCH_OK)
             r->route = NULL;
+        if (rk_auth_gate(r)) /* before 404/405: unknown paths are not disclosed either */
+            return MHD_YES;
+        if (m != RK_MATCH_OK) {
             reply_unrouted(r, m);
             return MHD_YES;
         }
