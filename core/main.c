@@ -111,6 +111,10 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* Upgraded wss:// sessions run on relay threads (relay_ws.c) and are no longer
+     * in flight for the server: let them send their 1001 close before it stops. */
+    if (rk_tls_enabled())
+        rk_relay_wait(deadline);
     int left = rk_http_inflight(app);
     if (left > 0)
         rk_warn("drain deadline reached: aborting %d in-flight request(s)", left);

@@ -76,6 +76,15 @@ def sdk_flow_and_websocket_over_tls():
         raise AssertionError("an untrusted certificate was accepted")
     except ssl.SSLCertVerificationError:
         pass
+    # drain: an open wss:// session is closed with 1001, then the process exits 0
+    st, text, sock, buf = ws_connect(admin.port, path, sdk_headers(TOKEN), ctx)
+    assert st == 101, text
+    assert ws_echo_roundtrip(sock, buf, b"before drain") == b"before drain"
+    admin.proc.send_signal(signal.SIGTERM)
+    op, data = buf.read_frame()
+    assert op == 8 and data[:2] == b"\x03\xe9", (op, data)  # 1001 going away
+    sock.close()
+    assert admin.stop() == 0, admin.output()[-2000:]
 
 
 @test
