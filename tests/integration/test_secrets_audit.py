@@ -44,8 +44,9 @@ class Recorder:
                     s[:8], s[-4:], where, what, text[:300])
 
 
-def drive(rec, port, headers, sid, app, osid_hint=""):
-    """Call every route once with these headers, plus its failure paths."""
+def drive(rec, port, headers, sid, app, osid_hint="", authorized=True):
+    """Call every route once with these headers, plus its failure paths. Without
+    a valid token, everything but /livez, /readyz and CORS preflights is 401."""
     c = Client(port, headers)
 
     def call(method, path, body=None, extra=None):
@@ -55,6 +56,9 @@ def drive(rec, port, headers, sid, app, osid_hint=""):
             return 0, b""  # answered (and closed) before the whole body was sent
         rec.add("%s %s -> %d headers" % (method, path, st), json.dumps(hdrs))
         rec.add("%s %s -> %d body" % (method, path, st), payload)
+        public = path in ("/livez", "/readyz") or method == "OPTIONS"
+        if not authorized and not public:
+            assert st == 401 and "www-authenticate" in hdrs, (method, path, st, payload)
         return st, payload
 
     P = PREFIX
@@ -89,6 +93,7 @@ def drive(rec, port, headers, sid, app, osid_hint=""):
             call("POST", P + route, {})
         st, js, hdrs = c.upload(sb, "/tmp/audit-up.txt", b"upload")
         rec.add("upload", json.dumps([st, js, hdrs]))
+        assert authorized or st == 401, (st, js)
         for path in ("/sandboxes/%s/proxy/port/%d/echo" % (sb, app),
                      "/proxy/%s/port/%d/echo" % (sb, app),
                      "/sandboxes/%s/proxy/port/44772/ping" % sb,
@@ -104,6 +109,7 @@ def drive(rec, port, headers, sid, app, osid_hint=""):
                      "/sandboxes/%s/portforward?port=22" % sb):
             st, text, sock, buf = ws_connect(port, P + path, headers)
             rec.add("ws %s -> %d" % (path, st), text)
+            assert authorized or st == 401, (path, st, text)
             if sock is not None:
                 try:
                     sock.settimeout(30)
@@ -148,10 +154,11 @@ def no_secret_leaves_rock_admin():
     osid = js["result"]["host_name"]
 
     for port in (admin.port, opened.port):
-        for h in (sdk_headers(TOKEN), sdk_headers(HASHED, "Authorization"), sdk_headers(None),
-                  sdk_headers(TOKEN[:-1] + "x"), {"Authorization": TOKEN},
-                  {"XRL-Authorization": "Bearer " + sha256_hex(HASHED)}):
-            drive(rec, port, h, sid, app, osid)
+        for h, ok in ((sdk_headers(TOKEN), True), (sdk_headers(HASHED, "Authorization"), True),
+                      (sdk_headers(None), False), (sdk_headers(TOKEN[:-1] + "x"), False),
+                      ({"Authorization": TOKEN}, False),
+                      ({"XRL-Authorization": "Bearer " + sha256_hex(HASHED)}, False)):
+            drive(rec, port, h, sid, app, osid, authorized=ok)
     # upstream failures: execd and the lifecycle API fail, then the backend is gone
     sim.request("POST", "/_sim/faults", {"execd_status": 503, "lifecycle_status": 500})
     drive(rec, admin.port, sdk_headers(TOKEN), sid, app, osid)
