@@ -394,8 +394,8 @@ int rk_http_start(struct rk_app *app)
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | MHD_USE_ITC;
     const char *host = cfg->server.host;
-    struct MHD_OptionItem tls_opts[2];
-    rk_tls_mhd_options(tls_opts, 2);
+    struct MHD_OptionItem tls_opts[3];
+    rk_tls_mhd_options(tls_opts, 3);
     if (rk_tls_enabled())
         flags |= MHD_USE_TLS;
     if (strchr(host, ':')) {

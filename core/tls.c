@@ -241,10 +241,15 @@ static int cert_callback(gnutls_session_t session, const gnutls_datum_t *req_ca_
     return 0;
 }
 
+/* GnuTLS priorities: its defaults without TLS 1.0/1.1 (deprecated, RFC 8996). */
+#define TLS_PRIORITIES "NORMAL:-VERS-TLS1.0:-VERS-TLS1.1:-VERS-DTLS-ALL"
+
 void rk_tls_mhd_options(struct MHD_OptionItem *opts, size_t n)
 {
     size_t i = 0;
-    if (rk_tls_enabled() && n >= 2)
+    if (rk_tls_enabled() && n >= 3)
+        opts[i++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, TLS_PRIORITIES};
+    if (rk_tls_enabled() && n >= 3)
         opts[i++] =
             (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK, 0,
                                     (void *)(gnutls_certificate_retrieve_function2 *)cert_callback};

@@ -24,8 +24,9 @@ int rk_tls_load(const struct rk_config *cfg, struct rk_problems *p);
 int rk_tls_reload(void);
 /** Non-zero when HTTPS is configured. */
 int rk_tls_enabled(void);
-/** Fill opts (room for n >= 2 items, MHD_OPTION_END-terminated) with the
- *  daemon options for HTTPS; only the terminator when TLS is off. */
+/** Fill opts (room for n >= 3 items, MHD_OPTION_END-terminated) with the
+ *  daemon options for HTTPS (certificate callback, TLS 1.2 and newer); only
+ *  the terminator when TLS is off. */
 void rk_tls_mhd_options(struct MHD_OptionItem *opts, size_t n);
 /** Release every loaded certificate (after the daemon stopped). */
 void rk_tls_free(void);

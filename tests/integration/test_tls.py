@@ -70,6 +70,12 @@ def sdk_flow_and_websocket_over_tls():
         except (ConnectionResetError, socket.timeout):
             data = b""
         assert b"alive" not in data, data
+    # TLS 1.2 clients are served too (1.0 and 1.1 are disabled in the GnuTLS priorities)
+    ctx12 = client_context(ca)
+    ctx12.maximum_version = ssl.TLSVersion.TLSv1_2
+    with socket.create_connection(("127.0.0.1", admin.port), timeout=30) as raw:
+        with ctx12.wrap_socket(raw, server_hostname="127.0.0.1") as s12:
+            assert s12.version() == "TLSv1.2", s12.version()
     # a client that does not trust the CA refuses the server
     try:
         Client(admin.port, {}, ssl.create_default_context()).raw("GET", "/livez")
