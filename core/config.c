@@ -278,6 +278,7 @@ enum core_type {
     CT_LEVEL,  /* char *, a log level */
     CT_OPTYPE, /* char *, [a-z0-9_]+ */
     CT_ANY,    /* accepted and ignored (ROCK compatibility) */
+    CT_LIST,   /* char **, NULL-terminated, from a sequence of strings */
 };
 
 /* Core key flags. */
@@ -317,6 +318,12 @@ static const struct core_key core_keys[] = {
     {"server", "header_timeout", CT_INT, F(server.header_timeout_s), 1, INT_MAX, 0, NULL},
     {"server", "min_body_rate", CT_INT, F(server.min_body_rate), 0, INT_MAX, 0, NULL},
     {"server", "reserved_connections", CT_INT, F(server.reserved_connections), 0, INT_MAX, 0, NULL},
+    /* Securing rock-admin: tokens, TLS, browser safety (see docs/operations.md). */
+    {"server", "auth_tokens_file", CT_STR, F(server.auth_tokens_file), 0, 0, 0, NULL},
+    {"server", "metrics_public", CT_BOOL, F(server.metrics_public), 0, 0, 0, NULL},
+    {"server", "tls_cert_file", CT_STR, F(server.tls_cert_file), 0, 0, 0, NULL},
+    {"server", "tls_key_file", CT_STR, F(server.tls_key_file), 0, 0, 0, NULL},
+    {"server", "cors_origins", CT_LIST, F(server.cors_origins), 0, 0, 0, NULL},
     {"runtime", "operator_type", CT_OPTYPE, F(runtime.operator_type), 0, 0, 0, NULL},
     {"runtime", "plugin_dir", CT_STR, F(runtime.plugin_dir), 0, 0, 0, NULL},
     {"runtime", "stop_as_delete", CT_BOOL, F(runtime.stop_as_delete), 0, 0, 0, NULL},
@@ -406,6 +413,11 @@ struct rk_config *rk_config_defaults(void)
     c->server.header_timeout_s = 15;
     c->server.min_body_rate = 1024;
     c->server.reserved_connections = 4;
+    c->server.auth_tokens_file = xstrdup("");
+    c->server.metrics_public = 0;
+    c->server.tls_cert_file = xstrdup("");
+    c->server.tls_key_file = xstrdup("");
+    c->server.cors_origins = xcalloc(1, sizeof(char *));
     c->runtime.operator_type = xstrdup("");
     c->runtime.plugin_dir = xstrdup(PKGLIBDIR);
     c->runtime.stop_as_delete = 0;
@@ -435,6 +447,14 @@ struct rk_config *rk_config_defaults(void)
     return c;
 }
 
+/* Free a NULL-terminated string list. */
+static void strlist_free(char **list)
+{
+    for (size_t i = 0; list && list[i]; i++)
+        free(list[i]);
+    free(list);
+}
+
 /* Free a config, its strings and its raw sections. */
 void rk_config_free(struct rk_config *cfg)
 {
@@ -445,6 +465,8 @@ void rk_config_free(struct rk_config *cfg)
         const struct core_key *k = &core_keys[i];
         if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL || k->type == CT_OPTYPE)
             free(*(char **)field(cfg, k));
+        if (k->type == CT_LIST)
+            strlist_free(*(char ***)field(cfg, k));
     }
     for (size_t i = 0; i < cfg->n_sections; i++) {
         struct rk_cfg_raw_section *s = &cfg->sections[i];
@@ -546,12 +568,41 @@ static void core_range_error(struct loader *L, const struct core_key *k, int lin
                    k->max);
 }
 
+/* Parse a sequence of strings (e.g. server.cors_origins) into a NULL-terminated list. */
+static void apply_strlist(struct loader *L, const struct core_key *k, int line,
+                          const yaml_node_t *v)
+{
+    if (v->type != YAML_SEQUENCE_NODE) {
+        core_type_error(L, k, line, "a list of strings", v);
+        return;
+    }
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    char **list = xcalloc(n + 1, sizeof *list);
+    size_t used = 0;
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+         it++) {
+        yaml_node_t *item = yaml_document_get_node(L->doc, *it);
+        if (!item || item->type != YAML_SCALAR_NODE || is_null_node(item)) {
+            problem_at(L->p, L->file, item ? node_line(item) : line, k->section, k->key,
+                       "expected a list of strings, got an item that is %s", node_kind(item));
+            continue;
+        }
+        list[used++] = xstrdup(scalar_text(item));
+    }
+    strlist_free(*(char ***)field(L->cfg, k));
+    *(char ***)field(L->cfg, k) = list;
+}
+
 /* Parse the value v of core key k (key at line) into the config. */
 static void apply_core_key(struct loader *L, const struct core_key *k, int line,
                            const yaml_node_t *v)
 {
     if (k->type == CT_ANY || is_null_node(v))
         return;
+    if (k->type == CT_LIST) {
+        apply_strlist(L, k, line, v);
+        return;
+    }
     int scalar = v->type == YAML_SCALAR_NODE;
     const char *text = scalar ? scalar_text(v) : "";
     int plain = scalar && !scalar_quoted(v);
@@ -620,6 +671,7 @@ static void apply_core_key(struct loader *L, const struct core_key *k, int line,
             *(double *)field(L->cfg, k) = dv;
         break;
     case CT_ANY:
+    case CT_LIST:
         break;
     }
 }
@@ -1217,6 +1269,16 @@ void rk_config_dump(const struct rk_config *cfg, const struct rk_cfg *plugin_vie
         case CT_DOUBLE:
             snprintf(line, sizeof line, "%s.%s: %g", k->section, k->key, *(const double *)f);
             break;
+        case CT_LIST: {
+            char *const *list = *(char **const *)f;
+            size_t used = (size_t)snprintf(line, sizeof line, "%s.%s: [", k->section, k->key);
+            for (size_t j = 0; list && list[j] && used < sizeof line; j++)
+                used += (size_t)snprintf(line + used, sizeof line - used, "%s\"%s\"", j ? ", " : "",
+                                         list[j]);
+            if (used < sizeof line)
+                snprintf(line + used, sizeof line - used, "]");
+            break;
+        }
         case CT_ANY:
             continue;
         }

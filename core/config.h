@@ -62,6 +62,12 @@ struct rk_config {
         int header_timeout_s;       /* request line + headers deadline, default 15 */
         int min_body_rate;          /* bytes/s a body must average, default 1024; 0 = off */
         int reserved_connections;   /* slots kept for /livez /readyz /metrics, default 4 */
+        /* Securing rock-admin (auth.c, tls.c, cors.c) */
+        char *auth_tokens_file; /* "" = authentication off (default) */
+        int metrics_public;     /* /metrics answers without a token, default 0 */
+        char *tls_cert_file;    /* PEM chain; "" = plain HTTP (default) */
+        char *tls_key_file;     /* PEM private key */
+        char **cors_origins;    /* NULL-terminated list; empty = no CORS headers */
     } server;
     struct {
         char *operator_type;            /* required */

@@ -10,7 +10,9 @@
 #include <time.h>
 
 #include "app.h"
+#include "auth.h"
 #include "config.h"
+#include "cors.h"
 #include "host.h"
 #include "http_server.h"
 #include "log.h"
@@ -21,6 +23,7 @@
 #include "reconciler.h"
 #include "endpoint_cache.h"
 #include "relay_pool.h"
+#include "tls.h"
 #include "util.h"
 
 #ifndef SYSCONFDIR
@@ -95,7 +98,10 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
         if (sigwait(set, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            rk_info("SIGHUP ignored: restart the service to apply configuration changes");
+            /* Tokens and the TLS certificate are re-read; the rest needs a restart. */
+            rk_auth_reload();
+            rk_tls_reload();
+            rk_info("SIGHUP: other configuration changes need a restart");
             continue;
         }
         break;
@@ -111,6 +117,10 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* Upgraded wss:// sessions run on relay threads (relay_ws.c) and are no longer
+     * in flight for the server: let them send their 1001 close before it stops. */
+    if (rk_tls_enabled())
+        rk_relay_wait(deadline);
     int left = rk_http_inflight(app);
     if (left > 0)
         rk_warn("drain deadline reached: aborting %d in-flight request(s)", left);
@@ -218,7 +228,15 @@ int main(int argc, char **argv)
         else
             cfg->server.port = (int)port;
     }
+    if (cfg) {
+        /* Securing rock-admin: token file, TLS pair, CORS origins (also checked by -t). */
+        rk_auth_load(cfg, &problems);
+        rk_tls_load(cfg, &problems);
+        rk_cors_check_config(cfg, &problems);
+    }
     if (!cfg || problems.n) {
+        rk_auth_free();
+        rk_tls_free();
         print_problems(&problems);
         rk_problems_free(&problems);
         rk_config_free(cfg);
@@ -246,6 +264,8 @@ int main(int argc, char **argv)
     if (problems.n) {
         print_problems(&problems);
         rk_problems_free(&problems);
+        rk_auth_free();
+        rk_tls_free();
         rk_plugin_unload(pl);
         rk_config_free(cfg);
         curl_global_cleanup();
@@ -264,6 +284,8 @@ int main(int argc, char **argv)
                pl->desc->abi_minor);
         printf("rock-admin: %s\n", fd_line);
         rk_config_dump(cfg, pl->cfg_view, pl->desc->config, dump_line, NULL);
+        rk_auth_free();
+        rk_tls_free();
         rk_plugin_unload(pl);
         rk_config_free(cfg);
         curl_global_cleanup();
@@ -292,7 +314,9 @@ int main(int argc, char **argv)
         rk_warn("cannot start the idle sweeper");
     if (rk_reconciler_start(&app) != 0)
         rk_warn("cannot start the reconciler; status reads ask the backend");
-    rk_notice("rock-admin ready on http://%s:%d", cfg->server.host, rk_http_port(&app));
+    rk_notice("rock-admin ready on %s://%s:%d%s", rk_tls_enabled() ? "https" : "http",
+              cfg->server.host, rk_http_port(&app),
+              rk_auth_enabled() ? " (bearer-token authentication on)" : "");
     wait_and_drain(&app, &set);
     rk_reconciler_stop(&app);
     rk_sweeper_stop(&app);
@@ -305,6 +329,8 @@ out:
     rk_ep_cache_clear();
     rk_plugin_unload(pl);
     rk_store_close(app.store);
+    rk_auth_free();
+    rk_tls_free();
     rk_config_free(cfg);
     curl_global_cleanup();
     rk_notice("rock-admin stopped");

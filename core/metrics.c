@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "auth.h"
 #include "host.h"
 #include "record.h"
 #include "store.h"
@@ -189,4 +190,5 @@ void rk_metrics_render(struct rk_app *app, struct rk_buf *out)
                   "# HELP rock_admin_draining 1 while the process drains for shutdown.\n"
                   "# TYPE rock_admin_draining gauge\nrock_admin_draining %d\n",
                   app->draining ? 1 : 0);
+    rk_auth_metrics_render(out);
 }

@@ -96,6 +96,11 @@
  *                     - ops.list + RK_CAP_LIST: enumerate this deployment's
  *                       sandboxes in one paged pass, so a reconciler learns
  *                       state without a status call per request.
+ *                     - appended to rk_proxy_target: header_flags, so a
+ *                       plugin marks endpoint headers as backend
+ *                       credentials (RK_PROXY_HEADER_CREDENTIAL) the core
+ *                       never puts on a client-controlled proxied request;
+ *                       unmarked headers are routing headers, as in 1.0.
  *   1.0 (2026-11-29)  First public ABI: descriptor, ops table, host table,
  *                     declarative config schema, capability bits.
  */
@@ -412,6 +417,15 @@ struct rk_session_req {
 /** What kind of relay a proxy target is for. */
 enum rk_proxy_kind { RK_PROXY_HTTP = 1, RK_PROXY_WS = 2, RK_PROXY_TCP = 3 };
 
+/**
+ * header_flags bit (ABI 1.1): this endpoint header is a backend credential
+ * (e.g. OpenSandbox's OPENSANDBOX-EGRESS-AUTH). The core drops it, and any
+ * client header of the same name, from every proxied request, since those
+ * requests are controlled by the client. Headers without the bit are routing
+ * headers: they reach the upstream and override the client's.
+ */
+#define RK_PROXY_HEADER_CREDENTIAL 0x1u
+
 /** Where the core relays proxied traffic (arena). */
 struct rk_proxy_target {
     /** HTTP/WS: http(s)://host[:port][/path][?query]; the core appends the path.
@@ -421,6 +435,10 @@ struct rk_proxy_target {
     const char *base_url;
     const struct rk_kv *headers; /**< headers that must reach the upstream, override the client's */
     size_t headers_len;
+    /** ABI 1.1: NULL (every header is a routing header), or headers_len
+     *  RK_PROXY_HEADER_* bit sets, one per header. The core zeroes the struct
+     *  before the call, so a 1.0 plugin leaves it NULL. */
+    const uint32_t *header_flags;
 };
 
 /* ------------------------------------------------------------------------ */

@@ -15,6 +15,8 @@
 
 /** Port execd listens on inside every sandbox. */
 #define OS_EXECD_PORT 44772
+/** OpenSandbox's egress sidecar API port (its token: OPENSANDBOX-EGRESS-AUTH). */
+#define OS_EGRESS_PORT 18080
 /** Largest JSON body buffered from the lifecycle server or execd. */
 #define OS_MAX_JSON_BODY (4u * 1024u * 1024u)
 /** Largest single event line accepted from an execd stream. */
@@ -128,6 +130,7 @@ struct os_inst {
     int64_t sandbox_timeout_s;
     int64_t margin_s;
     int64_t max_file_bytes;
+    int allow_reserved_ports; /**< proxy may reach OS_EXECD_PORT / OS_EGRESS_PORT */
     pthread_mutex_t ep_lock;
     struct os_ep_entry *ep_head;
     size_t ep_count;
@@ -217,6 +220,11 @@ void os_ep_cache_free(struct os_inst *inst);
 rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
                           const struct rk_sandbox_ref *ref, int port, enum rk_proxy_kind kind,
                           struct rk_proxy_target *out);
+/** Refuse proxying to execd / egress ports unless allow_reserved_ports (os_proxy.c). */
+rk_status os_proxy_check_port(struct os_inst *inst, struct rk_call *call, int port);
+/** Mark endpoint headers that are backend credentials (ABI 1.1 header_flags; os_proxy.c). */
+rk_status os_proxy_mark_credentials(struct os_inst *inst, struct rk_call *call,
+                                    struct rk_proxy_target *out);
 rk_status os_need_upstream_id(struct os_inst *inst, struct rk_call *call,
                               const struct rk_sandbox_ref *ref, const char **osid);
 

@@ -668,7 +668,10 @@ rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
                                      "release");
     if (port < 1 || port > 65535)
         return inst->host->set_error(call, RK_E_INVALID, "invalid port %d", port);
-    rk_status s = os_need_upstream_id(inst, call, ref, &osid);
+    rk_status s = os_proxy_check_port(inst, call, port);
+    if (s != RK_OK)
+        return s;
+    s = os_need_upstream_id(inst, call, ref, &osid);
     if (s != RK_OK)
         return s;
     struct os_endpoint ep;
@@ -678,7 +681,7 @@ rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
     out->base_url = ep.base;
     out->headers = ep.headers;
     out->headers_len = ep.headers_len;
-    return RK_OK;
+    return os_proxy_mark_credentials(inst, call, out);
 }
 
 /**

@@ -163,6 +163,8 @@ def yaml_dump(cfg, indent=0):
             lines.append("%s%s: null" % (pad, k))
         elif isinstance(v, (int, float)):
             lines.append("%s%s: %s" % (pad, k, v))
+        elif isinstance(v, list):  # a flow sequence (JSON is valid YAML)
+            lines.append("%s%s: %s" % (pad, k, json.dumps([str(x) for x in v])))
         else:
             lines.append("%s%s: %s" % (pad, k, json.dumps(str(v))))
     return "\n".join(l for l in lines if l != "")
