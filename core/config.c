@@ -278,6 +278,7 @@ enum core_type {
     CT_LEVEL,  /* char *, a log level */
     CT_OPTYPE, /* char *, [a-z0-9_]+ */
     CT_ANY,    /* accepted and ignored (ROCK compatibility) */
+    CT_LIST,   /* char *, a sequence of scalars (or one comma-separated scalar), joined by ',' */
 };
 
 /* Core key flags. */
@@ -331,6 +332,18 @@ static const struct core_key core_keys[] = {
     {"redis", "timeout_ms", CT_INT, F(redis.timeout_ms), 1, INT_MAX, 0, NULL},
     {"redis", "pool_size", CT_INT, F(redis.pool_size), 1, INT_MAX, 0, NULL},
     {"redis", "key_prefix", CT_STR, F(redis.key_prefix), 0, 0, 0, NULL},
+    /* issue 14: Sentinel, ACL, secrets from files, WAIT, retention */
+    {"redis", "sentinels", CT_LIST, F(redis.sentinels), 0, 0, 0, NULL},
+    {"redis", "master_name", CT_STR, F(redis.master_name), 0, 0, 0, NULL},
+    {"redis", "username", CT_STR, F(redis.username), 0, 0, 0, NULL},
+    {"redis", "password_file", CT_STR, F(redis.password_file), 0, 0, 0, NULL},
+    {"redis", "sentinel_username", CT_STR, F(redis.sentinel_username), 0, 0, 0, NULL},
+    {"redis", "sentinel_password", CT_STR, F(redis.sentinel_password), 0, 0, CKF_SECRET, NULL},
+    {"redis", "sentinel_password_file", CT_STR, F(redis.sentinel_password_file), 0, 0, 0, NULL},
+    {"redis", "min_replicas_ack", CT_INT, F(redis.min_replicas_ack), 0, INT_MAX, 0, NULL},
+    {"redis", "wait_timeout_ms", CT_INT, F(redis.wait_timeout_ms), 1, INT_MAX, 0, NULL},
+    {"redis", "deleted_retention", CT_I64, F(redis.deleted_retention_s), 0, INT64_MAX / 1000, 0,
+     NULL},
     {"scheduler", "enabled", CT_BOOL, F(scheduler.enabled), 0, 0, 0, NULL},
     {"scheduler", "worker_cache_ttl", CT_ANY, 0, 0, 0, 0, NULL},
     {"scheduler", "tasks", CT_ANY, 0, 0, 0, 0, NULL},
@@ -406,6 +419,16 @@ struct rk_config *rk_config_defaults(void)
     c->redis.timeout_ms = 2000;
     c->redis.pool_size = 32;
     c->redis.key_prefix = xstrdup("rock:");
+    c->redis.sentinels = xstrdup("");
+    c->redis.master_name = xstrdup("");
+    c->redis.username = xstrdup("");
+    c->redis.password_file = xstrdup("");
+    c->redis.sentinel_username = xstrdup("");
+    c->redis.sentinel_password = xstrdup("");
+    c->redis.sentinel_password_file = xstrdup("");
+    c->redis.min_replicas_ack = 0;
+    c->redis.wait_timeout_ms = 1000;
+    c->redis.deleted_retention_s = 7 * 24 * 3600;
     c->scheduler.enabled = 0;
     c->proxy.timeout_s = 120;
     c->proxy.connect_timeout_s = 5;
@@ -421,7 +444,8 @@ void rk_config_free(struct rk_config *cfg)
     free(cfg->path);
     for (size_t i = 0; i < N_CORE_KEYS; i++) {
         const struct core_key *k = &core_keys[i];
-        if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL || k->type == CT_OPTYPE)
+        if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL ||
+            k->type == CT_OPTYPE || k->type == CT_LIST)
             free(*(char **)field(cfg, k));
     }
     for (size_t i = 0; i < cfg->n_sections; i++) {
@@ -524,6 +548,43 @@ static void core_range_error(struct loader *L, const struct core_key *k, int lin
                    k->max);
 }
 
+/* Parse a CT_LIST value: a sequence of non-empty scalars without commas, or
+ * one comma-separated scalar; stored joined by ','. */
+static void apply_list_key(struct loader *L, const struct core_key *k, int line,
+                           const yaml_node_t *v)
+{
+    if (v->type == YAML_SCALAR_NODE) {
+        set_str(field(L->cfg, k), scalar_text(v));
+        return;
+    }
+    if (v->type != YAML_SEQUENCE_NODE) {
+        core_type_error(L, k, line, "a list", v);
+        return;
+    }
+    size_t cap = 1, len = 0;
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+         it++) {
+        yaml_node_t *e = yaml_document_get_node(L->doc, *it);
+        if (!e || e->type != YAML_SCALAR_NODE || !*scalar_text(e) || strchr(scalar_text(e), ',')) {
+            problem_at(L->p, L->file, line, k->section, k->key,
+                       "expected a list of non-empty strings such as \"host:port\"");
+            return;
+        }
+        cap += strlen(scalar_text(e)) + 1;
+    }
+    char *joined = xcalloc(1, cap);
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+         it++) {
+        const char *t = scalar_text(yaml_document_get_node(L->doc, *it));
+        if (len)
+            joined[len++] = ',';
+        memcpy(joined + len, t, strlen(t));
+        len += strlen(t);
+    }
+    set_str(field(L->cfg, k), joined);
+    free(joined);
+}
+
 /* Parse the value v of core key k (key at line) into the config. */
 static void apply_core_key(struct loader *L, const struct core_key *k, int line,
                            const yaml_node_t *v)
@@ -596,6 +657,9 @@ static void apply_core_key(struct loader *L, const struct core_key *k, int line,
             problem_at(L->p, L->file, line, k->section, k->key, "must be positive");
         else
             *(double *)field(L->cfg, k) = dv;
+        break;
+    case CT_LIST:
+        apply_list_key(L, k, line, v);
         break;
     case CT_ANY:
         break;
@@ -1178,6 +1242,7 @@ void rk_config_dump(const struct rk_config *cfg, const struct rk_cfg *plugin_vie
         case CT_SIZE:
         case CT_LEVEL:
         case CT_OPTYPE:
+        case CT_LIST:
             emit_str(emit, ctx, k->section, k->key, *(char *const *)f,
                      (k->flags & CKF_SECRET) != 0);
             continue;

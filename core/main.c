@@ -56,10 +56,12 @@ static void dump_line(const char *line, void *ctx)
 /* Open the store the config asks for. */
 static struct rk_store *open_store(const struct rk_config *cfg)
 {
-    if (!*cfg->redis.host) {
+    if (!*cfg->redis.host && !*cfg->redis.sentinels) {
         rk_warn("redis.host is empty: using the in-process store; sandbox state is not shared "
                 "between processes and is lost on restart");
-        return rk_store_open_memory();
+        struct rk_store *mst = rk_store_open_memory();
+        rk_store_set_deleted_retention(mst, cfg->redis.deleted_retention_s);
+        return mst;
     }
     struct rk_redis_cfg rc = {
         .host = cfg->redis.host,
@@ -70,10 +72,31 @@ static struct rk_store *open_store(const struct rk_config *cfg)
         .op_timeout_ms = cfg->redis.timeout_ms,
         .pool_size = cfg->redis.pool_size,
         .key_prefix = cfg->redis.key_prefix,
+        .sentinels = cfg->redis.sentinels,
+        .master_name = cfg->redis.master_name,
+        .username = cfg->redis.username,
+        .password_file = cfg->redis.password_file,
+        .sentinel_username = cfg->redis.sentinel_username,
+        .sentinel_password = cfg->redis.sentinel_password,
+        .sentinel_password_file = cfg->redis.sentinel_password_file,
+        .min_replicas_ack = cfg->redis.min_replicas_ack,
+        .wait_timeout_ms = cfg->redis.wait_timeout_ms,
     };
     struct rk_store *st = rk_store_open_redis(&rc);
     if (!st)
         return NULL;
+    rk_store_set_deleted_retention(st, cfg->redis.deleted_retention_s);
+    if (*cfg->redis.sentinels) {
+        char err[RK_STORE_ERRLEN];
+        if (rk_store_ping(st, err, sizeof err) != RK_STORE_OK)
+            rk_warn("redis master \"%s\" is not reachable yet (%s); requests needing it fail "
+                    "until it is",
+                    cfg->redis.master_name, err);
+        else
+            rk_info("using redis master \"%s\" via sentinels %s", cfg->redis.master_name,
+                    cfg->redis.sentinels);
+        return st;
+    }
     char err[RK_STORE_ERRLEN];
     if (rk_store_ping(st, err, sizeof err) != RK_STORE_OK)
         rk_warn("redis at %s:%d is not reachable yet (%s); requests needing it fail until it is",

@@ -19,6 +19,53 @@ void rk_store_base_init(struct rk_store *st, const struct rk_store_ops *ops, int
     st->ops = ops;
     st->shared = shared;
     atomic_init(&st->errors, 0);
+    st->deleted_retention_s = RK_STORE_DEFAULT_RETENTION_S;
+}
+
+/* Set the retention of deleted records (0 = forever). */
+void rk_store_set_deleted_retention(struct rk_store *st, int64_t seconds)
+{
+    if (st)
+        st->deleted_retention_s = seconds > 0 ? seconds : 0;
+}
+
+/* True if the record's "state" is "deleted". */
+bool rk_store_rec_deleted(json_object *rec)
+{
+    json_object *state = NULL;
+    return rec && json_object_object_get_ex(rec, "state", &state) &&
+           json_object_is_type(state, json_type_string) &&
+           strcmp(json_object_get_string(state), "deleted") == 0;
+}
+
+/* Read the first line of a secret file. */
+char *rk_store_read_secret_file(const char *path, char *msg, size_t msglen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(msg, msglen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        snprintf(msg, msglen, "cannot read %s", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    char *s = strdup(buf);
+    explicit_bzero(buf, sizeof buf);
+    if (!s)
+        snprintf(msg, msglen, "out of memory");
+    else if (!*s) {
+        free(s);
+        s = NULL;
+        snprintf(msg, msglen, "%s is empty", path);
+    }
+    return s;
 }
 
 /* Format an error message into err and return RK_STORE_ERROR. */

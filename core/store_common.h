@@ -57,6 +57,7 @@ struct rk_store {
     const struct rk_store_ops *ops;
     int shared;
     atomic_uint_least64_t errors;
+    int64_t deleted_retention_s; /* 0 = keep deleted records forever */
 };
 
 /** Initialise the common head. */
@@ -68,6 +69,14 @@ rk_store_rc rk_store_fail(char *err, size_t errlen, const char *fmt, ...)
 
 /** 1 if rec's "state" is "pending" or "running". */
 bool rk_store_rec_active(json_object *rec);
+
+/** 1 if rec's "state" is "deleted" (subject to the retention). */
+bool rk_store_rec_deleted(json_object *rec);
+
+/** Read a secret from the first line of path into a malloc'd string (trailing
+ *  CR/LF stripped); NULL with msg filled on failure. The message never
+ *  contains the secret. */
+char *rk_store_read_secret_file(const char *path, char *msg, size_t msglen);
 
 /** Fill out with RK_STORE_TOKEN_HEX random lowercase hex characters + NUL; -1 on failure. */
 int rk_store_new_token(char out[RK_STORE_TOKEN_HEX + 1]);

@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* In-process store: string-keyed hash tables guarded by one mutex. Records are
- * deep copies, so callers never share json objects with the store. */
+ * deep copies, so callers never share json objects with the store. Deleted
+ * records are kept for the deleted retention, then purged: a FIFO of
+ * (id, purge time) in deletion order, popped lazily on every write, so the
+ * cost is O(purged) and reads of a purged-but-not-popped record already see
+ * it gone. */
 #include "store_common.h"
 
 #include <pthread.h>
@@ -27,6 +31,14 @@ struct mem_rec {
     json_object *rec;
     int64_t expire;
     bool active;
+    int64_t purge_at_ms; /* deleted: gone at this epoch ms; 0 = kept */
+};
+
+/* A deleted record due to be purged (FIFO in deletion order). */
+struct purge_ent {
+    struct purge_ent *next;
+    int64_t at_ms;
+    char id[];
 };
 
 /* The memory store. */
@@ -36,6 +48,7 @@ struct mem_store {
     struct mem_map records;  /* id -> struct mem_rec */
     struct mem_map sessions; /* sandbox id -> struct mem_map (name -> char *value) */
     struct mem_map claims;   /* name -> int64_t deadline ms */
+    struct purge_ent *purge_head, *purge_tail;
 };
 
 /* FNV-1a hash of a string. */
@@ -208,10 +221,62 @@ static rk_store_rc oom(char *err, size_t errlen)
     return rk_store_fail(err, errlen, "store: out of memory");
 }
 
+/* 1 if the record's retention has run out at now_ms. */
+static bool rec_purged(const struct mem_rec *r, int64_t now_ms)
+{
+    return r->purge_at_ms > 0 && r->purge_at_ms <= now_ms;
+}
+
+/* Set the record's purge time from its state and queue it when deleted
+ * (caller holds the lock). Best effort on OOM: the record is then kept. */
+static void schedule_purge(struct mem_store *m, const char *id, struct mem_rec *r)
+{
+    r->purge_at_ms = 0;
+    if (m->base.deleted_retention_s <= 0 || !rk_store_rec_deleted(r->rec))
+        return;
+    size_t len = strlen(id);
+    struct purge_ent *p = malloc(sizeof *p + len + 1);
+    if (!p)
+        return;
+    p->next = NULL;
+    p->at_ms = rk_store_now_ms() + m->base.deleted_retention_s * 1000;
+    memcpy(p->id, id, len + 1);
+    r->purge_at_ms = p->at_ms;
+    if (m->purge_tail)
+        m->purge_tail->next = p;
+    else
+        m->purge_head = p;
+    m->purge_tail = p;
+}
+
+/* Drop records whose retention ran out (caller holds the lock). A queue entry
+ * whose record was re-created or re-deleted since no longer matches. */
+static void purge_due(struct mem_store *m)
+{
+    int64_t now = rk_store_now_ms();
+    while (m->purge_head && m->purge_head->at_ms <= now) {
+        struct purge_ent *p = m->purge_head;
+        struct mem_ent *e = map_find(&m->records, p->id);
+        if (e && ((struct mem_rec *)e->val)->purge_at_ms == p->at_ms) {
+            map_del(&m->records, p->id);
+            map_del(&m->sessions, p->id);
+        }
+        m->purge_head = p->next;
+        if (!m->purge_head)
+            m->purge_tail = NULL;
+        free(p);
+    }
+}
+
 /* Free the memory store. */
 static void mem_close(struct rk_store *st)
 {
     struct mem_store *m = mem(st);
+    while (m->purge_head) {
+        struct purge_ent *p = m->purge_head;
+        m->purge_head = p->next;
+        free(p);
+    }
     map_free(&m->records);
     map_free(&m->sessions);
     map_free(&m->claims);
@@ -233,7 +298,7 @@ static rk_store_rc get_locked(struct mem_store *m, const char *id, json_object *
                               size_t errlen)
 {
     struct mem_ent *e = map_find(&m->records, id);
-    if (!e)
+    if (!e || rec_purged(e->val, rk_store_now_ms()))
         return RK_STORE_NOT_FOUND;
     *out = view_of(e->val);
     return *out ? RK_STORE_OK : oom(err, errlen);
@@ -288,12 +353,15 @@ static rk_store_rc mem_create(struct rk_store *st, const char *id, json_object *
     r->expire = r->active && expire_time > 0 ? expire_time : 0;
     rk_store_rc rc = RK_STORE_OK;
     pthread_mutex_lock(&m->mu);
+    purge_due(m);
     struct mem_ent *e = map_find(&m->records, id);
     if (e && ((struct mem_rec *)e->val)->active) {
         free_rec(r);
         rc = RK_STORE_EXISTS;
-    } else if (map_put(&m->records, id, r) != 0) {
-        rc = oom(err, errlen);
+    } else {
+        schedule_purge(m, id, r);
+        if (map_put(&m->records, id, r) != 0)
+            rc = oom(err, errlen);
     }
     pthread_mutex_unlock(&m->mu);
     return rc;
@@ -306,6 +374,7 @@ static rk_store_rc mem_update(struct rk_store *st, const char *id, rk_store_upda
     struct mem_store *m = mem(st);
     rk_store_rc rc = RK_STORE_OK;
     pthread_mutex_lock(&m->mu);
+    purge_due(m);
     struct mem_ent *e = map_find(&m->records, id);
     if (!e) {
         pthread_mutex_unlock(&m->mu);
@@ -331,6 +400,8 @@ static rk_store_rc mem_update(struct rk_store *st, const char *id, rk_store_upda
         r->active = rk_store_rec_active(r->rec);
         if (!r->active)
             r->expire = 0;
+        if (!rk_store_rec_deleted(r->rec) || r->purge_at_ms == 0)
+            schedule_purge(m, id, r); /* keeps the first deletion time */
         if (out) {
             *out = view_of(r);
             if (!*out)
@@ -409,6 +480,7 @@ static rk_store_rc mem_expired(struct rk_store *st, int64_t now, size_t max, cha
 {
     struct mem_store *m = mem(st);
     pthread_mutex_lock(&m->mu);
+    purge_due(m);
     rk_store_rc rc = collect_active(m, now < 0 ? 0 : now, max, ids_out, n_out, err, errlen);
     pthread_mutex_unlock(&m->mu);
     return rc;

@@ -8,7 +8,18 @@
  * Record creation, touch and every registry change are Lua scripts (atomic in
  * Redis); rk_store_update is WATCH/MULTI/EXEC with at most 5 attempts.
  * Connections come from a bounded pool; broken ones are freed and reconnection
- * is lazy with an exponential backoff shared by the pool. */
+ * is lazy with an exponential backoff shared by the pool.
+ *
+ * High availability: with sentinels configured the master's address comes
+ * from SENTINEL get-master-addr-by-name (first sentinel that answers), every
+ * new connection checks ROLE is "master", and the address is forgotten (so the
+ * next connection asks the sentinels again) when a connection breaks, a reply
+ * is -READONLY/-LOADING/-MASTERDOWN, or the ROLE check fails. With
+ * min_replicas_ack > 0 the writes that matter are followed by WAIT on the same
+ * connection (pipelined when the write is one command); fewer confirmations
+ * than asked is an error. Records in state "deleted" are written with a TTL of
+ * the deleted retention. get_many works in chunks of GET_CHUNK ids, one round
+ * trip each. */
 #include "store_common.h"
 #include "log.h"
 
@@ -27,6 +38,15 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 #define MAX_ARGS 12
+#define SENTINEL_BACKOFF_MAX_MS 1000 /* retry faster while a failover settles */
+#define GET_CHUNK 1000               /* ids per get_many round trip */
+#define HOST_MAX 256
+
+/* One sentinel address. */
+struct sentinel_addr {
+    char host[HOST_MAX];
+    int port;
+};
 
 /* The Redis store and its connection pool. */
 struct redis_store {
@@ -39,6 +59,14 @@ struct redis_store {
     int op_timeout_ms;
     int pool_size;
     char prefix[PREFIX_MAX + 1];
+    char *username;                  /* NULL = default user */
+    char *master_name;               /* sentinel mode only */
+    char *sentinel_username;         /* NULL = no AUTH user for sentinels */
+    char *sentinel_password;         /* NULL = no AUTH for sentinels */
+    struct sentinel_addr *sentinels; /* NULL = fixed host */
+    int n_sentinels;
+    int min_replicas_ack; /* 0 = no WAIT */
+    int wait_timeout_ms;
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -48,6 +76,10 @@ struct redis_store {
     int64_t retry_at_ms; /* monotonic; no new connection before this */
     int backoff_ms;      /* 0 while healthy */
     char last_err[128];
+    char cur_host[HOST_MAX]; /* the master in use (guarded by mu) */
+    int cur_port;
+    bool master_known; /* sentinel mode: cur_host/cur_port are current */
+    int next_sentinel; /* ask this one first */
 };
 
 /* One command: argument vectors for redisCommandArgv. */
@@ -68,7 +100,8 @@ struct rop {
 
 static const char LUA_CREATE[] =
     "if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 0 end\n"
-    "redis.call('SET', KEYS[1], ARGV[2])\n"
+    "if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[5])\n"
+    "else redis.call('SET', KEYS[1], ARGV[2]) end\n"
     "if ARGV[3] == '1' then\n"
     "  redis.call('SADD', KEYS[2], ARGV[1])\n"
     "  if tonumber(ARGV[4]) > 0 then redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])\n"
@@ -160,12 +193,15 @@ static void free_contexts(redisContext **list, int n)
         redisFree(list[i]);
 }
 
-/* Open, authenticate and select; NULL with msg filled on failure. */
-static redisContext *connect_one(struct redis_store *rs, char *msg, size_t msglen)
+/* Open host:port, authenticate (AUTH [user] password when password is set)
+ * and select db (when not 0); NULL with msg filled on failure. */
+static redisContext *connect_one(struct redis_store *rs, const char *host, int port,
+                                 const char *user, const char *password, int db, char *msg,
+                                 size_t msglen)
 {
     struct timeval ct = {rs->connect_timeout_ms / 1000, (rs->connect_timeout_ms % 1000) * 1000};
     struct timeval ot = {rs->op_timeout_ms / 1000, (rs->op_timeout_ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout(rs->host, rs->port, ct);
+    redisContext *c = redisConnectWithTimeout(host, port, ct);
     if (!c) {
         snprintf(msg, msglen, "out of memory");
         return NULL;
@@ -184,10 +220,12 @@ static redisContext *connect_one(struct redis_store *rs, char *msg, size_t msgle
     struct cmd steps[2];
     int nsteps = 0;
     char dbbuf[16];
-    if (rs->password && rs->password[0])
-        cmd_build(&steps[nsteps++], "AUTH", rs->password, (const char *)NULL);
-    if (rs->db != 0) {
-        snprintf(dbbuf, sizeof dbbuf, "%d", rs->db);
+    if (password && password[0] && user && user[0])
+        cmd_build(&steps[nsteps++], "AUTH", user, password, (const char *)NULL);
+    else if (password && password[0])
+        cmd_build(&steps[nsteps++], "AUTH", password, (const char *)NULL);
+    if (db != 0) {
+        snprintf(dbbuf, sizeof dbbuf, "%d", db);
         cmd_build(&steps[nsteps++], "SELECT", dbbuf, (const char *)NULL);
     }
     for (int i = 0; i < nsteps; i++) {
@@ -206,6 +244,112 @@ static redisContext *connect_one(struct redis_store *rs, char *msg, size_t msgle
             return NULL;
         }
         freeReplyObject(r);
+    }
+    return c;
+}
+
+/* Ask the sentinels, in turn, for the master's address. 0 on success. */
+static int discover_master(struct redis_store *rs, char host[HOST_MAX], int *port, char *msg,
+                           size_t msglen)
+{
+    pthread_mutex_lock(&rs->mu);
+    int first = rs->next_sentinel;
+    pthread_mutex_unlock(&rs->mu);
+    char why[128] = "no sentinel configured";
+    for (int k = 0; k < rs->n_sentinels; k++) {
+        int i = (first + k) % rs->n_sentinels;
+        const struct sentinel_addr *sa = &rs->sentinels[i];
+        redisContext *c = connect_one(rs, sa->host, sa->port, rs->sentinel_username,
+                                      rs->sentinel_password, 0, why, sizeof why);
+        if (!c)
+            continue;
+        redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", rs->master_name);
+        int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                 r->element[0]->type == REDIS_REPLY_STRING &&
+                 r->element[1]->type == REDIS_REPLY_STRING && r->element[0]->len < HOST_MAX;
+        if (ok) {
+            snprintf(host, HOST_MAX, "%.*s", (int)r->element[0]->len, r->element[0]->str);
+            *port = atoi(r->element[1]->str);
+            ok = *port > 0 && *port <= 65535;
+        }
+        if (!ok) {
+            if (!r)
+                snprintf(why, sizeof why, "%.100s", c->errstr);
+            else if (r->type == REDIS_REPLY_ERROR)
+                snprintf(why, sizeof why, "%.*s", (int)(r->len > 100 ? 100 : r->len), r->str);
+            else
+                snprintf(why, sizeof why, "does not know master \"%.64s\"", rs->master_name);
+        }
+        if (r)
+            freeReplyObject(r);
+        redisFree(c);
+        if (ok) {
+            pthread_mutex_lock(&rs->mu);
+            rs->next_sentinel = i;
+            pthread_mutex_unlock(&rs->mu);
+            return 0;
+        }
+        snprintf(msg, msglen, "sentinel %.60s:%d: %.50s", sa->host, sa->port, why);
+    }
+    if (rs->n_sentinels == 0)
+        snprintf(msg, msglen, "%s", why);
+    return -1;
+}
+
+/* Check a fresh connection talks to a master (ROLE). 0 if it does. */
+static int verify_master(redisContext *c, const char *host, int port, char *msg, size_t msglen)
+{
+    redisReply *r = redisCommand(c, "ROLE");
+    int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             r->element[0]->type == REDIS_REPLY_STRING && r->element[0]->len == 6 &&
+             memcmp(r->element[0]->str, "master", 6) == 0;
+    if (!ok) {
+        if (!r)
+            snprintf(msg, msglen, "ROLE at %.50s:%d failed: %.40s", host, port, c->errstr);
+        else if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                 r->element[0]->type == REDIS_REPLY_STRING)
+            snprintf(msg, msglen, "%.50s:%d is a %.*s, not the master", host, port,
+                     (int)(r->element[0]->len > 16 ? 16 : r->element[0]->len), r->element[0]->str);
+        else
+            snprintf(msg, msglen, "ROLE at %.50s:%d: unexpected reply", host, port);
+    }
+    if (r)
+        freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+/* Connect to the master: the fixed host, or the one the sentinels name (asked
+ * again whenever the last known address went stale), checked with ROLE. */
+static redisContext *connect_master(struct redis_store *rs, char *msg, size_t msglen)
+{
+    char host[HOST_MAX];
+    int port;
+    pthread_mutex_lock(&rs->mu);
+    bool known = rs->n_sentinels == 0 || rs->master_known;
+    snprintf(host, sizeof host, "%s", rs->cur_host);
+    port = rs->cur_port;
+    pthread_mutex_unlock(&rs->mu);
+    if (!known) {
+        if (discover_master(rs, host, &port, msg, msglen) != 0)
+            return NULL;
+        pthread_mutex_lock(&rs->mu);
+        if (strcmp(rs->cur_host, host) != 0 || rs->cur_port != port)
+            rk_info("store: sentinels name %s:%d as redis master \"%s\"", host, port,
+                    rs->master_name);
+        snprintf(rs->cur_host, sizeof rs->cur_host, "%s", host);
+        rs->cur_port = port;
+        rs->master_known = true;
+        pthread_mutex_unlock(&rs->mu);
+    }
+    redisContext *c = connect_one(rs, host, port, rs->username, rs->password, rs->db, msg, msglen);
+    if (c && rs->n_sentinels > 0 && verify_master(c, host, port, msg, msglen) != 0) {
+        redisFree(c);
+        c = NULL;
+    }
+    if (!c && rs->n_sentinels > 0) {
+        pthread_mutex_lock(&rs->mu);
+        rs->master_known = false;
+        pthread_mutex_unlock(&rs->mu);
     }
     return c;
 }
@@ -264,11 +408,12 @@ static rk_store_rc op_begin(struct redis_store *rs, struct rop *op, char *err, s
             rs->busy++;
             pthread_mutex_unlock(&rs->mu);
             pipe_guard_begin(op);
-            op->c = connect_one(rs, msg, sizeof msg);
+            op->c = connect_master(rs, msg, sizeof msg);
             pthread_mutex_lock(&rs->mu);
             if (op->c) {
                 if (rs->backoff_ms > 0)
-                    rk_info("store: redis connection to %s:%d restored", rs->host, rs->port);
+                    rk_info("store: redis connection to %s:%d restored", rs->cur_host,
+                            rs->cur_port);
                 rs->backoff_ms = 0;
                 rs->retry_at_ms = 0;
                 pthread_mutex_unlock(&rs->mu);
@@ -276,10 +421,12 @@ static rk_store_rc op_begin(struct redis_store *rs, struct rop *op, char *err, s
             }
             rs->busy--;
             if (rs->backoff_ms == 0)
-                rk_warn("store: redis %s:%d unavailable: %s", rs->host, rs->port, msg);
+                rk_warn("store: redis %s:%d unavailable: %s", rs->cur_host, rs->cur_port, msg);
             rs->backoff_ms = rs->backoff_ms == 0 ? BACKOFF_MIN_MS : rs->backoff_ms * 2;
             if (rs->backoff_ms > BACKOFF_MAX_MS)
                 rs->backoff_ms = BACKOFF_MAX_MS;
+            if (rs->n_sentinels > 0 && rs->backoff_ms > SENTINEL_BACKOFF_MAX_MS)
+                rs->backoff_ms = SENTINEL_BACKOFF_MAX_MS;
             rs->retry_at_ms = mono_ms() + rs->backoff_ms;
             snprintf(rs->last_err, sizeof rs->last_err, "%s", msg);
             pthread_cond_signal(&rs->cv);
@@ -316,6 +463,7 @@ static void op_end(struct rop *op)
         redisFree(op->c);
         free_contexts(rs->idle, rs->n_idle);
         rs->n_idle = 0;
+        rs->master_known = false; /* sentinel mode: ask again on the next connect */
     } else {
         rs->idle[rs->n_idle++] = op->c;
     }
@@ -342,6 +490,23 @@ static rk_store_rc reply_fail(const redisReply *r, char *err, size_t errlen)
                          r->str ? r->str : "");
 }
 
+/* True for an error reply meaning "this server is not (or not yet) the
+ * master": the connection is dropped so the master is discovered again. */
+static bool wrong_server(const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i < r->elements; i++)
+            if (r->element[i] && wrong_server(r->element[i]))
+                return true;
+        return false;
+    }
+    if (r->type != REDIS_REPLY_ERROR || !r->str)
+        return false;
+    return strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "LOADING", 7) == 0 ||
+           strncmp(r->str, "MASTERDOWN", 10) == 0 || strstr(r->str, "-READONLY") != NULL ||
+           strstr(r->str, "READONLY You can't write") != NULL;
+}
+
 /* Send n commands in one round trip and read every reply; replies[i] are
  * filled on success. On failure nothing needs freeing. */
 static rk_store_rc op_pipeline(struct rop *op, const struct cmd *cmds, size_t n,
@@ -363,6 +528,8 @@ static rk_store_rc op_pipeline(struct rop *op, const struct cmd *cmds, size_t n,
             return io_fail(op, err, errlen);
         }
         replies[i] = r;
+        if (wrong_server(r))
+            op->broken = true;
     }
     return RK_STORE_OK;
 }
@@ -415,6 +582,81 @@ static rk_store_rc run_int(struct redis_store *rs, const struct cmd *c, long lon
     return rc;
 }
 
+/* Format WAIT <min_replicas_ack> <wait_timeout_ms> into c (bufs hold the numbers). */
+static void wait_cmd(const struct redis_store *rs, struct cmd *c, char nbuf[16], char tbuf[16])
+{
+    snprintf(nbuf, 16, "%d", rs->min_replicas_ack);
+    snprintf(tbuf, 16, "%d", rs->wait_timeout_ms);
+    cmd_build(c, "WAIT", nbuf, tbuf, (const char *)NULL);
+}
+
+/* Judge a WAIT reply: fewer confirmations than asked is an error. */
+static rk_store_rc wait_result(const struct redis_store *rs, const redisReply *r, char *err,
+                               size_t errlen)
+{
+    if (r->type == REDIS_REPLY_ERROR)
+        return reply_fail(r, err, errlen);
+    if (r->type != REDIS_REPLY_INTEGER)
+        return rk_store_fail(err, errlen, "redis error: unexpected WAIT reply type %d", r->type);
+    if (r->integer < rs->min_replicas_ack)
+        return rk_store_fail(err, errlen,
+                             "redis write not confirmed by %d replica(s) within %d ms (%lld did); "
+                             "it may be lost if the master fails now; retry",
+                             rs->min_replicas_ack, rs->wait_timeout_ms, r->integer);
+    return RK_STORE_OK;
+}
+
+/* After a write on op's connection: WAIT for min_replicas_ack replicas. */
+static rk_store_rc op_wait_replicas(struct rop *op, char *err, size_t errlen)
+{
+    struct redis_store *rs = op->rs;
+    if (rs->min_replicas_ack <= 0)
+        return RK_STORE_OK;
+    char nbuf[16], tbuf[16];
+    struct cmd c;
+    redisReply *r = NULL;
+    wait_cmd(rs, &c, nbuf, tbuf);
+    rk_store_rc rc = op_pipeline(op, &c, 1, &r, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    rc = wait_result(rs, r, err, errlen);
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Run a write expecting an integer reply; with min_replicas_ack > 0, WAIT is
+ * pipelined behind it (same round trip) and must confirm the write. */
+static rk_store_rc run_write_int(struct redis_store *rs, const struct cmd *c, long long *val,
+                                 char *err, size_t errlen)
+{
+    if (rs->min_replicas_ack <= 0)
+        return run_int(rs, c, val, err, errlen);
+    struct rop op;
+    rk_store_rc rc = op_begin(rs, &op, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    char nbuf[16], tbuf[16];
+    struct cmd cmds[2];
+    redisReply *r[2];
+    cmds[0] = *c;
+    wait_cmd(rs, &cmds[1], nbuf, tbuf);
+    rc = op_pipeline(&op, cmds, 2, r, err, errlen);
+    op_end(&op);
+    if (rc != RK_STORE_OK)
+        return rc;
+    if (r[0]->type == REDIS_REPLY_ERROR)
+        rc = reply_fail(r[0], err, errlen);
+    else if (r[0]->type != REDIS_REPLY_INTEGER)
+        rc = rk_store_fail(err, errlen, "redis error: unexpected reply type %d", r[0]->type);
+    else
+        *val = r[0]->integer;
+    if (rc == RK_STORE_OK)
+        rc = wait_result(rs, r[1], err, errlen);
+    freeReplyObject(r[0]);
+    freeReplyObject(r[1]);
+    return rc;
+}
+
 /* Copy the string elements of an array reply into a malloc'd id list. */
 static rk_store_rc ids_from_array(const redisReply *r, char ***ids_out, size_t *n_out, char *err,
                                   size_t errlen)
@@ -452,6 +694,14 @@ static void redis_close(struct rk_store *st)
         explicit_bzero(rs->password, strlen(rs->password));
         free(rs->password);
     }
+    if (rs->sentinel_password) {
+        explicit_bzero(rs->sentinel_password, strlen(rs->sentinel_password));
+        free(rs->sentinel_password);
+    }
+    free(rs->username);
+    free(rs->sentinel_username);
+    free(rs->master_name);
+    free(rs->sentinels);
     pthread_mutex_destroy(&rs->mu);
     pthread_cond_destroy(&rs->cv);
     free(rs);
@@ -498,7 +748,7 @@ static rk_store_rc record_from(const redisReply *rec, const redisReply *score, j
 }
 
 /* Fetch n records and their idle deadlines in one MULTI/EXEC round trip. */
-static rk_store_rc redis_get_many(struct rk_store *st, const char *const *ids, size_t n,
+static rk_store_rc get_many_chunk(struct rk_store *st, const char *const *ids, size_t n,
                                   json_object **out, char *err, size_t errlen)
 {
     struct redis_store *rs = rstore(st);
@@ -563,6 +813,25 @@ out:
     return rc;
 }
 
+/* Fetch n records in chunks of GET_CHUNK (one round trip each), so a list of
+ * 100,000 ids neither builds one huge transaction nor blocks Redis long. */
+static rk_store_rc redis_get_many(struct rk_store *st, const char *const *ids, size_t n,
+                                  json_object **out, char *err, size_t errlen)
+{
+    for (size_t off = 0; off < n; off += GET_CHUNK) {
+        size_t m = n - off < GET_CHUNK ? n - off : GET_CHUNK;
+        rk_store_rc rc = get_many_chunk(st, ids + off, m, out + off, err, errlen);
+        if (rc != RK_STORE_OK) {
+            for (size_t i = 0; i < off; i++) {
+                json_object_put(out[i]);
+                out[i] = NULL;
+            }
+            return rc;
+        }
+    }
+    return RK_STORE_OK;
+}
+
 /* Fetch one record. */
 static rk_store_rc redis_get(struct rk_store *st, const char *id, json_object **out, char *err,
                              size_t errlen)
@@ -579,17 +848,19 @@ static rk_store_rc redis_create(struct rk_store *st, const char *id, json_object
                                 int64_t expire_time, char *err, size_t errlen)
 {
     struct redis_store *rs = rstore(st);
-    char k1[KEY_MAX], k2[KEY_MAX], k3[KEY_MAX], exp[32];
+    char k1[KEY_MAX], k2[KEY_MAX], k3[KEY_MAX], exp[32], ttl[32];
     snprintf(exp, sizeof exp, "%lld", (long long)(expire_time > 0 ? expire_time : 0));
+    snprintf(ttl, sizeof ttl, "%lld",
+             (long long)(rk_store_rec_deleted(rec) ? st->deleted_retention_s : 0));
     const char *json = json_object_to_json_string_ext(rec, JSON_C_TO_STRING_PLAIN);
     if (!json)
         return rk_store_fail(err, errlen, "store: out of memory");
     struct cmd c;
     cmd_build(&c, "EVAL", LUA_CREATE, "3", key_of(rs, k1, "sandbox:", id),
               key_of(rs, k2, "active", NULL), key_of(rs, k3, "expire", NULL), id, json,
-              rk_store_rec_active(rec) ? "1" : "0", exp, (const char *)NULL);
+              rk_store_rec_active(rec) ? "1" : "0", exp, ttl, (const char *)NULL);
     long long v = 0;
-    rk_store_rc rc = run_int(rs, &c, &v, err, errlen);
+    rk_store_rc rc = run_write_int(rs, &c, &v, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
     return v == 1 ? RK_STORE_OK : RK_STORE_EXISTS;
@@ -661,6 +932,9 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         return 0;
     }
     bool active = rk_store_rec_active(rec);
+    char ttl[32];
+    snprintf(ttl, sizeof ttl, "%lld",
+             (long long)(rk_store_rec_deleted(rec) ? rs->base.deleted_retention_s : 0));
     const char *json = json_object_to_json_string_ext(rec, JSON_C_TO_STRING_PLAIN);
     if (!json) {
         *rc = rk_store_fail(err, errlen, "store: out of memory");
@@ -672,7 +946,10 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
     redisReply *wrr[5];
     int nw = 0;
     cmd_build(&wr[nw++], "MULTI", (const char *)NULL);
-    cmd_build(&wr[nw++], "SET", rkey, json, (const char *)NULL);
+    if (strcmp(ttl, "0") != 0) /* deleted: kept for the retention, then gone */
+        cmd_build(&wr[nw++], "SET", rkey, json, "EX", ttl, (const char *)NULL);
+    else
+        cmd_build(&wr[nw++], "SET", rkey, json, (const char *)NULL);
     if (active) {
         cmd_build(&wr[nw++], "SADD", akey, id, (const char *)NULL);
     } else {
@@ -721,6 +998,13 @@ static rk_store_rc redis_update(struct rk_store *st, const char *id, rk_store_up
         return rc;
     for (int attempt = 1; attempt <= RK_STORE_MAX_ATTEMPTS; attempt++) {
         if (!update_attempt(&op, id, fn, ctx, out, &rc, err, errlen)) {
+            if (rc == RK_STORE_OK && op_wait_replicas(&op, err, errlen) != RK_STORE_OK) {
+                rc = RK_STORE_ERROR;
+                if (out) {
+                    json_object_put(*out);
+                    *out = NULL;
+                }
+            }
             op_end(&op);
             return rc;
         }
@@ -811,7 +1095,7 @@ static rk_store_rc redis_reserve(struct rk_store *st, const char *sandbox_id, co
     cmd_build(&c, "EVAL", LUA_RESERVE, "1", key_of(rs, k, "sessions:", sandbox_id), name, token,
               ttl, (const char *)NULL);
     long long v = 0;
-    rk_store_rc rc = run_int(rs, &c, &v, err, errlen);
+    rk_store_rc rc = run_write_int(rs, &c, &v, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
     return v == 1 ? RK_STORE_OK : RK_STORE_EXISTS;
@@ -827,7 +1111,7 @@ static rk_store_rc finish_reservation(struct redis_store *rs, const char *sandbo
     cmd_build(&c, "EVAL", LUA_COMMIT, "1", key_of(rs, k, "sessions:", sandbox_id), name, token,
               value, (const char *)NULL);
     long long v = 0;
-    rk_store_rc rc = run_int(rs, &c, &v, err, errlen);
+    rk_store_rc rc = run_write_int(rs, &c, &v, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
     return v == 1 ? RK_STORE_OK : RK_STORE_CONFLICT;
@@ -887,7 +1171,7 @@ static rk_store_rc redis_session_remove(struct rk_store *st, const char *sandbox
     cmd_build(&c, "EVAL", LUA_REMOVE, "1", key_of(rs, k, "sessions:", sandbox_id), name, value,
               (const char *)NULL);
     long long v = 0;
-    rk_store_rc rc = run_int(rs, &c, &v, err, errlen);
+    rk_store_rc rc = run_write_int(rs, &c, &v, err, errlen);
     free(value);
     if (rc != RK_STORE_OK)
         return rc;
@@ -903,7 +1187,7 @@ static rk_store_rc redis_session_clear(struct rk_store *st, const char *sandbox_
     struct cmd c;
     cmd_build(&c, "DEL", key_of(rs, k, "sessions:", sandbox_id), (const char *)NULL);
     long long v = 0;
-    return run_int(rs, &c, &v, err, errlen);
+    return run_write_int(rs, &c, &v, err, errlen);
 }
 
 /* HLEN of the sandbox's session hash. */
@@ -941,11 +1225,113 @@ static const struct rk_store_ops redis_ops = {
     .session_count = redis_session_count,
 };
 
+/* Parse "host:port,host:port" (IPv6 as [addr]:port) into rs->sentinels. */
+static int parse_sentinels(struct redis_store *rs, const char *list)
+{
+    size_t cap = 1;
+    for (const char *p = list; *p; p++)
+        cap += *p == ',';
+    rs->sentinels = calloc(cap, sizeof *rs->sentinels);
+    if (!rs->sentinels)
+        return -1;
+    const char *p = list;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        const char *item = p, *end = p + len;
+        p = *end ? end + 1 : end;
+        while (item < end && (*item == ' ' || *item == '\t'))
+            item++;
+        while (end > item && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        if (item == end)
+            continue;
+        const char *colon = end;
+        while (colon > item && colon[-1] != ':')
+            colon--;
+        char *stop = NULL;
+        long port = colon > item ? strtol(colon, &stop, 10) : 0;
+        const char *h = item, *he = colon > item ? colon - 1 : item;
+        if (he - h >= 2 && *h == '[' && he[-1] == ']') {
+            h++;
+            he--;
+        }
+        if (port < 1 || port > 65535 || stop != end || he <= h || he - h >= HOST_MAX) {
+            rk_err("store: redis.sentinels: \"%.*s\" is not host:port", (int)(end - item), item);
+            return -1;
+        }
+        struct sentinel_addr *sa = &rs->sentinels[rs->n_sentinels++];
+        snprintf(sa->host, sizeof sa->host, "%.*s", (int)(he - h), h);
+        sa->port = (int)port;
+    }
+    if (rs->n_sentinels == 0) {
+        rk_err("store: redis.sentinels lists no sentinel");
+        return -1;
+    }
+    return 0;
+}
+
+/* strdup of a non-empty string; NULL for NULL or "" (*fail set on OOM). */
+static char *dup_opt(const char *s, int *fail)
+{
+    if (!s || !s[0])
+        return NULL;
+    char *d = strdup(s);
+    if (!d)
+        *fail = 1;
+    return d;
+}
+
+/* Copy the HA settings (sentinels, ACL user, secrets, WAIT) into rs. */
+static int apply_ha_settings(struct redis_store *rs, const struct rk_redis_cfg *cfg)
+{
+    int fail = 0;
+    char msg[160];
+    if (cfg->password_file && cfg->password_file[0]) {
+        free(rs->password);
+        rs->password = rk_store_read_secret_file(cfg->password_file, msg, sizeof msg);
+        if (!rs->password) {
+            rk_err("store: redis.password_file: %s", msg);
+            return -1;
+        }
+    }
+    rs->username = dup_opt(cfg->username, &fail);
+    rs->sentinel_username = dup_opt(cfg->sentinel_username, &fail);
+    rs->sentinel_password = dup_opt(cfg->sentinel_password, &fail);
+    if (cfg->sentinel_password_file && cfg->sentinel_password_file[0]) {
+        free(rs->sentinel_password);
+        rs->sentinel_password =
+            rk_store_read_secret_file(cfg->sentinel_password_file, msg, sizeof msg);
+        if (!rs->sentinel_password) {
+            rk_err("store: redis.sentinel_password_file: %s", msg);
+            return -1;
+        }
+    }
+    if (cfg->sentinels && cfg->sentinels[0]) {
+        if (!cfg->master_name || !cfg->master_name[0]) {
+            rk_err("store: redis.sentinels is set but redis.master_name is not");
+            return -1;
+        }
+        rs->master_name = dup_opt(cfg->master_name, &fail);
+        if (fail || parse_sentinels(rs, cfg->sentinels) != 0)
+            return -1;
+    }
+    rs->min_replicas_ack = cfg->min_replicas_ack > 0 ? cfg->min_replicas_ack : 0;
+    rs->wait_timeout_ms = cfg->wait_timeout_ms > 0 ? cfg->wait_timeout_ms : 1000;
+    if (rs->min_replicas_ack > 0 && rs->wait_timeout_ms >= rs->op_timeout_ms) {
+        /* the WAIT reply must arrive before the socket read gives up */
+        rs->wait_timeout_ms = rs->op_timeout_ms / 2 > 0 ? rs->op_timeout_ms / 2 : 1;
+        rk_warn("store: redis.wait_timeout_ms must be below redis.timeout_ms; using %d ms",
+                rs->wait_timeout_ms);
+    }
+    return fail ? -1 : 0;
+}
+
 /* Open the Redis store; connections are made on first use. */
 struct rk_store *rk_store_open_redis(const struct rk_redis_cfg *cfg)
 {
-    if (!cfg || !cfg->host || !cfg->host[0]) {
-        rk_err("store: redis host is not set");
+    bool sentinel_mode = cfg && cfg->sentinels && cfg->sentinels[0];
+    if (!cfg || (!sentinel_mode && (!cfg->host || !cfg->host[0]))) {
+        rk_err("store: neither redis.host nor redis.sentinels is set");
         return NULL;
     }
     const char *prefix = cfg->key_prefix ? cfg->key_prefix : "rock:";
@@ -962,24 +1348,30 @@ struct rk_store *rk_store_open_redis(const struct rk_redis_cfg *cfg)
     rs->op_timeout_ms = cfg->op_timeout_ms > 0 ? cfg->op_timeout_ms : 2000;
     rs->pool_size = cfg->pool_size > 0 ? cfg->pool_size : 16;
     snprintf(rs->prefix, sizeof rs->prefix, "%s", prefix);
-    rs->host = strdup(cfg->host);
+    rs->host = strdup(cfg->host && cfg->host[0] ? cfg->host : "sentinel");
+    snprintf(rs->cur_host, sizeof rs->cur_host, "%s", rs->host ? rs->host : "");
+    rs->cur_port = rs->port;
     rs->password = cfg->password && cfg->password[0] ? strdup(cfg->password) : NULL;
     rs->idle = calloc((size_t)rs->pool_size, sizeof *rs->idle);
+    pthread_mutex_init(&rs->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int cv_ok = pthread_cond_init(&rs->cv, &ca) == 0;
     pthread_condattr_destroy(&ca);
-    if (!rs->host || (cfg->password && cfg->password[0] && !rs->password) || !rs->idle || !cv_ok) {
-        if (cv_ok)
-            pthread_cond_destroy(&rs->cv);
+    if (!cv_ok) {
+        pthread_mutex_destroy(&rs->mu);
         free(rs->host);
         free(rs->password);
         free(rs->idle);
         free(rs);
         return NULL;
     }
-    pthread_mutex_init(&rs->mu, NULL);
     rk_store_base_init(&rs->base, &redis_ops, 1);
+    if (!rs->host || (cfg->password && cfg->password[0] && !rs->password) || !rs->idle ||
+        apply_ha_settings(rs, cfg) != 0) {
+        redis_close(&rs->base);
+        return NULL;
+    }
     return &rs->base;
 }
