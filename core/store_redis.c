@@ -420,7 +420,9 @@ static rk_store_rc op_begin(struct redis_store *rs, struct rop *op, char *err, s
                 return RK_STORE_OK;
             }
             rs->busy--;
-            if (rs->backoff_ms == 0)
+            if (rs->backoff_ms == 0 && rs->n_sentinels > 0)
+                rk_warn("store: redis master \"%s\" unavailable: %s", rs->master_name, msg);
+            else if (rs->backoff_ms == 0)
                 rk_warn("store: redis %s:%d unavailable: %s", rs->cur_host, rs->cur_port, msg);
             rs->backoff_ms = rs->backoff_ms == 0 ? BACKOFF_MIN_MS : rs->backoff_ms * 2;
             if (rs->backoff_ms > BACKOFF_MAX_MS)
