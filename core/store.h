@@ -118,6 +118,17 @@ rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update
 rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
                                  size_t errlen);
 
+/** One page of active ids in list order (create_time, then id): at most
+ *  limit ids starting at offset; *total_out receives the number of active
+ *  records. Redis reads an index (no scan of the records): the cost is one
+ *  round trip and O(log N + limit). */
+rk_store_rc rk_store_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                               size_t *n_out, size_t *total_out, char *err, size_t errlen);
+
+/** Number of active records per state (Redis: per-state index sets, SCARD). */
+rk_store_rc rk_store_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                  char *err, size_t errlen);
+
 /** Free an id array from rk_store_list_active / rk_store_expired. */
 void rk_store_free_ids(char **ids, size_t n);
 

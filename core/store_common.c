@@ -326,6 +326,55 @@ rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n
     return counted(st, st->ops->list_active(st, ids_out, n_out, err, errlen));
 }
 
+/* A page of active ids in list order. */
+rk_store_rc rk_store_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                               size_t *n_out, size_t *total_out, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (ids_out)
+        *ids_out = NULL;
+    if (n_out)
+        *n_out = 0;
+    if (total_out)
+        *total_out = 0;
+    if (!st || !ids_out || !n_out || !total_out)
+        return invalid(st, "argument", err, errlen);
+    return counted(st,
+                   st->ops->list_page(st, offset, limit, ids_out, n_out, total_out, err, errlen));
+}
+
+/* Active records per state. */
+rk_store_rc rk_store_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                  char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (pending_out)
+        *pending_out = 0;
+    if (running_out)
+        *running_out = 0;
+    if (!st || !pending_out || !running_out)
+        return invalid(st, "argument", err, errlen);
+    return counted(st, st->ops->count_states(st, pending_out, running_out, err, errlen));
+}
+
+/* "<create_time>\x01<id>". */
+char *rk_store_list_key(json_object *rec, const char *id)
+{
+    json_object *v = NULL;
+    const char *t = "";
+    if (rec && json_object_object_get_ex(rec, "create_time", &v) &&
+        json_object_is_type(v, json_type_string))
+        t = json_object_get_string(v);
+    size_t lt = strlen(t), li = strlen(id);
+    char *k = malloc(lt + li + 2);
+    if (!k)
+        return NULL;
+    memcpy(k, t, lt);
+    k[lt] = '\x01';
+    memcpy(k + lt + 1, id, li + 1);
+    return k;
+}
+
 /* Free an id array. */
 void rk_store_free_ids(char **ids, size_t n)
 {

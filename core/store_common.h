@@ -50,6 +50,11 @@ struct rk_store_ops {
                                  size_t errlen);
     rk_store_rc (*session_count)(struct rk_store *st, const char *sandbox_id, size_t *n_out,
                                  char *err, size_t errlen);
+    /* issue 14: indexed list pages and per-state counts */
+    rk_store_rc (*list_page)(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                             size_t *n_out, size_t *total_out, char *err, size_t errlen);
+    rk_store_rc (*count_states)(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                char *err, size_t errlen);
 };
 
 /** Common head of every backend's store object (first member). */
@@ -77,6 +82,10 @@ bool rk_store_rec_deleted(json_object *rec);
  *  CR/LF stripped); NULL with msg filled on failure. The message never
  *  contains the secret. */
 char *rk_store_read_secret_file(const char *path, char *msg, size_t msglen);
+
+/** Sort key of a record in list order: "<create_time>\x01<id>" (malloc'd;
+ *  byte order equals the list order: create_time, then id). */
+char *rk_store_list_key(json_object *rec, const char *id);
 
 /** Fill out with RK_STORE_TOKEN_HEX random lowercase hex characters + NUL; -1 on failure. */
 int rk_store_new_token(char out[RK_STORE_TOKEN_HEX + 1]);

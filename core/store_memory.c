@@ -695,6 +695,92 @@ static rk_store_rc mem_session_count(struct rk_store *st, const char *sandbox_id
     return RK_STORE_OK;
 }
 
+/* One active record's list key and id, for sorting a page. */
+struct page_ent {
+    char *key; /* rk_store_list_key */
+    const char *id;
+};
+
+/* Byte order of list keys. */
+static int page_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct page_ent *)a)->key, ((const struct page_ent *)b)->key);
+}
+
+/* Sort every active record by list key and copy ids [offset, offset+limit). */
+static rk_store_rc mem_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                                 size_t *n_out, size_t *total_out, char *err, size_t errlen)
+{
+    struct mem_store *m = mem(st);
+    rk_store_rc rc = RK_STORE_OK;
+    pthread_mutex_lock(&m->mu);
+    struct page_ent *all = calloc(m->records.count ? m->records.count : 1, sizeof *all);
+    size_t n = 0;
+    for (size_t b = 0; all && b < m->records.nbuckets; b++)
+        for (struct mem_ent *e = m->records.buckets[b]; e; e = e->next) {
+            struct mem_rec *r = e->val;
+            if (!r->active)
+                continue;
+            all[n].id = e->key;
+            all[n].key = rk_store_list_key(r->rec, e->key);
+            if (!all[n].key)
+                rc = oom(err, errlen);
+            n++;
+        }
+    if (!all)
+        rc = oom(err, errlen);
+    char **ids = NULL;
+    size_t k = 0;
+    if (rc == RK_STORE_OK) {
+        qsort(all, n, sizeof *all, page_cmp);
+        size_t first = offset < n ? offset : n;
+        size_t want = n - first < limit ? n - first : limit;
+        ids = calloc(want ? want : 1, sizeof *ids);
+        if (!ids)
+            rc = oom(err, errlen);
+        for (; ids && k < want; k++)
+            if (!(ids[k] = strdup(all[first + k].id))) {
+                rc = oom(err, errlen);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&m->mu);
+    for (size_t i = 0; all && i < n; i++)
+        free(all[i].key);
+    free(all);
+    if (rc != RK_STORE_OK) {
+        rk_store_free_ids(ids, k);
+        return rc;
+    }
+    *ids_out = ids;
+    *n_out = k;
+    *total_out = n;
+    return RK_STORE_OK;
+}
+
+/* Count active records by state. */
+static rk_store_rc mem_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                    char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    struct mem_store *m = mem(st);
+    pthread_mutex_lock(&m->mu);
+    for (size_t b = 0; b < m->records.nbuckets; b++)
+        for (struct mem_ent *e = m->records.buckets[b]; e; e = e->next) {
+            struct mem_rec *r = e->val;
+            json_object *v = NULL;
+            if (!r->active || !json_object_object_get_ex(r->rec, "state", &v))
+                continue;
+            if (strcmp(json_object_get_string(v), "pending") == 0)
+                (*pending_out)++;
+            else
+                (*running_out)++;
+        }
+    pthread_mutex_unlock(&m->mu);
+    return RK_STORE_OK;
+}
+
 static const struct rk_store_ops mem_ops = {
     .close = mem_close,
     .ping = mem_ping,
@@ -713,6 +799,8 @@ static const struct rk_store_ops mem_ops = {
     .session_remove = mem_session_remove,
     .session_clear = mem_session_clear,
     .session_count = mem_session_count,
+    .list_page = mem_list_page,
+    .count_states = mem_count_states,
 };
 
 /* Open the in-process store. */

@@ -5,6 +5,11 @@
  *   <p>expire              sorted set, active id -> idle deadline (epoch s)
  *   <p>claim:<name>        string with a TTL (SET NX EX)
  *   <p>sessions:<sandbox>  hash, name -> "s:<session id>" | "r:<token>:<deadline ms>"
+ *   <p>bycreated           sorted set (all scores 0) of "<create_time>\x01<id>" of
+ *                          active ids: list pages in list order with ZRANGE
+ *   <p>state:pending|running  set per active state (counts for /metrics)
+ *   <p>index:v2            marker: the two indexes above are complete (rebuilt
+ *                          once from <p>active for data written before them)
  * Record creation, touch and every registry change are Lua scripts (atomic in
  * Redis); rk_store_update is WATCH/MULTI/EXEC with at most 5 attempts.
  * Connections come from a bounded pool; broken ones are freed and reconnection
@@ -37,7 +42,7 @@
 #define KEY_MAX (PREFIX_MAX + RK_STORE_MAX_NAME + 16)
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
-#define MAX_ARGS 12
+#define MAX_ARGS 16
 #define SENTINEL_BACKOFF_MAX_MS 1000 /* retry faster while a failover settles */
 #define GET_CHUNK 1000               /* ids per get_many round trip */
 #define HOST_MAX 256
@@ -80,6 +85,7 @@ struct redis_store {
     int cur_port;
     bool master_known; /* sentinel mode: cur_host/cur_port are current */
     int next_sentinel; /* ask this one first */
+    bool index_ready;  /* bycreated/state sets known complete (index:v2 seen) */
 };
 
 /* One command: argument vectors for redisCommandArgv. */
@@ -106,8 +112,33 @@ static const char LUA_CREATE[] =
     "  redis.call('SADD', KEYS[2], ARGV[1])\n"
     "  if tonumber(ARGV[4]) > 0 then redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])\n"
     "  else redis.call('ZREM', KEYS[3], ARGV[1]) end\n"
+    "  redis.call('ZADD', KEYS[4], 0, ARGV[6])\n"
+    "  local on, off = KEYS[6], KEYS[5]\n"
+    "  if ARGV[7] == 'pending' then on, off = KEYS[5], KEYS[6] end\n"
+    "  redis.call('SADD', on, ARGV[1])\n"
+    "  redis.call('SREM', off, ARGV[1])\n"
     "else\n"
     "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
+    "end\n"
+    "return 1\n";
+
+/* Index the given active ids (ARGV[2..]) under prefix ARGV[1] in bycreated
+ * and the per-state sets; ids no longer active are skipped. */
+static const char LUA_REINDEX[] =
+    "local p = ARGV[1]\n"
+    "for i = 2, #ARGV do\n"
+    "  local id = ARGV[i]\n"
+    "  local v = redis.call('GET', p .. 'sandbox:' .. id)\n"
+    "  if v and redis.call('SISMEMBER', p .. 'active', id) == 1 then\n"
+    "    local ok, rec = pcall(cjson.decode, v)\n"
+    "    if ok and type(rec) == 'table' then\n"
+    "      local t = rec['create_time']\n"
+    "      if type(t) ~= 'string' then t = '' end\n"
+    "      redis.call('ZADD', p .. 'bycreated', 0, t .. '\\1' .. id)\n"
+    "      if rec['state'] == 'pending' then redis.call('SADD', p .. 'state:pending', id)\n"
+    "      else redis.call('SADD', p .. 'state:running', id) end\n"
+    "    end\n"
+    "  end\n"
     "end\n"
     "return 1\n";
 
@@ -850,7 +881,8 @@ static rk_store_rc redis_create(struct rk_store *st, const char *id, json_object
                                 int64_t expire_time, char *err, size_t errlen)
 {
     struct redis_store *rs = rstore(st);
-    char k1[KEY_MAX], k2[KEY_MAX], k3[KEY_MAX], exp[32], ttl[32];
+    char k1[KEY_MAX], k2[KEY_MAX], k3[KEY_MAX], k4[KEY_MAX], k5[KEY_MAX], k6[KEY_MAX], exp[32],
+        ttl[32];
     snprintf(exp, sizeof exp, "%lld", (long long)(expire_time > 0 ? expire_time : 0));
     snprintf(ttl, sizeof ttl, "%lld",
              (long long)(rk_store_rec_deleted(rec) ? st->deleted_retention_s : 0));
@@ -858,11 +890,26 @@ static rk_store_rc redis_create(struct rk_store *st, const char *id, json_object
     if (!json)
         return rk_store_fail(err, errlen, "store: out of memory");
     struct cmd c;
-    cmd_build(&c, "EVAL", LUA_CREATE, "3", key_of(rs, k1, "sandbox:", id),
-              key_of(rs, k2, "active", NULL), key_of(rs, k3, "expire", NULL), id, json,
-              rk_store_rec_active(rec) ? "1" : "0", exp, ttl, (const char *)NULL);
+    char *lkey = rk_store_list_key(rec, id);
+    json_object *stv = NULL;
+    const char *state =
+        json_object_object_get_ex(rec, "state", &stv) && stv ? json_object_get_string(stv) : "";
+    if (!lkey)
+        return rk_store_fail(err, errlen, "store: out of memory");
+    cmd_build(&c, "EVAL", LUA_CREATE, "6", key_of(rs, k1, "sandbox:", id),
+              key_of(rs, k2, "active", NULL), key_of(rs, k3, "expire", NULL),
+              key_of(rs, k4, "bycreated", NULL), key_of(rs, k5, "state:pending", NULL),
+              key_of(rs, k6, "state:running", NULL), (const char *)NULL);
+    cmd_add(&c, id);
+    cmd_add(&c, json);
+    cmd_add(&c, rk_store_rec_active(rec) ? "1" : "0");
+    cmd_add(&c, exp);
+    cmd_add(&c, ttl);
+    cmd_add(&c, lkey);
+    cmd_add(&c, state);
     long long v = 0;
     rk_store_rc rc = run_write_int(rs, &c, &v, err, errlen);
+    free(lkey);
     if (rc != RK_STORE_OK)
         return rc;
     return v == 1 ? RK_STORE_OK : RK_STORE_EXISTS;
@@ -889,6 +936,34 @@ static void unwatch(struct rop *op)
     cmd_build(&c, "UNWATCH", (const char *)NULL);
     if (op_command(op, &c, &r, scratch, sizeof scratch) == RK_STORE_OK)
         freeReplyObject(r);
+}
+
+/* Key buffers of the list and per-state indexes. */
+struct index_keys {
+    char bycreated[KEY_MAX], pending[KEY_MAX], running[KEY_MAX];
+};
+
+/* Append the index maintenance of one record's write to a MULTI block:
+ * active -> in bycreated under new_key (old_key dropped when it changed) and
+ * in the set of its state; inactive -> out of both. */
+static void index_cmds(const struct redis_store *rs, struct index_keys *k, struct cmd *wr, int *nw,
+                       const char *id, bool active, bool pending, const char *old_key,
+                       const char *new_key)
+{
+    key_of(rs, k->bycreated, "bycreated", NULL);
+    key_of(rs, k->pending, "state:pending", NULL);
+    key_of(rs, k->running, "state:running", NULL);
+    if (active) {
+        cmd_build(&wr[(*nw)++], "ZADD", k->bycreated, "0", new_key, (const char *)NULL);
+        if (strcmp(old_key, new_key) != 0)
+            cmd_build(&wr[(*nw)++], "ZREM", k->bycreated, old_key, (const char *)NULL);
+        cmd_build(&wr[(*nw)++], "SADD", pending ? k->pending : k->running, id, (const char *)NULL);
+        cmd_build(&wr[(*nw)++], "SREM", pending ? k->running : k->pending, id, (const char *)NULL);
+    } else {
+        cmd_build(&wr[(*nw)++], "ZREM", k->bycreated, old_key, new_key, (const char *)NULL);
+        cmd_build(&wr[(*nw)++], "SREM", k->pending, id, (const char *)NULL);
+        cmd_build(&wr[(*nw)++], "SREM", k->running, id, (const char *)NULL);
+    }
 }
 
 /* One optimistic attempt of rk_store_update: 1 means "retry". */
@@ -923,6 +998,13 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         unwatch(op);
         return 0;
     }
+    char *old_key = rk_store_list_key(rec, id);
+    if (!old_key) {
+        *rc = rk_store_fail(err, errlen, "store: out of memory");
+        json_object_put(rec);
+        unwatch(op);
+        return 0;
+    }
     int f = fn(rec, ctx);
     if (f != 0 || !json_object_is_type(rec, json_type_object)) {
         *rc = f == 1 ? RK_STORE_ABORTED
@@ -930,22 +1012,30 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
                   ? rk_store_fail(err, errlen, "store: update produced a non-object for %s", id)
                   : rk_store_fail(err, errlen, "store: update callback failed for %s", id);
         json_object_put(rec);
+        free(old_key);
         unwatch(op);
         return 0;
     }
     bool active = rk_store_rec_active(rec);
+    json_object *stv = NULL;
+    bool pending = json_object_object_get_ex(rec, "state", &stv) &&
+                   strcmp(json_object_get_string(stv), "pending") == 0;
+    char *new_key = rk_store_list_key(rec, id);
     char ttl[32];
     snprintf(ttl, sizeof ttl, "%lld",
              (long long)(rk_store_rec_deleted(rec) ? rs->base.deleted_retention_s : 0));
     const char *json = json_object_to_json_string_ext(rec, JSON_C_TO_STRING_PLAIN);
-    if (!json) {
+    if (!json || !new_key) {
         *rc = rk_store_fail(err, errlen, "store: out of memory");
         json_object_put(rec);
+        free(old_key);
+        free(new_key);
         unwatch(op);
         return 0;
     }
-    struct cmd wr[5];
-    redisReply *wrr[5];
+    struct cmd wr[12];
+    redisReply *wrr[12];
+    struct index_keys ik;
     int nw = 0;
     cmd_build(&wr[nw++], "MULTI", (const char *)NULL);
     if (strcmp(ttl, "0") != 0) /* deleted: kept for the retention, then gone */
@@ -958,8 +1048,11 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         cmd_build(&wr[nw++], "SREM", akey, id, (const char *)NULL);
         cmd_build(&wr[nw++], "ZREM", zkey, id, (const char *)NULL);
     }
+    index_cmds(rs, &ik, wr, &nw, id, active, pending, old_key, new_key);
     cmd_build(&wr[nw++], "EXEC", (const char *)NULL);
     *rc = op_pipeline(op, wr, (size_t)nw, wrr, err, errlen);
+    free(old_key);
+    free(new_key);
     if (*rc != RK_STORE_OK) {
         json_object_put(rec);
         return 0;
@@ -1207,6 +1300,173 @@ static rk_store_rc redis_session_count(struct rk_store *st, const char *sandbox_
     return rc;
 }
 
+/* Make sure bycreated and the per-state sets cover data written before they
+ * existed: once per store (and once per Redis dataset, marked by index:v2),
+ * index every id of the active set, GET_CHUNK ids per script call. */
+static rk_store_rc ensure_index(struct redis_store *rs, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&rs->mu);
+    bool ready = rs->index_ready;
+    pthread_mutex_unlock(&rs->mu);
+    if (ready)
+        return RK_STORE_OK;
+    char mkey[KEY_MAX], akey[KEY_MAX];
+    struct cmd c;
+    redisReply *r = NULL;
+    cmd_build(&c, "EXISTS", key_of(rs, mkey, "index:v2", NULL), (const char *)NULL);
+    long long have = 0;
+    rk_store_rc rc = run_int(rs, &c, &have, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    if (!have) {
+        cmd_build(&c, "SMEMBERS", key_of(rs, akey, "active", NULL), (const char *)NULL);
+        rc = run(rs, &c, &r, err, errlen);
+        if (rc != RK_STORE_OK)
+            return rc;
+        char **ids = NULL;
+        size_t n = 0;
+        rc = ids_from_array(r, &ids, &n, err, errlen);
+        freeReplyObject(r);
+        if (rc != RK_STORE_OK)
+            return rc;
+        const char **argv = malloc((GET_CHUNK + 4) * sizeof *argv);
+        size_t *lens = malloc((GET_CHUNK + 4) * sizeof *lens);
+        if (!argv || !lens)
+            rc = rk_store_fail(err, errlen, "store: out of memory");
+        for (size_t off = 0; rc == RK_STORE_OK && off < n; off += GET_CHUNK) {
+            size_t m = n - off < GET_CHUNK ? n - off : GET_CHUNK, k = 0;
+            argv[k++] = "EVAL";
+            argv[k++] = LUA_REINDEX;
+            argv[k++] = "0";
+            argv[k++] = rs->prefix;
+            for (size_t i = 0; i < m; i++)
+                argv[k++] = ids[off + i];
+            for (size_t i = 0; i < k; i++)
+                lens[i] = strlen(argv[i]);
+            struct rop op;
+            rc = op_begin(rs, &op, err, errlen);
+            if (rc != RK_STORE_OK)
+                break;
+            redisReply *rr = NULL;
+            if (redisAppendCommandArgv(op.c, (int)k, argv, lens) != REDIS_OK ||
+                redisGetReply(op.c, (void **)&rr) != REDIS_OK || !rr)
+                rc = io_fail(&op, err, errlen);
+            else if (rr->type == REDIS_REPLY_ERROR)
+                rc = reply_fail(rr, err, errlen);
+            if (rr)
+                freeReplyObject(rr);
+            op_end(&op);
+        }
+        free(argv);
+        free(lens);
+        rk_store_free_ids(ids, n);
+        if (rc != RK_STORE_OK)
+            return rc;
+        cmd_build(&c, "SET", mkey, "1", (const char *)NULL);
+        rc = run(rs, &c, &r, err, errlen);
+        if (rc != RK_STORE_OK)
+            return rc;
+        freeReplyObject(r);
+        rk_info("store: indexed %zu active sandbox record(s) for list pages and state counts", n);
+    }
+    pthread_mutex_lock(&rs->mu);
+    rs->index_ready = true;
+    pthread_mutex_unlock(&rs->mu);
+    return RK_STORE_OK;
+}
+
+/* ZCARD + ZRANGE of bycreated in one round trip; ids are the part after \x01. */
+static rk_store_rc redis_list_page(struct rk_store *st, size_t offset, size_t limit,
+                                   char ***ids_out, size_t *n_out, size_t *total_out, char *err,
+                                   size_t errlen)
+{
+    struct redis_store *rs = rstore(st);
+    rk_store_rc rc = ensure_index(rs, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    char k[KEY_MAX], from[32], to[32];
+    key_of(rs, k, "bycreated", NULL);
+    if (limit == 0 || offset > (size_t)INT64_MAX - limit)
+        limit = 0;
+    snprintf(from, sizeof from, "%zu", offset);
+    snprintf(to, sizeof to, "%zu", limit ? offset + limit - 1 : offset);
+    struct cmd cmds[2];
+    redisReply *r[2];
+    cmd_build(&cmds[0], "ZCARD", k, (const char *)NULL);
+    cmd_build(&cmds[1], "ZRANGE", k, from, to, (const char *)NULL);
+    struct rop op;
+    rc = op_begin(rs, &op, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    rc = op_pipeline(&op, cmds, 2, r, err, errlen);
+    op_end(&op);
+    if (rc != RK_STORE_OK)
+        return rc;
+    if (r[0]->type != REDIS_REPLY_INTEGER || r[1]->type != REDIS_REPLY_ARRAY) {
+        rc = r[0]->type == REDIS_REPLY_ERROR   ? reply_fail(r[0], err, errlen)
+             : r[1]->type == REDIS_REPLY_ERROR ? reply_fail(r[1], err, errlen)
+                                               : rk_store_fail(err, errlen,
+                                                               "redis error: "
+                                                               "unexpected reply");
+    } else {
+        *total_out = r[0]->integer > 0 ? (size_t)r[0]->integer : 0;
+        size_t n = limit ? r[1]->elements : 0, got = 0;
+        char **ids = calloc(n ? n : 1, sizeof *ids);
+        bool oom = !ids;
+        for (size_t i = 0; !oom && i < n; i++) {
+            const redisReply *e = r[1]->element[i];
+            const char *sep = e->type == REDIS_REPLY_STRING ? memchr(e->str, 1, e->len) : NULL;
+            if (!sep)
+                continue; /* not written by us: skip */
+            ids[got] = strndup(sep + 1, e->len - (size_t)(sep + 1 - e->str));
+            oom = !ids[got];
+            got += !oom;
+        }
+        if (oom) {
+            rk_store_free_ids(ids, got);
+            rc = rk_store_fail(err, errlen, "store: out of memory");
+        } else {
+            *ids_out = ids;
+            *n_out = got;
+        }
+    }
+    freeReplyObject(r[0]);
+    freeReplyObject(r[1]);
+    return rc;
+}
+
+/* SCARD of the two per-state sets in one round trip. */
+static rk_store_rc redis_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                      char *err, size_t errlen)
+{
+    struct redis_store *rs = rstore(st);
+    rk_store_rc rc = ensure_index(rs, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    char kp[KEY_MAX], kr[KEY_MAX];
+    struct cmd cmds[2];
+    redisReply *r[2];
+    cmd_build(&cmds[0], "SCARD", key_of(rs, kp, "state:pending", NULL), (const char *)NULL);
+    cmd_build(&cmds[1], "SCARD", key_of(rs, kr, "state:running", NULL), (const char *)NULL);
+    struct rop op;
+    rc = op_begin(rs, &op, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    rc = op_pipeline(&op, cmds, 2, r, err, errlen);
+    op_end(&op);
+    if (rc != RK_STORE_OK)
+        return rc;
+    if (r[0]->type == REDIS_REPLY_INTEGER && r[1]->type == REDIS_REPLY_INTEGER) {
+        *pending_out = r[0]->integer > 0 ? (size_t)r[0]->integer : 0;
+        *running_out = r[1]->integer > 0 ? (size_t)r[1]->integer : 0;
+    } else {
+        rc = rk_store_fail(err, errlen, "redis error: unexpected SCARD reply");
+    }
+    freeReplyObject(r[0]);
+    freeReplyObject(r[1]);
+    return rc;
+}
+
 static const struct rk_store_ops redis_ops = {
     .close = redis_close,
     .ping = redis_ping,
@@ -1225,6 +1485,8 @@ static const struct rk_store_ops redis_ops = {
     .session_remove = redis_session_remove,
     .session_clear = redis_session_clear,
     .session_count = redis_session_count,
+    .list_page = redis_list_page,
+    .count_states = redis_count_states,
 };
 
 /* Parse "host:port,host:port" (IPv6 as [addr]:port) into rs->sentinels. */

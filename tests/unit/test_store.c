@@ -1245,6 +1245,90 @@ static void test_redis_sentinel_discovery(void **state)
     rk_redis_fixture_stop(&sen);
 }
 
+/* Build {"state": state, "create_time": t}. */
+static void create_timed(struct rk_store *st, const char *id, const char *state, const char *t)
+{
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = mkrec(state, "img");
+    json_object_object_add(rec, "create_time", json_object_new_string(t));
+    assert_int_equal(rk_store_create(st, id, rec, 0, err, sizeof err), RK_STORE_OK);
+    json_object_put(rec);
+}
+
+/* Pages come in list order (create_time, then id), only active records, with
+ * the total; per-state counts follow every transition. Both backends. */
+static void test_list_page_and_counts(void **state)
+{
+    struct tctx *tc = *state;
+    struct rk_store *st = tc->st;
+    char err[RK_STORE_ERRLEN];
+    create_timed(st, "c", "running", "2026-01-01T00:00:02Z");
+    create_timed(st, "a", "pending", "2026-01-01T00:00:01Z");
+    create_timed(st, "b", "running", "2026-01-01T00:00:02Z");
+    create_timed(st, "z", "running", "2026-01-01T00:00:00Z");
+    create_timed(st, "gone", "deleted", "2025-01-01T00:00:00Z");
+    char **ids = NULL;
+    size_t n = 0, total = 0, p = 0, r = 0;
+    assert_int_equal(rk_store_list_page(st, 0, 10, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 4);
+    assert_int_equal(total, 4);
+    assert_string_equal(ids[0], "z");
+    assert_string_equal(ids[1], "a");
+    assert_string_equal(ids[2], "b");
+    assert_string_equal(ids[3], "c");
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_list_page(st, 1, 2, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(ids[0], "a");
+    assert_string_equal(ids[1], "b");
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_list_page(st, 9, 2, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(total, 4);
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_count_states(st, &p, &r, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(p, 1);
+    assert_int_equal(r, 3);
+    assert_int_equal(rk_store_update(st, "a", set_state, "running", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_update(st, "c", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_count_states(st, &p, &r, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(p, 0);
+    assert_int_equal(r, 3);
+    assert_int_equal(rk_store_list_page(st, 0, 10, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(total, 3);
+    assert_string_equal(ids[2], "b");
+    rk_store_free_ids(ids, n);
+}
+
+/* Records written before the list index existed (only the active set) are
+ * indexed on first use. */
+static void test_redis_index_rebuild(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    redisContext *c = raw_conn(g_redis.port);
+    const char *recs[][2] = {{"old-1", "{\"state\":\"running\",\"create_time\":\"t2\"}"},
+                             {"old-2", "{\"state\":\"pending\",\"create_time\":\"t1\"}"}};
+    for (int i = 0; i < 2; i++) {
+        freeReplyObject(redisCommand(c, "SET %ssandbox:%s %s", tc->prefix, recs[i][0], recs[i][1]));
+        freeReplyObject(redisCommand(c, "SADD %sactive %s", tc->prefix, recs[i][0]));
+    }
+    redisFree(c);
+    char **ids = NULL;
+    size_t n = 0, total = 0, p = 0, r = 0;
+    assert_int_equal(rk_store_list_page(tc->st, 0, 10, &ids, &n, &total, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(ids[0], "old-2");
+    assert_string_equal(ids[1], "old-1");
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_count_states(tc->st, &p, &r, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(p, 1);
+    assert_int_equal(r, 1);
+}
+
 #define BOTH(fn)                                                                                   \
     {#fn "[memory]", fn, setup, teardown, (void *)&k_memory},                                      \
     {                                                                                              \
@@ -1289,6 +1373,8 @@ int main(void)
         REDIS_ONLY(test_redis_wait_replicas),
         REDIS_ONLY(test_redis_readonly_replica),
         REDIS_ONLY(test_redis_sentinel_discovery),
+        BOTH(test_list_page_and_counts),
+        REDIS_ONLY(test_redis_index_rebuild),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
