@@ -5,6 +5,7 @@ rock-admins (operator opensandbox, the OpenSandbox simulator) behind HAProxy
 running conf/haproxy-rock-admin.cfg, and a client talking only to HAProxy.
 
 While the client creates sandboxes, runs session commands and uploads:
+  (0) a sentinel is SIGKILLed (the one the admins ask first);
   (a) the Redis master is SIGKILLed and the sentinels promote a replica;
   (b) one rock-admin is SIGKILLed;
   (c) it is restarted on the same port.
@@ -321,6 +322,11 @@ def failover_of_redis_master_and_of_an_admin_loses_nothing():
     assert c.failures == [], c.failures
     print("setup done in %.1fs" % (time.time() - t_test), flush=True)
 
+    # A sentinel dies first (the one every admin asks first): nothing changes,
+    # the quorum (2 of 3) remains and the admins ask the next one.
+    sentinels[0].kill()
+    assert c.status(acked[0]) and c.session_ok(*sessions[0]), c.failures
+
     # (a) Kill the Redis master; keep working through the balancer.
     t_kill = time.time()
     master.kill()
@@ -330,6 +336,7 @@ def failover_of_redis_master_and_of_an_admin_loses_nothing():
         sid, name = sessions[i % len(sessions)]
         c.status(sid)
         c.session_ok(sid, name)
+        c.upload(sid, os.path.join(files, "during-%d.bin" % i), os.urandom(64 * 1024))
         ok, res = c.call("POST", "/create_session", {
             "sandbox_id": sid, "session_type": "bash", "session": "bash-during-%d" % i,
             "startup_source": []})
@@ -344,7 +351,7 @@ def failover_of_redis_master_and_of_an_admin_loses_nothing():
         i += 1
         time.sleep(0.1)
     assert first_ok_write, "writes never recovered after the master was killed"
-    new_port = sentinels[0].master_port()
+    new_port = sentinels[1].master_port()
     assert new_port in (r.port for r in replicas), new_port
     during = len(c.failures)
     print("figure: redis master failover: first acknowledged write %.1fs after SIGKILL, "
@@ -426,6 +433,146 @@ def failover_of_redis_master_and_of_an_admin_loses_nothing():
         kinds[k] = kinds.get(k, 0) + 1
     print("clear failures seen by the client: %d %r; test wall time %.1fs"
           % (len(c.failures), kinds, time.time() - t_test), flush=True)
+
+
+WS_APP_JS = r"""
+const WebSocket = require(process.argv[3]);
+const wss = new WebSocket.Server({port: parseInt(process.argv[2], 10), host: '127.0.0.1'});
+wss.on('connection', (ws) => ws.on('message', (d, bin) => ws.send(d, {binary: bin})));
+"""
+
+WS_CLIENT_JS = r"""
+const path = require('path');
+const WebSocket = require(path.join(process.env.NODE_MODULES, 'ws'));
+const crypto = require('crypto');
+const ws = new WebSocket(process.argv[2]);
+const sent = [];
+let echoed = 0, mismatch = 0;
+ws.on('open', () => {
+  for (let i = 0; i < 200; i++) {
+    const m = crypto.randomBytes(i === 100 ? (1 << 20) : Math.floor(Math.random() * 4096));
+    sent.push(m);
+    ws.send(m, {binary: true});
+  }
+});
+ws.on('message', (d) => {
+  if (Buffer.compare(d, sent.shift()) === 0) echoed++; else mismatch++;
+  if (sent.length === 0) ws.close(1000, 'done');
+});
+ws.on('unexpected-response', (q, r) => { console.log(JSON.stringify({http: r.statusCode})); process.exit(0); });
+ws.on('close', (code) => { console.log(JSON.stringify({code, echoed, mismatch})); process.exit(0); });
+"""
+
+
+def duration_s(text):
+    """HAProxy duration ("25m", "1h", "30s", "500ms") in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    for u in ("ms", "s", "m", "h", "d"):
+        if text.endswith(u) and text[:-len(u)].isdigit():
+            return int(text[:-len(u)]) * units[u]
+    return int(text) / 1000.0
+
+
+@test
+def balancer_config_carries_long_execute_streamed_upload_and_websocket():
+    """conf/haproxy-rock-admin.cfg in front of two rock-admins: its timeouts
+    allow 20-minute commands, an /execute and a 48 MiB upload (streamed from a
+    generator, never joined) go through it, and a WebSocket to an app inside the
+    sandbox echoes through it."""
+    with open(os.path.join(SRCDIR, "conf", "haproxy-rock-admin.cfg")) as f:
+        timeouts = {}
+        for line in f:
+            w = line.split("#")[0].split()
+            if len(w) == 3 and w[0] == "timeout":
+                timeouts[w[1]] = duration_s(w[2])
+    assert timeouts["server"] >= 20 * 60 and timeouts["client"] >= 20 * 60, timeouts
+    assert timeouts["tunnel"] >= 20 * 60, timeouts
+
+    from harness import Redis, node_available, NODE_MODULES
+    import shutil
+    import hashlib
+    redis = Redis()
+    sim = Sim(api_key=API_KEY)
+    ports = [free_port(), free_port()]
+    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY,
+                           "use_server_proxy": False}}
+    for p in ports:
+        Admin(operator="opensandbox", redis=redis, config=dict(cfg, server={"port": p}))
+    lb = HAProxy(ports + [free_port()])  # a third, never started: checked down, never used
+    c = Client(lb.port)
+    sid = c.start()
+    ok, res = c.call("POST", "/execute", {"sandbox_id": sid, "command": "sleep 2; echo slow",
+                                          "timeout": 60})
+    assert ok and res["stdout"] == "slow\n", res
+
+    # 48 MiB streamed through HAProxy and rock-admin into the sandbox.
+    files = tmpdir("rock-ha-lbfiles-")
+    target = os.path.join(files, "big.bin")
+    b = "lbB0undary"
+    pre = ("--%s\r\nContent-Disposition: form-data; name=\"sandbox_id\"\r\n\r\n%s\r\n"
+           "--%s\r\nContent-Disposition: form-data; name=\"target_path\"\r\n\r\n%s\r\n"
+           "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n"
+           "Content-Type: application/octet-stream\r\n\r\n" % (b, sid, b, target, b)).encode()
+    post = ("\r\n--%s--\r\n" % b).encode()
+    chunk = os.urandom(1 << 20)
+    digest = hashlib.sha256()
+
+    def body():
+        yield pre
+        for i in range(48):
+            piece = bytes([i]) + chunk[1:]
+            digest.update(piece)
+            yield piece
+        yield post
+    conn = http.client.HTTPConnection("127.0.0.1", lb.port, timeout=300)
+    conn.request("POST", PREFIX + "/upload", body=body(), headers={
+        "Content-Type": "multipart/form-data; boundary=" + b,
+        "Content-Length": str(len(pre) + (48 << 20) + len(post))})
+    resp = conn.getresponse()
+    js = json.loads(resp.read())
+    conn.close()
+    assert resp.status == 200 and js["status"] == "Success", js
+    h = hashlib.sha256()
+    with open(target, "rb") as f:
+        for blk in iter(lambda: f.read(1 << 20), b""):
+            h.update(blk)
+    assert h.hexdigest() == digest.hexdigest()
+
+    # WebSocket through HAProxy -> rock-admin -> the app inside the sandbox.
+    assert node_available(), "node and tests/js/node_modules are required"
+    d = tmpdir("rock-ha-ws-")
+    app, client = os.path.join(d, "app.js"), os.path.join(d, "client.js")
+    ok, _ = c.call("POST", "/write_file", {"sandbox_id": sid, "path": app,
+                                           "content": WS_APP_JS})
+    assert ok
+    with open(client, "w") as f:
+        f.write(WS_CLIENT_JS)
+    port = free_port()
+    ok, res = c.call("POST", "/execute", {
+        "sandbox_id": sid, "timeout": 30,
+        "command": "nohup %s %s %d %s > %s 2>&1 & echo $!" % (
+            shutil.which("node"), app, port, os.path.join(NODE_MODULES, "ws"),
+            os.path.join(d, "app.log"))})
+    assert ok, res
+    app_pid = int(res["stdout"].strip())
+
+    def listening():
+        try:
+            with __import__("socket").create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+    wait_until(listening, 15, 0.1, "the WebSocket app")
+    env = dict(os.environ, NODE_MODULES=NODE_MODULES)
+    url = "ws://127.0.0.1:%d%s/sandboxes/%s/proxy/port/%d/echo" % (lb.port, PREFIX, sid, port)
+    out = subprocess.run(["node", client, url], capture_output=True, text=True, env=env,
+                         timeout=120)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res == {"code": 1000, "echoed": 200, "mismatch": 0}, (res, out.stderr[-2000:])
+    try:
+        os.kill(app_pid, 9)  # the simulator's sandbox processes are host processes
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
