@@ -292,8 +292,10 @@ static int discover_master(struct redis_store *rs, char host[HOST_MAX], int *por
         const struct sentinel_addr *sa = &rs->sentinels[i];
         redisContext *c = connect_one(rs, sa->host, sa->port, rs->sentinel_username,
                                       rs->sentinel_password, 0, why, sizeof why);
-        if (!c)
+        if (!c) {
+            snprintf(msg, msglen, "sentinel %.60s:%d: %.50s", sa->host, sa->port, why);
             continue;
+        }
         redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", rs->master_name);
         int ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
                  r->element[0]->type == REDIS_REPLY_STRING &&

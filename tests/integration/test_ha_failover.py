@@ -24,6 +24,7 @@ min_replicas_ack must stay below the number of replicas).
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import time
 import urllib.parse
@@ -125,7 +126,8 @@ class HAProxy(Process):
         cfg = os.path.join(tmpdir("rock-ha-lb-"), "haproxy.cfg")
         with open(cfg, "w") as f:
             f.write("\n".join(out))
-        super().__init__(["haproxy", "-db", "-f", cfg], name="haproxy")
+        exe = shutil.which("haproxy") or "/usr/sbin/haproxy"  # /usr/sbin may be off PATH
+        super().__init__([exe, "-db", "-f", cfg], name="haproxy")
         wait_until(lambda: self.get_ok("/readyz"), 20, 0.2, "haproxy to serve /readyz")
 
     def get_ok(self, path):
@@ -489,7 +491,6 @@ def balancer_config_carries_long_execute_streamed_upload_and_websocket():
     assert timeouts["tunnel"] >= 20 * 60, timeouts
 
     from harness import Redis, node_available, NODE_MODULES
-    import shutil
     import hashlib
     redis = Redis()
     sim = Sim(api_key=API_KEY)

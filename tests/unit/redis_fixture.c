@@ -162,14 +162,15 @@ static int start_server(struct rk_redis_fixture *fx, int port, const char *passw
         snprintf(msg, msglen, "no free loopback port: %s", strerror(errno));
         return -1;
     }
-    snprintf(fx->password, sizeof fx->password, "%s", password ? password : "");
+    if (password || !sentinel_conf) /* a sentinel's ACL password is set by the caller */
+        snprintf(fx->password, sizeof fx->password, "%s", password ? password : "");
     pid_t pid = fork();
     if (pid < 0) {
         snprintf(msg, msglen, "fork: %s", strerror(errno));
         return -1;
     }
     if (pid == 0)
-        exec_server(bin, fx->port, fx->password, extra, sentinel_conf);
+        exec_server(bin, fx->port, password, extra, sentinel_conf);
     fx->pid = pid;
     for (int i = 0; i < 100; i++) {
         int status = 0;
@@ -202,9 +203,11 @@ int rk_redis_fixture_start_ex(struct rk_redis_fixture *fx, int port, const char 
     return start_server(fx, port, password, extra, NULL, msg, msglen);
 }
 
-/* Start a sentinel monitoring 127.0.0.1:master_port (config in /tmp). */
-int rk_redis_fixture_start_sentinel(struct rk_redis_fixture *fx, int master_port,
-                                    const char *master_name, char *msg, size_t msglen)
+/* Start a sentinel monitoring 127.0.0.1:master_port (config in /tmp), with
+ * an ACL user when user is not NULL. */
+int rk_redis_fixture_start_sentinel_acl(struct rk_redis_fixture *fx, int master_port,
+                                        const char *master_name, const char *user,
+                                        const char *password, char *msg, size_t msglen)
 {
     char path[128];
     snprintf(path, sizeof path, "/tmp/rk-test-sentinel-%d-%d.conf", (int)getpid(), master_port);
@@ -214,10 +217,21 @@ int rk_redis_fixture_start_sentinel(struct rk_redis_fixture *fx, int master_port
         return -1;
     }
     fprintf(f, "sentinel monitor %s 127.0.0.1 %d 1\n", master_name, master_port);
+    if (user)
+        fprintf(f, "user default off\nuser %s on >%s +@all\n", user, password);
     fclose(f);
     snprintf(fx->conf, sizeof fx->conf, "%s", path);
-    fx->username[0] = '\0';
+    snprintf(fx->username, sizeof fx->username, "%s", user ? user : "");
+    snprintf(fx->password, sizeof fx->password, "%s", user ? password : "");
     return start_server(fx, 0, NULL, NULL, path, msg, msglen);
+}
+
+/* Start a sentinel monitoring 127.0.0.1:master_port. */
+int rk_redis_fixture_start_sentinel(struct rk_redis_fixture *fx, int master_port,
+                                    const char *master_name, char *msg, size_t msglen)
+{
+    return rk_redis_fixture_start_sentinel_acl(fx, master_port, master_name, NULL, NULL, msg,
+                                               msglen);
 }
 
 /* Kill and reap the server. */

@@ -31,6 +31,12 @@ int rk_redis_fixture_start_ex(struct rk_redis_fixture *fx, int port, const char 
 int rk_redis_fixture_start_sentinel(struct rk_redis_fixture *fx, int master_port,
                                     const char *master_name, char *msg, size_t msglen);
 
+/** Like rk_redis_fixture_start_sentinel, with an ACL user (the default user
+ *  off) that clients must AUTH as. */
+int rk_redis_fixture_start_sentinel_acl(struct rk_redis_fixture *fx, int master_port,
+                                        const char *master_name, const char *user,
+                                        const char *password, char *msg, size_t msglen);
+
 /** Kill the server (SIGKILL) and reap it; safe to call twice. */
 void rk_redis_fixture_stop(struct rk_redis_fixture *fx);
 

@@ -1329,6 +1329,39 @@ static void test_redis_index_rebuild(void **state)
     assert_int_equal(r, 1);
 }
 
+/* Sentinels with an ACL user: AUTH user password works; without it the
+ * error names the sentinel and never shows the secret. */
+static void test_redis_sentinel_acl(void **state)
+{
+    (void)state;
+    char msg[512], err[RK_STORE_ERRLEN], sentinels[64];
+    struct rk_redis_fixture sen = {0};
+    if (rk_redis_fixture_start_sentinel_acl(&sen, g_redis.port, "aclmaster", "sentuser",
+                                            "sent-pw-5", msg, sizeof msg) != 0)
+        fail_msg("cannot start a sentinel: %s", msg);
+    snprintf(sentinels, sizeof sentinels, "127.0.0.1:%d", sen.port);
+    struct rk_redis_cfg cfg = {.sentinels = sentinels,
+                               .master_name = "aclmaster",
+                               .sentinel_username = "sentuser",
+                               .sentinel_password = "sent-pw-5",
+                               .op_timeout_ms = 1000,
+                               .connect_timeout_ms = 500,
+                               .pool_size = 1,
+                               .key_prefix = "sacl:"};
+    struct rk_store *st = rk_store_open_redis(&cfg);
+    assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_OK);
+    rk_store_close(st);
+    cfg.sentinel_password = "bad-pw-6";
+    st = rk_store_open_redis(&cfg);
+    assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_ERROR);
+    if (!strstr(err, "sentinel 127.0.0.1"))
+        fail_msg("%s", err);
+    assert_non_null(strstr(err, "auth"));
+    assert_null(strstr(err, "bad-pw-6"));
+    rk_store_close(st);
+    rk_redis_fixture_stop(&sen);
+}
+
 #define BOTH(fn)                                                                                   \
     {#fn "[memory]", fn, setup, teardown, (void *)&k_memory},                                      \
     {                                                                                              \
@@ -1375,6 +1408,7 @@ int main(void)
         REDIS_ONLY(test_redis_sentinel_discovery),
         BOTH(test_list_page_and_counts),
         REDIS_ONLY(test_redis_index_rebuild),
+        REDIS_ONLY(test_redis_sentinel_acl),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
