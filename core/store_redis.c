@@ -122,6 +122,17 @@ static const char LUA_CREATE[] =
     "end\n"
     "return 1\n";
 
+/* Undo our create (KEYS as LUA_CREATE) if the record is still exactly what we
+ * wrote (ARGV[2]); used when replicas did not confirm it. */
+static const char LUA_UNCREATE[] = "if redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end\n"
+                                   "redis.call('DEL', KEYS[1])\n"
+                                   "redis.call('SREM', KEYS[2], ARGV[1])\n"
+                                   "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+                                   "redis.call('ZREM', KEYS[4], ARGV[3])\n"
+                                   "redis.call('SREM', KEYS[5], ARGV[1])\n"
+                                   "redis.call('SREM', KEYS[6], ARGV[1])\n"
+                                   "return 1\n";
+
 /* Index the given active ids (ARGV[2..]) under prefix ARGV[1] in bycreated
  * and the per-state sets; ids no longer active are skipped. */
 static const char LUA_REINDEX[] =
@@ -911,6 +922,16 @@ static rk_store_rc redis_create(struct rk_store *st, const char *id, json_object
     cmd_add(&c, state);
     long long v = 0;
     rk_store_rc rc = run_write_int(rs, &c, &v, err, errlen);
+    if (rc == RK_STORE_ERROR && v == 1) {
+        /* Written but not confirmed by the replicas: the client is told it
+         * failed, so take it back (best effort) and a retry with the same id
+         * is not refused as a duplicate. */
+        char scratch[RK_STORE_ERRLEN];
+        long long undone = 0;
+        cmd_build(&c, "EVAL", LUA_UNCREATE, "6", k1, k2, k3, k4, k5, k6, id, json, lkey,
+                  (const char *)NULL);
+        run_int(rs, &c, &undone, scratch, sizeof scratch);
+    }
     free(lkey);
     if (rc != RK_STORE_OK)
         return rc;
@@ -1193,6 +1214,14 @@ static rk_store_rc redis_reserve(struct rk_store *st, const char *sandbox_id, co
               ttl, (const char *)NULL);
     long long v = 0;
     rk_store_rc rc = run_write_int(rs, &c, &v, err, errlen);
+    if (rc == RK_STORE_ERROR && v == 1) {
+        /* Reserved but not confirmed: release it (best effort) so a retry of
+         * the same name is not refused as taken. */
+        char scratch[RK_STORE_ERRLEN];
+        long long undone = 0;
+        cmd_build(&c, "EVAL", LUA_COMMIT, "1", k, name, token, "", (const char *)NULL);
+        run_int(rs, &c, &undone, scratch, sizeof scratch);
+    }
     if (rc != RK_STORE_OK)
         return rc;
     return v == 1 ? RK_STORE_OK : RK_STORE_EXISTS;

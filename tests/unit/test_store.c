@@ -1100,12 +1100,22 @@ static void test_redis_wait_replicas(void **state)
     assert_int_equal(rk_store_create(st, "w-1", rec, 0, err, sizeof err), RK_STORE_ERROR);
     assert_true(now_ms() - t0 < 1500);
     assert_non_null(strstr(err, "not confirmed by 1 replica"));
+    /* the unconfirmed create was taken back: a retry is not a duplicate */
     json_object *out = NULL;
-    assert_int_equal(rk_store_update(st, "w-1", set_state, "deleted", &out, err, sizeof err),
+    assert_int_equal(rk_store_get(st, "w-1", &out, err, sizeof err), RK_STORE_NOT_FOUND);
+    redisContext *raw = raw_conn(master.port);
+    redisReply *rr = redisCommand(raw, "SET rock:sandbox:w-0 {\"state\":\"running\"}");
+    freeReplyObject(rr);
+    assert_int_equal(rk_store_update(st, "w-0", set_state, "deleted", &out, err, sizeof err),
                      RK_STORE_ERROR);
+    assert_non_null(strstr(err, "not confirmed"));
     assert_null(out);
     assert_int_equal(rk_session_reserve(st, "w-1", "s", 60, tok, err, sizeof err), RK_STORE_ERROR);
     assert_non_null(strstr(err, "not confirmed"));
+    rr = redisCommand(raw, "HLEN rock:sessions:w-1"); /* and released */
+    assert_int_equal(rr->integer, 0);
+    freeReplyObject(rr);
+    redisFree(raw);
 
     snprintf(portbuf, sizeof portbuf, "%d", master.port);
     const char *extra[] = {"--replicaof", "127.0.0.1", portbuf, NULL};
