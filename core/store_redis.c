@@ -45,6 +45,7 @@
 #define MAX_ARGS 16
 #define SENTINEL_BACKOFF_MAX_MS 1000 /* retry faster while a failover settles */
 #define GET_CHUNK 1000               /* ids per get_many round trip */
+#define INDEX_RECHECK_MS 60000       /* how often list/count re-check index:v2 */
 #define HOST_MAX 256
 
 /* One sentinel address. */
@@ -83,9 +84,9 @@ struct redis_store {
     char last_err[128];
     char cur_host[HOST_MAX]; /* the master in use (guarded by mu) */
     int cur_port;
-    bool master_known; /* sentinel mode: cur_host/cur_port are current */
-    int next_sentinel; /* ask this one first */
-    bool index_ready;  /* bycreated/state sets known complete (index:v2 seen) */
+    bool master_known;     /* sentinel mode: cur_host/cur_port are current */
+    int next_sentinel;     /* ask this one first */
+    int64_t index_seen_ms; /* monotonic time index:v2 was last seen; 0 = never */
 };
 
 /* One command: argument vectors for redisCommandArgv. */
@@ -1332,12 +1333,14 @@ static rk_store_rc redis_session_count(struct rk_store *st, const char *sandbox_
 }
 
 /* Make sure bycreated and the per-state sets cover data written before they
- * existed: once per store (and once per Redis dataset, marked by index:v2),
- * index every id of the active set, GET_CHUNK ids per script call. */
+ * existed: when the marker index:v2 is missing (checked at most once a
+ * minute), index every id of the active set, GET_CHUNK ids per script call,
+ * then set the marker. Deleting the marker makes a running fleet re-index
+ * (e.g. after a rolling upgrade from a version without these indexes). */
 static rk_store_rc ensure_index(struct redis_store *rs, char *err, size_t errlen)
 {
     pthread_mutex_lock(&rs->mu);
-    bool ready = rs->index_ready;
+    bool ready = rs->index_seen_ms > 0 && mono_ms() - rs->index_seen_ms < INDEX_RECHECK_MS;
     pthread_mutex_unlock(&rs->mu);
     if (ready)
         return RK_STORE_OK;
@@ -1401,7 +1404,7 @@ static rk_store_rc ensure_index(struct redis_store *rs, char *err, size_t errlen
         rk_info("store: indexed %zu active sandbox record(s) for list pages and state counts", n);
     }
     pthread_mutex_lock(&rs->mu);
-    rs->index_ready = true;
+    rs->index_seen_ms = mono_ms();
     pthread_mutex_unlock(&rs->mu);
     return RK_STORE_OK;
 }
