@@ -653,6 +653,16 @@ static rk_store_rc wait_result(const struct redis_store *rs, const redisReply *r
     return RK_STORE_OK;
 }
 
+/* Fewer replicas than asked may mean a master the sentinels already replaced
+ * (cut off from its replicas): in Sentinel mode drop the connection so the
+ * next one asks the sentinels again. */
+static void note_short_wait(struct rop *op, const redisReply *r)
+{
+    if (op->rs->n_sentinels > 0 && r->type == REDIS_REPLY_INTEGER &&
+        r->integer < op->rs->min_replicas_ack)
+        op->broken = true;
+}
+
 /* After a write on op's connection: WAIT for min_replicas_ack replicas. */
 static rk_store_rc op_wait_replicas(struct rop *op, char *err, size_t errlen)
 {
@@ -666,6 +676,7 @@ static rk_store_rc op_wait_replicas(struct rop *op, char *err, size_t errlen)
     rk_store_rc rc = op_pipeline(op, &c, 1, &r, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
+    note_short_wait(op, r);
     rc = wait_result(rs, r, err, errlen);
     freeReplyObject(r);
     return rc;
@@ -688,6 +699,8 @@ static rk_store_rc run_write_int(struct redis_store *rs, const struct cmd *c, lo
     cmds[0] = *c;
     wait_cmd(rs, &cmds[1], nbuf, tbuf);
     rc = op_pipeline(&op, cmds, 2, r, err, errlen);
+    if (rc == RK_STORE_OK)
+        note_short_wait(&op, r[1]);
     op_end(&op);
     if (rc != RK_STORE_OK)
         return rc;
