@@ -347,6 +347,18 @@ static const struct core_key core_keys[] = {
     {"redis", "timeout_ms", CT_INT, F(redis.timeout_ms), 1, INT_MAX, 0, NULL},
     {"redis", "pool_size", CT_INT, F(redis.pool_size), 1, INT_MAX, 0, NULL},
     {"redis", "key_prefix", CT_STR, F(redis.key_prefix), 0, 0, 0, NULL},
+    /* issue 14: Sentinel, ACL, secrets from files, WAIT, retention */
+    {"redis", "sentinels", CT_LIST, F(redis.sentinels), 0, 0, 0, NULL},
+    {"redis", "master_name", CT_STR, F(redis.master_name), 0, 0, 0, NULL},
+    {"redis", "username", CT_STR, F(redis.username), 0, 0, 0, NULL},
+    {"redis", "password_file", CT_STR, F(redis.password_file), 0, 0, 0, NULL},
+    {"redis", "sentinel_username", CT_STR, F(redis.sentinel_username), 0, 0, 0, NULL},
+    {"redis", "sentinel_password", CT_STR, F(redis.sentinel_password), 0, 0, CKF_SECRET, NULL},
+    {"redis", "sentinel_password_file", CT_STR, F(redis.sentinel_password_file), 0, 0, 0, NULL},
+    {"redis", "min_replicas_ack", CT_INT, F(redis.min_replicas_ack), 0, INT_MAX, 0, NULL},
+    {"redis", "wait_timeout_ms", CT_INT, F(redis.wait_timeout_ms), 1, INT_MAX, 0, NULL},
+    {"redis", "deleted_retention", CT_I64, F(redis.deleted_retention_s), 0, INT64_MAX / 1000, 0,
+     NULL},
     {"scheduler", "enabled", CT_BOOL, F(scheduler.enabled), 0, 0, 0, NULL},
     {"scheduler", "worker_cache_ttl", CT_ANY, 0, 0, 0, 0, NULL},
     {"scheduler", "tasks", CT_ANY, 0, 0, 0, 0, NULL},
@@ -440,6 +452,16 @@ struct rk_config *rk_config_defaults(void)
     c->redis.pool_size =
         64; /* issue 15: >= wrk -c64 concurrency; waiting for a connection costs more */
     c->redis.key_prefix = xstrdup("rock:");
+    c->redis.sentinels = xcalloc(1, sizeof(char *));
+    c->redis.master_name = xstrdup("");
+    c->redis.username = xstrdup("");
+    c->redis.password_file = xstrdup("");
+    c->redis.sentinel_username = xstrdup("");
+    c->redis.sentinel_password = xstrdup("");
+    c->redis.sentinel_password_file = xstrdup("");
+    c->redis.min_replicas_ack = 0;
+    c->redis.wait_timeout_ms = 1000;
+    c->redis.deleted_retention_s = 7 * 24 * 3600;
     c->scheduler.enabled = 0;
     c->proxy.timeout_s = 120;
     c->proxy.connect_timeout_s = 5;
@@ -463,7 +485,8 @@ void rk_config_free(struct rk_config *cfg)
     free(cfg->path);
     for (size_t i = 0; i < N_CORE_KEYS; i++) {
         const struct core_key *k = &core_keys[i];
-        if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL || k->type == CT_OPTYPE)
+        if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL ||
+            k->type == CT_OPTYPE || k->type == CT_LIST)
             free(*(char **)field(cfg, k));
         if (k->type == CT_LIST)
             strlist_free(*(char ***)field(cfg, k));

@@ -91,6 +91,17 @@ struct rk_config {
         int timeout_ms;         /* default 2000 */
         int pool_size;          /* default 64 */
         char *key_prefix;       /* default "rock:" */
+        /* issue 14: high availability */
+        char **sentinels;             /* NULL-terminated "host:port" list (empty = fixed host) */
+        char *master_name;            /* sentinel master name */
+        char *username;               /* ACL user ("" = default user) */
+        char *password_file;          /* password from this file's first line */
+        char *sentinel_username;      /* AUTH for sentinels */
+        char *sentinel_password;      /* secret */
+        char *sentinel_password_file; /* sentinel password from a file */
+        int min_replicas_ack;         /* WAIT for N replicas after writes; 0 = off */
+        int wait_timeout_ms;          /* bound of each WAIT, default 1000 */
+        int64_t deleted_retention_s;  /* keep deleted records, default 7 days; 0 = forever */
     } redis;
     struct {
         int enabled;

@@ -98,35 +98,15 @@ void rk_metrics_upstream(const char *op, rk_status st)
     pthread_mutex_unlock(&mu);
 }
 
-/* Count active sandboxes by state from the store (bounded work). */
+/* Count active sandboxes by state from the store's per-state index (O(1)). */
 static void count_states(struct rk_app *app, unsigned long long *pending,
                          unsigned long long *running, int *ok)
 {
     char err[RK_STORE_ERRLEN];
-    char **ids = NULL;
-    size_t n = 0;
-    *ok = rk_store_list_active(app->store, &ids, &n, err, sizeof err) == RK_STORE_OK;
-    if (!*ok)
-        return;
-    const size_t chunk = 500;
-    json_object *recs[500];
-    for (size_t off = 0; off < n; off += chunk) {
-        size_t m = n - off < chunk ? n - off : chunk;
-        if (rk_store_get_many(app->store, (const char *const *)ids + off, m, recs, err,
-                              sizeof err) != RK_STORE_OK) {
-            *ok = 0;
-            break;
-        }
-        for (size_t i = 0; i < m; i++) {
-            enum rk_state st = recs[i] ? rk_rec_state(recs[i]) : 0;
-            if (st == RK_STATE_PENDING)
-                (*pending)++;
-            else if (st == RK_STATE_RUNNING)
-                (*running)++;
-            json_object_put(recs[i]);
-        }
-    }
-    rk_store_free_ids(ids, n);
+    size_t p = 0, n = 0;
+    *ok = rk_store_count_states(app->store, &p, &n, err, sizeof err) == RK_STORE_OK;
+    *pending = p;
+    *running = n;
 }
 
 void rk_metrics_render(struct rk_app *app, struct rk_buf *out)

@@ -19,6 +19,53 @@ void rk_store_base_init(struct rk_store *st, const struct rk_store_ops *ops, int
     st->ops = ops;
     st->shared = shared;
     atomic_init(&st->errors, 0);
+    st->deleted_retention_s = RK_STORE_DEFAULT_RETENTION_S;
+}
+
+/* Set the retention of deleted records (0 = forever). */
+void rk_store_set_deleted_retention(struct rk_store *st, int64_t seconds)
+{
+    if (st)
+        st->deleted_retention_s = seconds > 0 ? seconds : 0;
+}
+
+/* True if the record's "state" is "deleted". */
+bool rk_store_rec_deleted(json_object *rec)
+{
+    json_object *state = NULL;
+    return rec && json_object_object_get_ex(rec, "state", &state) &&
+           json_object_is_type(state, json_type_string) &&
+           strcmp(json_object_get_string(state), "deleted") == 0;
+}
+
+/* Read the first line of a secret file. */
+char *rk_store_read_secret_file(const char *path, char *msg, size_t msglen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(msg, msglen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        snprintf(msg, msglen, "cannot read %s", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    char *s = strdup(buf);
+    explicit_bzero(buf, sizeof buf);
+    if (!s)
+        snprintf(msg, msglen, "out of memory");
+    else if (!*s) {
+        free(s);
+        s = NULL;
+        snprintf(msg, msglen, "%s is empty", path);
+    }
+    return s;
 }
 
 /* Format an error message into err and return RK_STORE_ERROR. */
@@ -277,6 +324,55 @@ rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n
     if (!st || !ids_out || !n_out)
         return invalid(st, "argument", err, errlen);
     return counted(st, st->ops->list_active(st, ids_out, n_out, err, errlen));
+}
+
+/* A page of active ids in list order. */
+rk_store_rc rk_store_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                               size_t *n_out, size_t *total_out, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (ids_out)
+        *ids_out = NULL;
+    if (n_out)
+        *n_out = 0;
+    if (total_out)
+        *total_out = 0;
+    if (!st || !ids_out || !n_out || !total_out)
+        return invalid(st, "argument", err, errlen);
+    return counted(st,
+                   st->ops->list_page(st, offset, limit, ids_out, n_out, total_out, err, errlen));
+}
+
+/* Active records per state. */
+rk_store_rc rk_store_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                  char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (pending_out)
+        *pending_out = 0;
+    if (running_out)
+        *running_out = 0;
+    if (!st || !pending_out || !running_out)
+        return invalid(st, "argument", err, errlen);
+    return counted(st, st->ops->count_states(st, pending_out, running_out, err, errlen));
+}
+
+/* "<create_time>\x01<id>". */
+char *rk_store_list_key(json_object *rec, const char *id)
+{
+    json_object *v = NULL;
+    const char *t = "";
+    if (rec && json_object_object_get_ex(rec, "create_time", &v) &&
+        json_object_is_type(v, json_type_string))
+        t = json_object_get_string(v);
+    size_t lt = strlen(t), li = strlen(id);
+    char *k = malloc(lt + li + 2);
+    if (!k)
+        return NULL;
+    memcpy(k, t, lt);
+    k[lt] = '\x01';
+    memcpy(k + lt + 1, id, li + 1);
+    return k;
 }
 
 /* Free an id array. */
