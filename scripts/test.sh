@@ -3,7 +3,8 @@
 #   1. install dependencies (apt, npm);
 #   2. build and run `make check` with -Werror;
 #   3. build and run `make check` again under AddressSanitizer + UBSan;
-#   4. `make distcheck` (tarball builds, installs and passes its own check).
+#   4. as root on CI: build, lintian, install and purge the Debian packages;
+#   5. `make distcheck` (tarball builds, installs and passes its own check).
 set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -68,6 +69,24 @@ set -- $(count "$top/_build/sanitizers")
 sp=$1 sf=$2
 summary="$summary; sanitizers: $sp passed, $sf failed"
 
+# Debian packages (issue 16): build, lintian, install, check, purge. It
+# installs packages system-wide, so only as root on a throwaway machine (CI).
+pp=0 pf=0
+if [ "$(id -u)" = 0 ] && { [ "${CI:-}" = true ] || [ "${ROCK_TEST_DEB:-0}" = 1 ]; }; then
+    echo "==> Debian packages (dpkg-buildpackage, lintian, apt-get install, purge)"
+    if ROCK_SIM="$top/_build/normal/tests/opensandbox-sim/opensandbox-sim" \
+        sh tests/packaging/deb-roundtrip.sh >"$top/_build/deb.out" 2>&1; then
+        grep -E '^(==>|deb-roundtrip:|check-installed:)' "$top/_build/deb.out" || true
+        summary="$summary; packages: ok"
+        pp=1
+    else
+        tail -n 80 "$top/_build/deb.out"
+        summary="$summary; packages: FAILED"
+        status=1
+        pf=1
+    fi
+fi
+
 if [ "${ROCK_SKIP_DISTCHECK:-0}" != 1 ]; then
     echo "==> make distcheck"
     if make -C "$top/_build/normal" -j"$jobs" distcheck >"$top/_build/distcheck.out" 2>&1; then
@@ -84,5 +103,5 @@ else
 fi
 
 echo "$summary"
-echo "$((np + sp + dp)) passed, $((nf + sf + df)) failed"
+echo "$((np + sp + dp + pp)) passed, $((nf + sf + df + pf)) failed"
 exit $status
