@@ -10,7 +10,8 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential autoconf automake libtool libtool-bin pkg-config \
     libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libjson-c-dev libyaml-dev \
-    libltdl-dev libcmocka-dev redis-server redis-tools python3 curl ca-certificates >/dev/null
+    libltdl-dev libcmocka-dev redis-server redis-tools python3 curl ca-certificates \
+    abigail-tools >/dev/null
 # Debian packaging (debian/, tests/packaging) and promtool (Debian's prometheus
 # package ships it) for the metrics check.
 $SUDO apt-get install -y -qq --no-install-recommends \
