@@ -87,7 +87,8 @@ struct rk_config {
         int connect_timeout_s; /* default 5 */
     } proxy;
     struct {
-        char *level; /* error|warning|info|debug, default info */
+        char *level;  /* error|warning|info|debug, default info */
+        char *format; /* text|json, default text (issue 16) */
     } log;
     struct rk_cfg_raw_section *sections; /* unknown top-level sections, raw */
     size_t n_sections;

@@ -497,6 +497,7 @@ static int state_op(struct rk_req *r, const char *id, enum rk_op op, enum rk_sta
         op == RK_OP_STOP      ? pl->ops.stop
         : op == RK_OP_RESTART ? pl->ops.restart
                               : pl->ops.archive;
+    rk_metrics_upstream_begin();
     rk_status st = fn(pl->inst, r->call, &t.ref);
     rk_metrics_upstream(rk_op_info(op)->name, st);
     rk_target_release(&t);
@@ -585,6 +586,7 @@ void rk_route_commit(struct rk_req *r)
         goto out;
     }
     const struct rk_plugin *pl = r->app->plugin;
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.commit(pl->inst, r->call, &t.ref, tag);
     rk_metrics_upstream("commit", st);
     rk_target_release(&t);
@@ -627,6 +629,7 @@ void rk_route_statistics(struct rk_req *r)
     struct rk_buf out = {.cap = 1 << 20};
     const struct rk_plugin *pl = r->app->plugin;
     struct rk_sink sink = {buf_sink_write, &out};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.statistics(pl->inst, r->call, &t.ref, &sink);
     rk_metrics_upstream("statistics", st);
     rk_target_release(&t);
