@@ -126,6 +126,24 @@ function check(rec) {
   return `body does not match ${pointer}: ${errs}; body: ${rec.body.slice(0, 400)}`;
 }
 
+// Self-check: the validator must reject what the document forbids.
+const P = "/apis/envs/sandbox/v1";
+const selfCheck = [
+  [{ method: "POST", path: P + "/execute", status: 200, content_type: "application/json",
+     body: '{"status":"Success","message":null,"error":null,"result":{"stdout":"x","stderr":""}}' }, true],
+  [{ method: "POST", path: P + "/execute", status: 200, content_type: "application/json",
+     body: '{"status":"Success","message":null,"error":null,"result":{"stdout":5,"stderr":""}}' }, false],
+  [{ method: "POST", path: P + "/execute", status: 418, content_type: "application/json", body: "{}" }, false],
+  [{ method: "GET", path: P + "/get_status?sandbox_id=x", status: 200, content_type: "text/plain", body: "x" }, false],
+  [{ method: "GET", path: "/no/such/route", status: 200, content_type: "application/json", body: "{}" }, false],
+];
+for (const [rec, good] of selfCheck) {
+  if ((check(rec) === null) !== good) {
+    console.log(`not ok - self-check: ${rec.method} ${rec.path} ${rec.status} should be ${good ? "accepted" : "rejected"}`);
+    process.exit(1);
+  }
+}
+
 if (!recordDir || !fs.existsSync(recordDir)) {
   console.error("openapi-responses: no recorded responses (ROCK_RECORD_RESPONSES=" + recordDir + ")");
   process.exit(1);
