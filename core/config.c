@@ -276,6 +276,7 @@ enum core_type {
     CT_DOUBLE, /* double > 0 */
     CT_SIZE,   /* char *, a size like "64g" */
     CT_LEVEL,  /* char *, a log level */
+    CT_LOGFMT, /* char *, a log format: text|json (issue 16) */
     CT_OPTYPE, /* char *, [a-z0-9_]+ */
     CT_ANY,    /* accepted and ignored (ROCK compatibility) */
     CT_LIST,   /* char **, NULL-terminated, from a sequence of strings */
@@ -369,6 +370,8 @@ static const struct core_key core_keys[] = {
     {"runtime", "reconcile_interval_ms", CT_INT, F(perf.reconcile_interval_ms), 0, INT_MAX, 0,
      NULL},
     {"proxy", "endpoint_cache_ttl_ms", CT_INT, F(perf.proxy_endpoint_ttl_ms), 0, INT_MAX, 0, NULL},
+    /* issue 16: log.format */
+    {"log", "format", CT_LOGFMT, F(log.format), 0, 0, 0, NULL},
 };
 
 #undef F
@@ -381,6 +384,8 @@ static const char *const core_sections[] = {"server",    "runtime", "redis",
 
 /* Accepted log levels. */
 static const char *const log_levels[] = {"error", "warning", "info", "debug", NULL};
+/* Accepted log formats (issue 16). */
+static const char *const log_formats[] = {"text", "json", NULL};
 
 /* True if s is one of the NULL-terminated list. */
 static int in_list(const char *const *list, const char *s)
@@ -466,6 +471,7 @@ struct rk_config *rk_config_defaults(void)
     c->proxy.timeout_s = 120;
     c->proxy.connect_timeout_s = 5;
     c->log.level = xstrdup("info");
+    c->log.format = xstrdup("text");
     return c;
 }
 
@@ -486,7 +492,7 @@ void rk_config_free(struct rk_config *cfg)
     for (size_t i = 0; i < N_CORE_KEYS; i++) {
         const struct core_key *k = &core_keys[i];
         if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL ||
-            k->type == CT_OPTYPE || k->type == CT_LIST)
+            k->type == CT_OPTYPE || k->type == CT_LIST || k->type == CT_LOGFMT)
             free(*(char **)field(cfg, k));
         if (k->type == CT_LIST)
             strlist_free(*(char ***)field(cfg, k));
@@ -653,6 +659,14 @@ static void apply_core_key(struct loader *L, const struct core_key *k, int line,
         else if (!in_list(log_levels, text))
             problem_at(L->p, L->file, line, k->section, k->key,
                        "must be one of: error, warning, info, debug");
+        else
+            set_str(field(L->cfg, k), text);
+        break;
+    case CT_LOGFMT:
+        if (!scalar)
+            core_type_error(L, k, line, "a string", v);
+        else if (!in_list(log_formats, text))
+            problem_at(L->p, L->file, line, k->section, k->key, "must be one of: text, json");
         else
             set_str(field(L->cfg, k), text);
         break;
@@ -1274,6 +1288,7 @@ void rk_config_dump(const struct rk_config *cfg, const struct rk_cfg *plugin_vie
         case CT_STR:
         case CT_SIZE:
         case CT_LEVEL:
+        case CT_LOGFMT:
         case CT_OPTYPE:
             emit_str(emit, ctx, k->section, k->key, *(char *const *)f,
                      (k->flags & CKF_SECRET) != 0);

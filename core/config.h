@@ -111,7 +111,8 @@ struct rk_config {
         int connect_timeout_s; /* default 5 */
     } proxy;
     struct {
-        char *level; /* error|warning|info|debug, default info */
+        char *level;  /* error|warning|info|debug, default info */
+        char *format; /* text|json, default text (issue 16) */
     } log;
     struct {
         int reconcile_interval_ms; /* issue 15: reconciler pass period, default 1000; 0 = off */

@@ -135,6 +135,7 @@ static void *create_thread(void *arg)
     const struct rk_plugin *pl = app->plugin;
     struct rk_call *call = rk_call_new(j->request_id, -1, 0);
     struct rk_created out = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.create(pl->inst, call, &j->spec, &out);
     rk_metrics_upstream("create", st);
     const char *id = j->spec.sandbox_id;
@@ -151,6 +152,7 @@ static void *create_thread(void *arg)
              * leave a sandbox that no record owns. */
             struct rk_sandbox_ref ref = {id, out.upstream_id, pl->desc->backend_tag,
                                          RK_STATE_DELETED};
+            rk_metrics_upstream_begin();
             rk_status ds = pl->ops.destroy(pl->inst, call, &ref);
             rk_metrics_upstream("destroy", ds);
             rk_info("sandbox %s: deleted during create; removed the new backend sandbox (%s)", id,
@@ -400,6 +402,7 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
     const char *id = rk_rec_str(rec, "sandbox_id");
     const char *tag = pl->desc->backend_tag;
     struct rk_sandbox_ref ref = {id, rk_rec_upstream_id(rec, tag), tag, rk_rec_state(rec)};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.destroy(pl->inst, call, &ref);
     rk_metrics_upstream("destroy", st);
     if (st != RK_OK)
@@ -437,6 +440,7 @@ rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const c
     rk_status st = rk_dispatch_record(app, call, RK_OP_RESTORE, id, rec, &t);
     if (st != RK_OK)
         return st;
+    rk_metrics_upstream_begin();
     st = pl->ops.restore(pl->inst, call, &t.ref);
     rk_metrics_upstream("restore", st);
     rk_target_release(&t);

@@ -295,6 +295,7 @@ int main(int argc, char **argv)
         rk_log_set_level(RK_LOG_WARNING);
     else if (!strcmp(cfg->log.level, "debug"))
         rk_log_set_level(RK_LOG_DEBUG);
+    rk_log_set_format(!strcmp(cfg->log.format, "json") ? RK_LOG_FORMAT_JSON : RK_LOG_FORMAT_TEXT);
 
     /* ROCK_PLUGIN_DIR overrides runtime.plugin_dir (tests, uninstalled builds). */
     const char *pdir = getenv("ROCK_PLUGIN_DIR");

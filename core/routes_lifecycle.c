@@ -616,6 +616,7 @@ void rk_route_commit(struct rk_req *r)
         goto out;
     }
     const struct rk_plugin *pl = r->app->plugin;
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.commit(pl->inst, r->call, &t.ref, tag);
     rk_metrics_upstream("commit", st);
     rk_target_release(&t);
@@ -658,6 +659,7 @@ void rk_route_statistics(struct rk_req *r)
     struct rk_buf out = {.cap = 1 << 20};
     const struct rk_plugin *pl = r->app->plugin;
     struct rk_sink sink = {buf_sink_write, &out};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.statistics(pl->inst, r->call, &t.ref, &sink);
     rk_metrics_upstream("statistics", st);
     rk_target_release(&t);

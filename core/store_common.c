@@ -3,6 +3,8 @@
  * error counter, and helpers shared by the memory and Redis backends. */
 #include "store_common.h"
 
+#include "metrics.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -211,13 +213,33 @@ static void err_reset(char *err, size_t errlen)
         err[0] = '\0';
 }
 
-/* Count an error result; pass any rc through. */
-static rk_store_rc counted(struct rk_store *st, rk_store_rc rc)
+/* Start of this thread's current backend call (CLOCK_MONOTONIC ns). */
+static _Thread_local int64_t call_start_ns;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Count an error result and observe the round trip since call_start_ns
+ * under the operation named by the calling function ("rk_store_get" ->
+ * "get", "rk_session_reserve" -> "session_reserve"); pass any rc through. */
+static rk_store_rc counted_call(struct rk_store *st, const char *fn, rk_store_rc rc)
 {
     if (rc == RK_STORE_ERROR)
         atomic_fetch_add(&st->errors, 1);
+    const char *op = strncmp(fn, "rk_store_", 9) == 0 ? fn + 9
+                     : strncmp(fn, "rk_", 3) == 0     ? fn + 3
+                                                      : fn;
+    rk_metrics_store(op, (double)(mono_ns() - call_start_ns) / 1e9);
     return rc;
 }
+
+/* counted(st, st->ops->x(...)): the comma operator starts the clock before
+ * the backend call is evaluated. */
+#define counted(st, rc) (call_start_ns = mono_ns(), counted_call((st), __func__, (rc)))
 
 /* Validate a name-like argument (non-empty, bounded). */
 static bool name_ok(const char *s)
