@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "archive.h"
 #include "config.h"
 #include "dispatch.h"
 #include "host.h"
@@ -243,6 +244,15 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
     json_object *cf;
     if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
         return RK_OK; /* the failed phase tells the client why */
+    int restoring = rk_restore_in_progress(app, rec_io);
+    if (restoring == 1) {
+        rk_dispatch_touch_rec(app, *rec_io);
+        return RK_OK; /* shown pending until the restore recorded its backend id */
+    }
+    if (restoring == 2) { /* a dead restore went back to archived */
+        *shown = rk_rec_state(*rec_io);
+        return RK_OK;
+    }
 
     const char *tag = pl->desc->backend_tag;
     const char *up = rk_rec_upstream_id(rec, tag);
