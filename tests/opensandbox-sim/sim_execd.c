@@ -548,6 +548,10 @@ enum MHD_Result sim_execd_handle(struct MHD_Connection *c, struct sim_req *r, co
         } else {
             ret = sim_reply_text(c, 404, "404 page not found");
         }
+    } else if ((strcmp(path, "/metrics") == 0 || strcmp(path, "/metrics/watch") == 0) &&
+               strcmp(m, "GET") == 0) {
+        pthread_mutex_unlock(&g_sim.mu);
+        return sim_metrics_handle(c, path);
     } else if (strncmp(path, "/files", 6) == 0 || strncmp(path, "/directories", 12) == 0) {
         char *dir = sim_strdup(sb->dir);
         pthread_mutex_unlock(&g_sim.mu);

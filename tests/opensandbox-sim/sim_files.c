@@ -475,7 +475,7 @@ static enum MHD_Result sim_upload(struct MHD_Connection *c, struct sim_req *r, c
 }
 
 /* Recursively remove path (like os.RemoveAll); 0 on success or if absent. */
-static int sim_remove_all(const char *path)
+int sim_remove_all(const char *path)
 {
     struct stat st;
     if (lstat(path, &st) != 0)

@@ -158,6 +158,9 @@ static enum MHD_Result sim_dispatch(struct MHD_Connection *c, struct sim_req *r)
     int st;
     if (sim_fault_take_status(execd, &st))
         return sim_reply_error(c, (unsigned)st, "SIM::INJECTED_FAULT", "injected failure");
+    if (execd && !sim_wait_unpaused(id))
+        return sim_reply_error(c, 502, "GENERAL::UNKNOWN_ERROR",
+                               "Could not connect to the backend sandbox: sandbox is paused");
     if (execd && strncmp(kind, "execd", 5) == 0)
         return sim_execd_handle(c, r, id, rest);
     if (execd && strncmp(kind, "egress", 6) == 0)

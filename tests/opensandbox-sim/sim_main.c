@@ -185,6 +185,7 @@ int main(int argc, char **argv)
     sim_wait_threads();
     pthread_join(janitor, NULL);
     sim_free_all();
+    sim_snapshots_free_all();
     free(g_sim.api_key);
     free(g_sim.execd_header_name);
     free(g_sim.execd_header_value);

@@ -517,7 +517,10 @@ static ssize_t sim_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         bool cut = f.cut_stream_after >= 0 && st->events >= f.cut_stream_after;
         if (g_sim.shutting_down || cut)
             return out ? (ssize_t)out : MHD_CONTENT_READER_END_WITH_ERROR;
-        if (f.stall_stream_after >= 0 && st->events >= f.stall_stream_after) {
+        pthread_mutex_lock(&st->cmd->mu);
+        bool frozen = st->cmd->frozen; /* paused sandbox: a frozen execd sends nothing */
+        pthread_mutex_unlock(&st->cmd->mu);
+        if (frozen || (f.stall_stream_after >= 0 && st->events >= f.stall_stream_after)) {
             if (out)
                 return (ssize_t)out;
             sim_sleep_ms(100);
