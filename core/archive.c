@@ -19,7 +19,7 @@
 #include "util.h"
 
 /* Lease of a running job; refreshed on every poll (about once a second). */
-#define JOB_LEASE_S 30
+#define JOB_LEASE_S 10
 /* Lease while one plugin call may block for long (resume + snapshot, create). */
 #define JOB_LONG_LEASE_S 900
 /* Longest time a snapshot may stay Creating before the archive fails. */
@@ -41,6 +41,8 @@ struct jpatch {
     int drop_upstream;       /* remove extended_params.<tag>_id */
     const char *snapshot_id; /* set snapshot_id */
     int drop_snapshot;       /* remove snapshot_id */
+    int snapshot_restored;   /* move snapshot_id to restored_from */
+    int drop_restored;       /* remove restored_from */
     const char *host_name;   /* set host_name */
     const char *error;       /* set archive_error (NULL leaves it) */
     int clear_error;         /* remove archive_error */
@@ -71,6 +73,15 @@ static int apply_jpatch(json_object *rec, void *ctx)
         rk_rec_set_str(rec, "snapshot_id", p->snapshot_id);
     if (p->drop_snapshot)
         json_object_object_del(rec, "snapshot_id");
+    if (p->snapshot_restored && rk_rec_str(rec, "snapshot_id")) {
+        /* The restored sandbox uses it (Docker refuses to delete it until
+         * the sandbox is gone); it is deleted with the sandbox or replaced
+         * by the next archive. */
+        rk_rec_set_str(rec, "restored_from", rk_rec_str(rec, "snapshot_id"));
+        json_object_object_del(rec, "snapshot_id");
+    }
+    if (p->drop_restored)
+        json_object_object_del(rec, "restored_from");
     if (p->host_name)
         rk_rec_set_str(rec, "host_name", p->host_name);
     if (p->error)
@@ -115,6 +126,19 @@ static int64_t rec_int(json_object *rec, const char *key)
 {
     json_object *v;
     return json_object_object_get_ex(rec, key, &v) && v ? json_object_get_int64(v) : 0;
+}
+
+void rk_archive_drop_restored(struct rk_app *app, struct rk_call *call, json_object *rec)
+{
+    const struct rk_plugin *pl = app->plugin;
+    const char *old = rk_rec_str(rec, "restored_from");
+    if (!old || !(pl->caps & RK_CAP_SNAPSHOT))
+        return;
+    rk_status st = pl->ops.snapshot_delete(pl->inst, call, old);
+    rk_metrics_upstream("snapshot_delete", st);
+    if (st != RK_OK)
+        rk_warn("sandbox %s: cannot delete snapshot %s it was restored from: %s",
+                rk_rec_str(rec, "sandbox_id"), old, rk_call_error_text(call));
 }
 
 /* ---- background jobs ------------------------------------------------------------- */
@@ -249,10 +273,13 @@ static void run_archive(struct rk_app *app, struct rk_call *call, const char *id
                     "on its own): %s",
                     id, rk_call_error_text(call));
     }
+    if (rk_rec_str(rec, "restored_from")) /* the snapshot this one was restored from */
+        rk_archive_drop_restored(app, call, rec);
     struct jpatch done = {.expect = RK_STATE_ARCHIVING,
                           .to = RK_STATE_ARCHIVED,
                           .event = "archive_done",
                           .tag = tag,
+                          .drop_restored = 1,
                           .drop_upstream = 1,
                           .clear_error = 1,
                           .drop_lease = 1,
@@ -276,6 +303,7 @@ static void run_restore(struct rk_app *app, struct rk_call *call, struct job *j)
                            .tag = tag,
                            .upstream_id = out.upstream_id,
                            .host_name = out.host_name ? out.host_name : out.upstream_id,
+                           .snapshot_restored = 1,
                            .restoring = -1,
                            .drop_lease = 1};
         if (jpatch_apply(app, j->id, &p, NULL) != RK_STORE_OK) {

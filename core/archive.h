@@ -41,4 +41,8 @@ int rk_restore_in_progress(struct rk_app *app, json_object **rec_io);
 /** Delete the snapshot of an archived record (none = success). */
 rk_status rk_archive_delete_snapshot(struct rk_app *app, struct rk_call *call, json_object *rec);
 
+/** Best effort: delete the snapshot a sandbox was restored from (its
+ *  `restored_from`), once that sandbox is gone or archived anew. */
+void rk_archive_drop_restored(struct rk_app *app, struct rk_call *call, json_object *rec);
+
 #endif /* RK_ARCHIVE_H */

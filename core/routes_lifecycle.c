@@ -484,6 +484,8 @@ static int delete_sandbox(struct rk_req *r, const char *id)
         rk_target_release(&t);
         return -1;
     }
+    rk_archive_drop_restored(app, r->call, t.rec); /* its sandbox is gone now */
+    rk_call_clear_error(r->call);
     rk_target_release(&t);
     return 0;
 }

@@ -161,9 +161,9 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
         bad = 1;
     }
     int64_t renew_margin = host->cfg_int(cfg, "renew_margin");
-    if (renew_margin != 0 && (renew_margin < 60 || renew_margin > 7 * 86400)) {
+    if (renew_margin != 0 && (renew_margin < 10 || renew_margin > 7 * 86400)) {
         host->cfg_problem(cfg, "renew_margin",
-                          "must be 0 (no renewal) or between 60 and 604800 seconds");
+                          "must be 0 (no renewal) or between 10 and 604800 seconds");
         bad = 1;
     }
     if (renew_margin != 0 && sandbox_timeout == 0) {

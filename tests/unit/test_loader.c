@@ -60,11 +60,15 @@ static void test_wrong_magic(void **state)
     expect_refusal("abi_bad_magic", "magic check failed", "0xdeadbeef");
 }
 
+#define RK_STR_(x) #x
+#define RK_STR(x) RK_STR_(x)
+
 static void test_other_major(void **state)
 {
     (void)state;
     expect_refusal("abi_other_major", "ABI major check failed",
-                   "operator ABI 2.0, daemon provides 1.0");
+                   "operator ABI 2." RK_STR(RK_OPERATOR_ABI_MINOR) ", daemon provides "
+                   "1." RK_STR(RK_OPERATOR_ABI_MINOR));
 }
 
 static void test_newer_minor(void **state)
