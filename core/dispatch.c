@@ -32,6 +32,7 @@ static const struct rk_op_info op_table[RK_OP_COUNT] = {
     [RK_OP_PROXY_HTTP] = {"http proxy", RK_CAP_PROXY_HTTP, 1, 1},
     [RK_OP_PROXY_WS] = {"websocket proxy", RK_CAP_PROXY_WS, 1, 1},
     [RK_OP_PORT_FORWARD] = {"portforward", RK_CAP_PORT_FORWARD, 1, 1},
+    [RK_OP_RESTORE] = {"restore", RK_CAP_RESTORE, 0, 0},
 };
 
 const struct rk_op_info *rk_op_info(enum rk_op op)

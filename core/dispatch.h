@@ -40,6 +40,7 @@ enum rk_op {
     RK_OP_PROXY_HTTP,
     RK_OP_PROXY_WS,
     RK_OP_PORT_FORWARD,
+    RK_OP_RESTORE,
     RK_OP_COUNT
 };
 

@@ -74,9 +74,13 @@ void rk_call_set_deadline(struct rk_call *call, int64_t deadline_ms)
     call->deadline_ms = deadline_ms;
 }
 
-void *rk_arena_alloc(struct rk_call *call, size_t n)
+void *rk_arena_try_alloc(struct rk_call *call, size_t n)
 {
     const size_t align = sizeof(max_align_t);
+    /* Round up to the alignment without overflowing: refuse sizes that have
+     * no room for the rounding or for the block header. */
+    if (n > SIZE_MAX - sizeof(struct arena_block) - align)
+        return NULL;
     n = (n + align - 1) / align * align;
     if (n == 0)
         n = align;
@@ -85,7 +89,7 @@ void *rk_arena_alloc(struct rk_call *call, size_t n)
         size_t size = n > 4096 ? n : 4096;
         struct arena_block *nb = malloc(sizeof *nb + size);
         if (!nb)
-            abort();
+            return NULL;
         nb->used = 0;
         nb->size = size;
         if (n > 4096 && b) {
@@ -101,6 +105,14 @@ void *rk_arena_alloc(struct rk_call *call, size_t n)
     void *p = (char *)b->data + b->used;
     b->used += n;
     memset(p, 0, n);
+    return p;
+}
+
+void *rk_arena_alloc(struct rk_call *call, size_t n)
+{
+    void *p = rk_arena_try_alloc(call, n);
+    if (!p)
+        abort();
     return p;
 }
 
@@ -256,6 +268,28 @@ static void host_log(enum rk_log_level level, const char *fmt, ...)
     va_end(ap);
 }
 
+/* A plugin-prefixed log line from a format (helper for log_call). */
+static void log_prefixed(enum rk_log_level level, const char *fmt, ...) RK_PRINTF(2, 3);
+static void log_prefixed(enum rk_log_level level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    rk_logv(level, plugin_prefix, fmt, ap);
+    va_end(ap);
+}
+
+/* log_call (1.1): the plugin's line with the call's request id. */
+static void host_log_call(const struct rk_call *call, enum rk_log_level level, const char *fmt, ...)
+{
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    const char *rid = call && call->request_id[0] ? call->request_id : "-";
+    log_prefixed(level, "id=%s %s", rid, line);
+}
+
 static rk_status host_set_error(struct rk_call *call, rk_status code, const char *fmt, ...)
 {
     va_list ap;
@@ -265,14 +299,21 @@ static rk_status host_set_error(struct rk_call *call, rk_status code, const char
     return st;
 }
 
+/* The ABI's arena_alloc: NULL on failure, never abort (operator.h). */
 static void *host_arena_alloc(struct rk_call *call, size_t n)
 {
-    return rk_arena_alloc(call, n);
+    return rk_arena_try_alloc(call, n);
 }
 
 static char *host_arena_strdup(struct rk_call *call, const char *s)
 {
-    return rk_arena_strdup(call, s);
+    if (!s)
+        return NULL;
+    size_t n = strlen(s);
+    char *d = rk_arena_try_alloc(call, n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
 }
 
 static int64_t host_deadline(const struct rk_call *call)
@@ -322,4 +363,5 @@ const struct rk_host rk_host_table = {
     .cfg_bool = rk_cfg_get_bool,
     .cfg_double = rk_cfg_get_double,
     .cfg_problem = host_cfg_problem,
+    .log_call = host_log_call,
 };

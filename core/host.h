@@ -27,7 +27,10 @@ void rk_call_free(struct rk_call *call);
 /** Set or replace the absolute deadline (monotonic ms; 0 = none). */
 void rk_call_set_deadline(struct rk_call *call, int64_t deadline_ms);
 
-/** Arena helpers (memory lives until rk_call_free). Abort on OOM. */
+/** Allocate n zeroed bytes in the call's arena; NULL on failure or when the
+ *  size cannot be rounded without overflow (the ABI's arena_alloc). */
+void *rk_arena_try_alloc(struct rk_call *call, size_t n);
+/** Arena helpers for the core (memory lives until rk_call_free). Abort on OOM. */
 void *rk_arena_alloc(struct rk_call *call, size_t n);
 char *rk_arena_strdup(struct rk_call *call, const char *s);
 char *rk_arena_strndup(struct rk_call *call, const char *s, size_t n);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app.h"
 #include "archive.h"
@@ -356,4 +357,89 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
                                  id);
     clear_sessions(app, id); /* failures are only logged (B29) */
     return RK_OK;
+}
+
+/* ---- restore (RK_CAP_RESTORE) ------------------------------------------------------ */
+
+rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const char *id,
+                               int *restored)
+{
+    const struct rk_plugin *pl = app->plugin;
+    *restored = 0;
+    if (!(pl->caps & (RK_CAP_RESTORE | RK_CAP_SNAPSHOT)))
+        return RK_OK; /* a start on the id creates a new sandbox, as before */
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = NULL;
+    rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
+    if (rc == RK_STORE_ERROR)
+        return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
+    enum rk_state stored = rc == RK_STORE_OK ? rk_rec_state(rec) : 0;
+    json_object_put(rec);
+    if (stored != RK_STATE_ARCHIVED)
+        return RK_OK;
+    struct rk_target t;
+    if (pl->caps & RK_CAP_SNAPSHOT) {
+        /* ABI 1.1: restore from the stored snapshot (archive.c), never
+         * overwrite the record and leak its snapshot. */
+        rk_status st = rk_dispatch(app, call, RK_OP_STATUS, id, &t);
+        if (st != RK_OK)
+            return st;
+        st = rk_restore_start(app, call, t.rec);
+        rk_target_release(&t);
+        if (st == RK_OK)
+            *restored = 1;
+        return st;
+    }
+    rk_status st = rk_dispatch(app, call, RK_OP_RESTORE, id, &t);
+    if (st != RK_OK)
+        return st;
+    st = pl->ops.restore(pl->inst, call, &t.ref);
+    rk_metrics_upstream("restore", st);
+    rk_target_release(&t);
+    if (st != RK_OK)
+        return st; /* the record stays archived */
+    struct patch p = {.expect = RK_STATE_ARCHIVED, .to = RK_STATE_PENDING, .event = "restore"};
+    if (patch_record(app, id, &p, NULL) == RK_STORE_ERROR)
+        return rk_call_set_error(call, RK_E_UNAVAILABLE,
+                                 "sandbox %s was restored in the backend but its record could "
+                                 "not be updated: sandbox store unavailable",
+                                 id);
+    *restored = 1;
+    return RK_OK;
+}
+
+/* ---- waiting for running (POST /start) ------------------------------------------------ */
+
+rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, const char *id,
+                                    int wait_s)
+{
+    int64_t until = rk_now_ms() + (int64_t)wait_s * 1000;
+    while (rk_now_ms() < until && !rk_call_cancelled(call)) {
+        char err[RK_STORE_ERRLEN];
+        json_object *rec = NULL;
+        if (rk_store_get(app->store, id, &rec, err, sizeof err) == RK_STORE_OK) {
+            enum rk_state shown;
+            int alive = 0;
+            if (rk_lifecycle_refresh(app, call, &rec, &shown, &alive) != RK_OK)
+                rk_call_clear_error(call);
+            json_object *cf;
+            int failed = json_object_object_get_ex(rec, "failure", &cf) && cf;
+            if (failed) {
+                const char *why = rk_rec_str(cf, "message");
+                rk_call_set_error(call, RK_E_INTERNAL, "%s", why ? why : "sandbox creation failed");
+            }
+            json_object_put(rec);
+            if (alive)
+                return RK_OK;
+            if (failed)
+                return RK_E_INTERNAL;
+        } else if (rec) {
+            json_object_put(rec);
+        }
+        /* Poll once a second, but never sleep past the deadline. */
+        int64_t left = until - rk_now_ms();
+        if (left > 0)
+            usleep((useconds_t)(left < 1000 ? left : 1000) * 1000);
+    }
+    return rk_call_set_error(call, RK_E_TIMEOUT, "sandbox %s not running after %ds", id, wait_s);
 }

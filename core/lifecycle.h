@@ -33,4 +33,22 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
 rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_object *rec,
                               const char *event);
 
+/**
+ * Restore an archived sandbox (RK_CAP_RESTORE): if the plugin has the
+ * capability and id's record is archived, pass the gate, call restore() and
+ * move the record archived -> pending ("restore"); *restored is then 1.
+ * Otherwise *restored is 0 and nothing happens. Errors are on call.
+ */
+rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const char *id,
+                               int *restored);
+
+/**
+ * Wait until the sandbox id is running (POST /start): refresh its state about
+ * once a second for at most wait_s seconds or until the call is cancelled.
+ * RK_OK when running; RK_E_INTERNAL with the stored failure, or RK_E_TIMEOUT,
+ * on call otherwise.
+ */
+rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, const char *id,
+                                    int wait_s);
+
 #endif /* RK_LIFECYCLE_H */

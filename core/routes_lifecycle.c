@@ -163,6 +163,20 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
         rk_random_hex(idbuf, 32);
         id = rk_arena_strdup(r->call, idbuf);
     }
+    if (req_id && *req_id) {
+        /* RK_CAP_RESTORE: starting an archived id restores it. */
+        int restored = 0;
+        if (rk_lifecycle_restore(app, r->call, id, &restored) != RK_OK) {
+            rk_reply_call_error(r);
+            goto fail;
+        }
+        if (restored) {
+            *id_out = id;
+            *disk_out = disk ? rk_arena_strdup(r->call, disk) : NULL;
+            json_object_put(body);
+            return 0;
+        }
+    }
     const char *user = read_headers ? header_or(r, "X-User-Id", "default") : "default";
     const char *exp = read_headers ? header_or(r, "X-Experiment-Id", "default") : "default";
     const char *ns = read_headers ? header_or(r, "X-Namespace", "default") : "default";
@@ -265,36 +279,10 @@ void rk_route_start(struct rk_req *r)
     const char *id, *disk;
     if (do_start(r, 0, &id, &disk) != 0)
         return;
-    struct rk_app *app = r->app;
-    int64_t until = rk_now_ms() + (int64_t)app->cfg->runtime.start_wait_s * 1000;
-    while (rk_now_ms() < until && !rk_call_cancelled(r->call)) {
-        char err[RK_STORE_ERRLEN];
-        json_object *rec = NULL;
-        if (rk_store_get(app->store, id, &rec, err, sizeof err) == RK_STORE_OK) {
-            enum rk_state shown;
-            int alive = 0;
-            if (rk_lifecycle_refresh(app, r->call, &rec, &shown, &alive) != RK_OK)
-                rk_call_clear_error(r->call);
-            json_object *cf;
-            int failed = json_object_object_get_ex(rec, "failure", &cf) && cf;
-            const char *why = failed ? rk_rec_str(cf, "message") : NULL;
-            json_object_put(rec);
-            if (alive) {
-                rk_reply_ok(r, start_result(id, disk));
-                return;
-            }
-            if (failed) {
-                rk_reply_error(r, RK_E_INTERNAL, why ? why : "sandbox creation failed");
-                return;
-            }
-        } else if (rec) {
-            json_object_put(rec);
-        }
-        usleep(1000 * 1000);
-    }
-    rk_reply_error(r, RK_E_TIMEOUT,
-                   rk_arena_printf(r->call, "sandbox %s not running after %ds", id,
-                                   app->cfg->runtime.start_wait_s));
+    if (rk_lifecycle_wait_running(r->app, r->call, id, r->app->cfg->runtime.start_wait_s) != RK_OK)
+        rk_reply_error(r, rk_call_error_code(r->call), rk_call_error_text(r->call));
+    else
+        rk_reply_ok(r, start_result(id, disk));
 }
 
 /* ---- status ------------------------------------------------------------------- */

@@ -559,18 +559,32 @@ void rk_route_run_in_session(struct rk_req *r)
     if (lookup_session(r, t.ref.sandbox_id, name, &session_id) != RK_OK)
         goto release;
     const struct rk_plugin *pl = r->app->plugin;
-    if (interactive || quit || (expect && json_object_array_length(expect) > 0)) {
-        /* ABI 1.0 has no way to pass interactive flags or expect strings to
-         * session_run, so these are refused with the plugin's own text. */
-        char buf[256];
-        rk_reply_error(r, RK_E_UNSUPPORTED,
-                       rk_plugin_unsupported(pl, RK_CAP_SESSION_INTERACTIVE,
-                                             "interactive session commands", buf, sizeof buf));
-        goto release;
-    }
-
+    size_t n_expect = expect ? json_object_array_length(expect) : 0;
     struct rk_session_req req = {.command = command,
                                  .timeout_ms = seconds_to_ms(has_timeout, timeout_s)};
+    if (interactive || quit || n_expect > 0) {
+        /* Interactive flags and expect strings reach session_run only for a
+         * plugin that declares RK_CAP_SESSION_INTERACTIVE and was built for
+         * ABI >= 1.1 (1.0 had no fields to carry them); otherwise they are
+         * refused with the plugin's own text. */
+        if (!(pl->desc->caps & RK_CAP_SESSION_INTERACTIVE) || !rk_plugin_minor_at_least(pl, 1)) {
+            char buf[256];
+            rk_reply_error(r, RK_E_UNSUPPORTED,
+                           rk_plugin_unsupported(pl, RK_CAP_SESSION_INTERACTIVE,
+                                                 "interactive session commands", buf, sizeof buf));
+            goto release;
+        }
+        req.flags =
+            (interactive ? RK_SESSF_INTERACTIVE : 0u) | (quit ? RK_SESSF_INTERACTIVE_QUIT : 0u);
+        if (n_expect) {
+            const char **ev = rk_arena_alloc(r->call, n_expect * sizeof *ev);
+            for (size_t i = 0; i < n_expect; i++)
+                ev[i] = json_object_get_string(json_object_array_get_idx(expect, i));
+            req.expect = ev;
+            req.expect_len = n_expect;
+        }
+    }
+
     struct rk_sink sink = {.write = collector_write, .ctx = &col};
     struct rk_exec_res res = {0};
     int64_t started = rk_now_ms();
@@ -620,7 +634,10 @@ void rk_route_run_in_session(struct rk_req *r)
         if (strcmp(check, "ignore") != 0 && res.has_exit_code)
             json_object_object_add(result, "exit_code", json_object_new_int(res.exit_code));
         json_object_object_add(result, "failure_reason", json_object_new_string(""));
-        json_object_object_add(result, "expect_string", json_object_new_string(""));
+        /* expect_string (1.1): what matched, from a plugin that knows the field. */
+        const char *matched = rk_plugin_minor_at_least(pl, 1) ? res.expect_string : NULL;
+        json_object_object_add(result, "expect_string",
+                               json_object_new_string(matched ? matched : ""));
         rk_reply_ok(r, result);
     }
     rk_buf_free(&output);

@@ -10,7 +10,8 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential autoconf automake libtool libtool-bin pkg-config \
     libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libjson-c-dev libyaml-dev \
-    libltdl-dev libcmocka-dev redis-server redis-tools python3 curl ca-certificates >/dev/null
+    libltdl-dev libcmocka-dev redis-server redis-tools python3 curl ca-certificates \
+    abigail-tools >/dev/null
 # Node.js >= 20 runs the OpenSandbox SDK conformance test; keep a newer one if present.
 if ! command -v node >/dev/null 2>&1; then
     $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null

@@ -4,6 +4,10 @@
 #   2. build and run `make check` with -Werror;
 #   3. build and run `make check` again under AddressSanitizer + UBSan;
 #   4. `make distcheck` (tarball builds, installs and passes its own check).
+# Before the builds: the operator ABI check (scripts/abi-check.sh --self-test:
+# abidiff of include/rock-admin/operator.h against abi/operator-1.0.abi, and
+# proof that the check fails on incompatible changes and on an append without
+# a minor bump).
 set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
@@ -17,6 +21,17 @@ if [ -x "$top/tests/js/.node-runtime/node_modules/.bin/node" ]; then
 fi
 status=0
 summary=""
+
+echo "==> ABI check"
+if sh scripts/abi-check.sh --self-test; then
+    summary="abi: ok"
+    ap=1 af=0
+else
+    summary="abi: FAILED"
+    status=1
+    ap=0 af=1
+fi
+summary="$summary; "
 
 run_check() { # name, configure args...
     name=$1
@@ -57,7 +72,7 @@ count() { # dir -> "pass fail"
 run_check normal || status=1
 set -- $(count "$top/_build/normal")
 np=$1 nf=$2
-summary="normal: $np passed, $nf failed"
+summary="${summary}normal: $np passed, $nf failed"
 
 ASAN_FLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:exitcode=23"
@@ -84,5 +99,5 @@ else
 fi
 
 echo "$summary"
-echo "$((np + sp + dp)) passed, $((nf + sf + df)) failed"
+echo "$((ap + np + sp + dp)) passed, $((af + nf + sf + df)) failed"
 exit $status

@@ -121,8 +121,13 @@ static rk_status hello_create(void *inst, struct rk_call *call, const struct rk_
     out->host_name = NULL; /* shown as the upstream id */
     if (!out->upstream_id)
         return RK_E_NOMEM;
-    h->host->log(RK_LOG_INFO, "created %s for %s (request %s)", id, spec->sandbox_id,
-                 h->host->request_id(call));
+    /* log_call (ABI 1.1) puts the request id on the line; an older core
+     * lacks it, so test before calling. */
+    if (RK_HOST_HAS(h->host, log_call))
+        h->host->log_call(call, RK_LOG_INFO, "created %s for %s", id, spec->sandbox_id);
+    else
+        h->host->log(RK_LOG_INFO, "created %s for %s (request %s)", id, spec->sandbox_id,
+                     h->host->request_id(call));
     return RK_OK;
 }
 
@@ -219,4 +224,5 @@ RK_OPERATOR_EXPORT = {
     .config = hello_config,
     .unsupported = hello_unsupported,
     .ops = &hello_ops,
+    RK_OPERATOR_ELEMENT_SIZES, /* strides of hello_config[] and hello_unsupported[] (1.1) */
 };

@@ -15,14 +15,35 @@
  * bits against entry points, config schema) and refuses the plugin with one
  * log line naming the failed check otherwise.
  *
- * Versioning (the Varnish rule):
+ * Versioning (the Varnish rule), as the loader enforces it:
  *   - ABI major changes on any removal, reordering or change of meaning of an
- *     existing field, entry point or host function. The core loads a plugin
- *     only if its major equals the core's.
- *   - ABI minor changes when something is appended. The core loads a plugin
- *     whose minor is lower than or equal to its own (a newer plugin is refused).
- *   - `struct_size` fields let a newer core read an older plugin's tables:
- *     slots beyond the plugin's size read as NULL / zero.
+ *     existing field, entry point, host function, capability bit or status
+ *     code. The core loads a plugin only if its major equals the core's.
+ *   - ABI minor changes when something is appended: a field at the END of a
+ *     struct, an entry point at the end of the ops table, a host function at
+ *     the end of the host table, a new capability bit, a new enumerator. The
+ *     core loads a plugin whose minor is lower than or equal to its own; a
+ *     plugin with a newer minor is refused at load.
+ *   - Versioned structs the plugin hands to the core carry their own size:
+ *     the descriptor (`struct_size`, at least the 1.0 size), the ops table
+ *     (`struct_size`, at least up to `destroy`), and the two arrays
+ *     (`config_key_size`, `cap_msg_size`: element strides, 0 or absent means
+ *     the 1.0 element size). The core copies each of them by the plugin's own
+ *     size into a zero-filled copy of its own layout and never reads the
+ *     plugin's memory past that size, so fields a plugin does not know read as
+ *     0 / NULL. Zero must therefore always mean "absent, 1.0 behaviour".
+ *   - The host table is the core's: test members appended after 1.0 with
+ *     RK_HOST_HAS() before calling them (an older core lacks them).
+ *   - Structs the core passes in (specs, requests, refs) may grow at the end;
+ *     a plugin reads only the fields it knows. Structs the plugin fills (out
+ *     parameters) are zero-filled by the core at the core's size, and the core
+ *     reads a field appended in minor N only from a plugin built for >= N.
+ *   - `struct rk_kv` and the enum types keep their layout for the whole major.
+ *   - Every symbol a plugin imports must resolve when it is loaded: the loader
+ *     binds all symbols immediately and refuses the plugin with one line naming
+ *     the first unresolved symbol (no lazy failure on first use).
+ *   - `abi/` holds an abidw baseline of the 1.0 types; CI (scripts/abi-check.sh)
+ *     fails on any change except appends, and on an append without a minor bump.
  *
  * Ownership:
  *   - Everything the core passes in (specs, refs, strings, arrays) is borrowed
@@ -51,7 +72,24 @@
  *   RK_E_TIMEOUT, RK_E_COMMAND, RK_E_CANCELLED -> Failed with a null result
  *
  * ABI changelog (newest first):
- *   1.1 (2026-11-30)  Appended (a 1.0 plugin loads unchanged):
+ *   1.1 (2026-11-30)  Keeps the minor-version promise for 1.0 plugins:
+ *                     - the core copies the descriptor by its struct_size
+ *                       (1.0 descriptors keep loading; newer minors refused);
+ *                     - appended to rk_operator: config_key_size and
+ *                       cap_msg_size, element strides of config[] and
+ *                       unsupported[] so both arrays can grow in a minor;
+ *                     - appended to rk_host: log_call() (log line carrying
+ *                       the request id of a call);
+ *                     - arena_alloc returns NULL on failure (as documented)
+ *                       and refuses sizes whose rounding would overflow;
+ *                     - unresolved symbols refused at load, naming the symbol;
+ *                     - every capability bit has an effect: RK_CAP_RESTORE
+ *                       (start on an archived id calls restore),
+ *                       RK_CAP_SESSION_INTERACTIVE (appended to
+ *                       rk_session_req: flags, expect, expect_len; to
+ *                       rk_exec_res: expect_string), RK_CAP_PORT_FORWARD
+ *                       (see its comment).
+ *                     Lifecycle (issue 12):
  *                     - ops.configured_caps + RK_CAP_CONFIGURED: the configured
  *                       instance narrows its descriptor's caps after init()
  *                       (e.g. a deployment option turns stop off).
@@ -147,10 +185,10 @@ typedef enum rk_status {
 #define RK_CAP_FILE_STAT (1ull << 2)           /**< ops.file_stat */
 #define RK_CAP_FILE_WRITE (1ull << 3)          /**< ops.file_write */
 #define RK_CAP_SESSION (1ull << 4)             /**< ops.session_open/run/close */
-#define RK_CAP_SESSION_INTERACTIVE (1ull << 5) /**< interactive/expect in session_run */
+#define RK_CAP_SESSION_INTERACTIVE (1ull << 5) /**< interactive/expect in session_run (>= 1.1) */
 #define RK_CAP_PROXY_HTTP (1ull << 6)          /**< ops.proxy_target, kind HTTP */
 #define RK_CAP_PROXY_WS (1ull << 7)            /**< ops.proxy_target, kind WS */
-#define RK_CAP_PORT_FORWARD (1ull << 8)        /**< ops.proxy_target, kind TCP */
+#define RK_CAP_PORT_FORWARD (1ull << 8)        /**< ops.proxy_target, kind TCP (see below) */
 #define RK_CAP_STOP (1ull << 9)                /**< ops.stop */
 #define RK_CAP_RESTART (1ull << 10)            /**< ops.restart */
 #define RK_CAP_ARCHIVE (1ull << 11)            /**< ops.archive */
@@ -159,20 +197,26 @@ typedef enum rk_status {
 #define RK_CAP_STATISTICS (1ull << 14)         /**< ops.statistics */
 #define RK_CAP_DELETE_PENDING (1ull << 15)     /**< ops.destroy may be called while pending */
 #define RK_CAP_SCHEDULER (1ull << 16)          /**< the backend uses a worker scheduler (no op) */
-/** Every bit ABI 1.0 knows; anything else is refused. */
+/** Every bit ABI 1.0 knows. */
 #define RK_CAP_ALL_1_0 ((1ull << 17) - 1)
-/* ABI 1.1 (appended) */
+/* 1.1 capability bits: append new bits here (next free: 1ull << 21) and add
+ * them to RK_CAP_ALL. */
 #define RK_CAP_CONFIGURED (1ull << 17)   /**< ops.configured_caps */
 #define RK_CAP_STOP_DELETES (1ull << 18) /**< /stop destroys the sandbox (no entry point) */
 #define RK_CAP_SNAPSHOT (1ull << 19)     /**< ops.snapshot_create/get/delete, restore_snapshot */
 #define RK_CAP_RENEW (1ull << 20)        /**< ops.renew */
-/** Every bit ABI 1.1 knows. */
-#define RK_CAP_ALL_1_1 ((1ull << 21) - 1)
+/** Every bit this header knows; a plugin setting any other bit is refused. */
+#define RK_CAP_ALL                                                                                 \
+    (RK_CAP_ALL_1_0 | RK_CAP_CONFIGURED | RK_CAP_STOP_DELETES | RK_CAP_SNAPSHOT | RK_CAP_RENEW)
 
 /** Descriptor flags. */
 #define RK_OPF_THREADSAFE 0x1u /**< required in ABI 1 */
 
-/** Text the core uses verbatim when it refuses an operation for a missing cap. */
+/**
+ * Text the core uses verbatim when it refuses an operation for a missing cap.
+ * The array's stride is the descriptor's cap_msg_size (0 = the 1.0 size), so
+ * a minor may append fields here.
+ */
 struct rk_cap_msg {
     uint64_t cap;        /**< one RK_CAP_* bit; 0 terminates the list */
     const char *message; /**< e.g. "OpenSandbox backend does not support stop ..." */
@@ -197,7 +241,11 @@ enum rk_cfg_type {
 #define RK_CFGF_POSITIVE 0x4u /**< numbers must be > 0 */
 #define RK_CFGF_NULLABLE 0x8u /**< YAML null (~) is accepted and means "unset" */
 
-/** One key of the plugin's YAML section. Arrays end with name == NULL. */
+/**
+ * One key of the plugin's YAML section. Arrays end with name == NULL. The
+ * array's stride is the descriptor's config_key_size (0 = the 1.0 size), so a
+ * minor may append fields here.
+ */
 struct rk_cfg_key {
     const char *name;               /**< key in the plugin's section */
     enum rk_cfg_type type;          /**< value type */
@@ -305,7 +353,14 @@ struct rk_exec_req {
     const char *cwd;         /**< working directory or NULL */
     const struct rk_kv *env; /**< sandbox env overlaid by the request's; may be empty */
     size_t env_len;
-    int64_t timeout_ms; /**< command timeout; 0 = none */
+    /**
+     * Command timeout; 0 = none. The core owns this deadline: it also sets the
+     * call's deadline_ms() to start + timeout_ms and answers a timeout itself.
+     * The plugin only honours it (passes it upstream, stops waiting when
+     * deadline_ms() passes, sets rk_exec_res.timed_out when the backend says
+     * the command was killed for time); it adds no margin of its own.
+     */
+    int64_t timeout_ms;
 };
 
 /** Outcome of a command (arena). */
@@ -314,6 +369,8 @@ struct rk_exec_res {
     int exit_code;          /**< valid if has_exit_code */
     int timed_out;          /**< the command hit timeout_ms */
     const char *error_text; /**< backend error that is not a timeout, or NULL */
+    /* ---- 1.1 ---- */
+    const char *expect_string; /**< the expect string that matched (session_run), or NULL */
 };
 
 /** File metadata returned by file_stat() (out-param, plain values). */
@@ -339,10 +396,18 @@ struct rk_session_opened {
     const char *output;     /**< init output ("" if none) */
 };
 
+/** rk_session_req.flags (1.1). */
+#define RK_SESSF_INTERACTIVE 0x1u      /**< is_interactive_command */
+#define RK_SESSF_INTERACTIVE_QUIT 0x2u /**< is_interactive_quit */
+
 /** A command for session_run() (borrowed). */
 struct rk_session_req {
     const char *command;
-    int64_t timeout_ms; /**< 0 = none */
+    int64_t timeout_ms; /**< the core's command deadline; 0 = none (see rk_exec_req) */
+    /* ---- 1.1: set only when the plugin has RK_CAP_SESSION_INTERACTIVE ---- */
+    uint32_t flags;            /**< RK_SESSF_* */
+    const char *const *expect; /**< strings to wait for (may be NULL) */
+    size_t expect_len;         /**< number of expect strings */
 };
 
 /** What kind of relay a proxy target is for. */
@@ -417,6 +482,16 @@ struct rk_host {
      */
     void (*cfg_problem)(const struct rk_cfg *cfg, const char *key, const char *fmt, ...)
         RK_PRINTF(3, 4);
+
+    /* ---- 1.1 (test with RK_HOST_HAS(host, member)) ---- */
+
+    /**
+     * Log one line about a call: like log(), and the line carries the call's
+     * request id (the one in the access log), so plugin lines can be matched
+     * to requests. Never pass secrets.
+     */
+    void (*log_call)(const struct rk_call *call, enum rk_log_level level, const char *fmt, ...)
+        RK_PRINTF(3, 4);
 };
 
 /** True if the host table has member `field` and it is set. */
@@ -461,7 +536,8 @@ struct rk_operator_ops {
     rk_status (*restart)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref);
     /** RK_CAP_ARCHIVE. */
     rk_status (*archive)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref);
-    /** RK_CAP_RESTORE. */
+    /** RK_CAP_RESTORE. Called when a client starts an id whose record is
+     *  archived; on RK_OK the sandbox goes archived -> pending. */
     rk_status (*restore)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref);
     /** RK_CAP_COMMIT. image_tag is the target image. */
     rk_status (*commit)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
@@ -539,7 +615,10 @@ struct rk_operator_ops {
 /* Descriptor                                                                */
 /* ------------------------------------------------------------------------ */
 
-/** The one exported, constant descriptor of a plugin. Fields in this order. */
+/**
+ * The one exported, constant descriptor of a plugin. Fields in this order;
+ * new fields are appended at the end (the core reads only struct_size bytes).
+ */
 struct rk_operator {
     uint32_t magic;           /**< RK_OPERATOR_MAGIC */
     uint16_t abi_major;       /**< RK_OPERATOR_ABI_MAJOR at plugin build time */
@@ -555,7 +634,18 @@ struct rk_operator {
     const struct rk_cfg_key *config; /**< schema of the plugin's section, NULL-name terminated */
     const struct rk_cap_msg *unsupported; /**< refusal texts, cap == 0 terminated; may be NULL */
     const struct rk_operator_ops *ops;    /**< entry points */
+
+    /* ---- 1.1 (0 or absent = the 1.0 element size) ---- */
+    uint32_t config_key_size; /**< sizeof(struct rk_cfg_key): stride of config[] */
+    uint32_t cap_msg_size;    /**< sizeof(struct rk_cap_msg): stride of unsupported[] */
 };
+
+/**
+ * Fill the 1.1 element-size fields of a descriptor initializer:
+ *     RK_OPERATOR_EXPORT = { ..., .ops = &ops, RK_OPERATOR_ELEMENT_SIZES };
+ */
+#define RK_OPERATOR_ELEMENT_SIZES                                                                  \
+    .config_key_size = sizeof(struct rk_cfg_key), .cap_msg_size = sizeof(struct rk_cap_msg)
 
 #ifdef __cplusplus
 }

@@ -284,6 +284,16 @@ def archive_restore_same_rock_id():
     wait_state(admin, sid, "archived")
     snap2 = redis_record(redis, sid)["snapshot_id"]
     assert snap2 != snap and sim_snapshot(sim, snap) == 404  # the old one is gone
+    # start_async with the id of an archived sandbox restores it too (as ROCK)
+    b = dict(START)
+    b["sandbox_id"] = sid
+    assert admin.ok("POST", "/start_async", b)["sandbox_id"] == sid
+    wait_alive_all_states(admin, sid)
+    assert run_ok(admin, sid, "cat /tmp/w/data.txt")["stdout"] == "before-archive\n"
+    admin.ok("POST", "/stop", {"sandbox_id": sid})
+    admin.ok("POST", "/sandboxes/%s/archive" % sid, {})
+    wait_state(admin, sid, "archived")
+    snap2 = redis_record(redis, sid)["snapshot_id"]
     assert admin.ok("POST", "/delete", {"sandbox_id": sid}) == sid + " deleted"
     r = state_of(admin, sid)
     assert r["state"] == "deleted" and ("archived", "deleted", "delete") in events(r), r

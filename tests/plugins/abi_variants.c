@@ -7,10 +7,19 @@
 
 #include "rock-admin/operator.h"
 
+#ifdef VARIANT_UNRESOLVED
+/* Defined nowhere: with lazy binding this would only fail on first call. */
+extern int rk_fixture_missing_function(void);
+#endif
+
 static rk_status v_init(const struct rk_host *host, const struct rk_cfg *cfg, void **inst)
 {
     (void)host;
     (void)cfg;
+#ifdef VARIANT_UNRESOLVED
+    if (rk_fixture_missing_function() != 0)
+        return RK_E_INTERNAL;
+#endif
     static int dummy;
     *inst = &dummy;
     return RK_OK;
@@ -54,6 +63,29 @@ static const struct rk_operator_ops ops = {
     .destroy = v_destroy,
 };
 
+#ifdef VARIANT_WIDE_ELEMENTS
+/* Elements of a hypothetical later minor: the 1.x fields plus one more. The
+ * core must step over the extra field using config_key_size/cap_msg_size. */
+struct wide_key {
+    struct rk_cfg_key k;
+    const char *future;
+};
+struct wide_msg {
+    struct rk_cap_msg m;
+    const char *future;
+};
+static const struct wide_key wide_keys[] = {
+    {{"first_key", RK_CFG_STR, 0, "one", NULL, NULL, "first"}, "x"},
+    {{"second_key", RK_CFG_INT, 0, "2", NULL, NULL, "second"}, "y"},
+    {{NULL, 0, 0, NULL, NULL, NULL, NULL}, NULL},
+};
+static const struct wide_msg wide_msgs[] = {
+    {{RK_CAP_STOP, "wide: no stop"}, "x"},
+    {{RK_CAP_EXEC, "wide: no exec"}, "y"},
+    {{0, NULL}, NULL},
+};
+#endif
+
 #ifdef VARIANT_NO_SYMBOL
 /* Exports a differently named descriptor: the loader must not find it. */
 #define DESCRIPTOR RK_EXPORT_VISIBILITY const struct rk_operator wrong_symbol_name
@@ -78,7 +110,7 @@ DESCRIPTOR = {
     .abi_minor = RK_OPERATOR_ABI_MINOR,
 #endif
 #ifdef VARIANT_SMALL_STRUCT
-    .struct_size = sizeof(struct rk_operator) - 8,
+    .struct_size = offsetof(struct rk_operator, ops), /* smaller than any 1.x descriptor */
 #else
     .struct_size = sizeof(struct rk_operator),
 #endif
@@ -93,7 +125,16 @@ DESCRIPTOR = {
 #else
     .caps = 0,
 #endif
+#ifdef VARIANT_WIDE_ELEMENTS
+    .config = &wide_keys[0].k,
+    .unsupported = &wide_msgs[0].m,
+    .ops = &ops,
+    .config_key_size = sizeof(struct wide_key),
+    .cap_msg_size = sizeof(struct wide_msg),
+#else
     .config = NULL,
     .unsupported = NULL,
     .ops = &ops,
+    RK_OPERATOR_ELEMENT_SIZES,
+#endif
 };

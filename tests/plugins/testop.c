@@ -13,6 +13,16 @@
  * "stderr X" prints X on stderr, "sleep" times out when timeout_ms > 0,
  * "env NAME" prints the value of NAME from the request env, "wait N" sleeps
  * N x 100 ms (honouring cancellation), "big N" prints N bytes.
+ *
+ * Also built as "testop_v10" against tests/plugins/abi-1.0/ (the exact ABI
+ * 1.0 header): a real 1.0 plugin binary that the current core must keep
+ * loading and serving. Code for 1.1 additions is under
+ * RK_OPERATOR_ABI_MINOR >= 1.
+ *
+ * 1.1 builds: session_run with expect strings reports the first expect
+ * string found in the output as expect_string; create logs one line with
+ * host->log_call (carries the request id); restore() brings an archived
+ * sandbox back as running.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -124,6 +134,10 @@ static rk_status t_create(void *inst, struct rk_call *call, const struct rk_crea
     if (s->failed)
         s->state = RK_STATE_STOPPED;
     t->sbx[t->n++] = s;
+#if RK_OPERATOR_ABI_MINOR >= 1
+    if (RK_HOST_HAS(t->host, log_call))
+        t->host->log_call(call, RK_LOG_INFO, "testop created %s", s->up_id);
+#endif
     out->upstream_id = t->host->arena_strdup(call, s->up_id);
     out->image = t->host->arena_strdup(call, spec->image);
     pthread_mutex_unlock(&t->mu);
@@ -192,6 +206,24 @@ static rk_status t_simple(void *inst, struct rk_call *call, const struct rk_sand
     (void)call;
     (void)ref;
     return RK_OK;
+}
+
+/* Restore: the sandbox (known or not, e.g. an injected archived record) runs again. */
+static rk_status t_restore(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref)
+{
+    struct testop *t = inst;
+    pthread_mutex_lock(&t->mu);
+    struct tsbx *s = find(t, ref->sandbox_id, ref->upstream_id);
+    if (!s && t->n < MAX_SBX && (s = calloc(1, sizeof *s)) != NULL) {
+        snprintf(s->rock_id, sizeof s->rock_id, "%s", ref->sandbox_id);
+        snprintf(s->up_id, sizeof s->up_id, "%s",
+                 ref->upstream_id ? ref->upstream_id : ref->sandbox_id);
+        t->sbx[t->n++] = s;
+    }
+    if (s)
+        s->state = RK_STATE_RUNNING;
+    pthread_mutex_unlock(&t->mu);
+    return s ? RK_OK : t->host->set_error(call, RK_E_UNAVAILABLE, "testop is full");
 }
 
 static rk_status t_commit(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
@@ -393,6 +425,21 @@ static rk_status t_session_run(void *inst, struct rk_call *call, const struct rk
 {
     (void)ref;
     (void)sid;
+#if RK_OPERATOR_ABI_MINOR >= 1
+    if (req->expect_len > 0 || req->flags) {
+        /* Interactive: the output is the command text; report the first
+         * expect string it contains. */
+        struct testop *t = inst;
+        out->has_exit_code = 1;
+        out->exit_code = 0;
+        for (size_t i = 0; i < req->expect_len; i++)
+            if (strstr(req->command, req->expect[i])) {
+                out->expect_string = t->host->arena_strdup(call, req->expect[i]);
+                break;
+            }
+        return sink->write(sink->ctx, RK_STREAM_STDOUT, req->command, strlen(req->command));
+    }
+#endif
     return run_command(inst, call, req->command, NULL, 0, req->timeout_ms, sink, out, 1);
 }
 
@@ -442,7 +489,7 @@ static const struct rk_operator_ops ops = {
     .stop = t_stop,
     .restart = t_restart,
     .archive = t_simple,
-    .restore = t_simple,
+    .restore = t_restore,
     .commit = t_commit,
     .statistics = t_statistics,
     .exec = t_exec,
@@ -467,7 +514,8 @@ static const struct rk_cap_msg unsupported[] = {
 #define TESTOP_CAPS                                                                                \
     (RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE | RK_CAP_SESSION |      \
      RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_STOP | RK_CAP_RESTART | RK_CAP_ARCHIVE |         \
-     RK_CAP_RESTORE | RK_CAP_COMMIT | RK_CAP_STATISTICS | RK_CAP_DELETE_PENDING)
+     RK_CAP_RESTORE | RK_CAP_COMMIT | RK_CAP_STATISTICS | RK_CAP_DELETE_PENDING |                  \
+     RK_CAP_SESSION_INTERACTIVE)
 static const struct rk_cap_msg unsupported[] = {
     {RK_CAP_SESSION_INTERACTIVE, "testop sessions do not support interactive commands"},
     {RK_CAP_PORT_FORWARD, "testop backend does not support portforward in this release"},
@@ -490,4 +538,7 @@ RK_OPERATOR_EXPORT = {
     .config = config_keys,
     .unsupported = unsupported,
     .ops = &ops,
+#if RK_OPERATOR_ABI_MINOR >= 1
+    RK_OPERATOR_ELEMENT_SIZES,
+#endif
 };

@@ -1,0 +1,157 @@
+#!/bin/sh
+# Machine check of the operator ABI (include/rock-admin/operator.h) against the
+# checked-in baseline abi/operator-<major>.<minor>.abi (abidw of abi/abi-types.c,
+# a tiny .so that uses every public type; Debian package abigail-tools).
+#
+#   abidiff with abi/appends.suppr finds nothing  and without it nothing -> same ABI: pass
+#   abidiff with the suppressions finds nothing, without them something
+#       -> only appended struct members: pass if the header's minor is newer
+#          than the baseline's, fail ("append without a minor bump") otherwise
+#   abidiff with the suppressions still finds something, or abi/prefix_check.py
+#   finds a struct whose old members are not an exact prefix of the new one
+#   (or an enumerator whose value changed) -> incompatible change:
+#       fail unless the header's major differs from the baseline's (a new major
+#       then needs a new baseline: scripts/abi-check.sh --record)
+#
+# Usage: scripts/abi-check.sh [--self-test | --record] [include-dir]
+#   --self-test  also prove the check: a removed field, a member inserted in
+#                the middle and an append without a minor bump must fail; an
+#                append with a minor bump must pass.
+#   --record     (re)write the baseline from include-dir (for a new major).
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+mode=check
+case "${1:-}" in
+--self-test) mode=self-test; shift ;;
+--record) mode=record; shift ;;
+esac
+inc=${1:-$top/include}
+for tool in abidw abidiff; do
+    command -v $tool >/dev/null 2>&1 || {
+        echo "abi-check: $tool not found: install the Debian package abigail-tools" >&2
+        exit 2
+    }
+done
+CC=${ABI_CC:-$(command -v gcc || command -v cc)}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT INT TERM
+
+version_of() { # include-dir -> "major minor"
+    h="$1/rock-admin/operator.h"
+    ma=$(sed -n 's/^#define RK_OPERATOR_ABI_MAJOR  *//p' "$h")
+    mi=$(sed -n 's/^#define RK_OPERATOR_ABI_MINOR  *//p' "$h")
+    echo "$ma $mi"
+}
+
+dump() { # include-dir out.abi
+    "$CC" -std=c11 -g -O0 -fPIC -shared -I"$1" -o "$work/types.so" "$top/abi/abi-types.c"
+    abidw --no-corpus-path --no-show-locs --out-file "$work/raw.abi" "$work/types.so"
+    # No build paths in the (checked-in) dump.
+    sed -e "s|$top/||g" -e "s|$top|.|g" "$work/raw.abi" >"$2"
+}
+
+use_baseline() { # file.abi named operator-<major>.<minor>.abi
+    baseline=$1
+    bver=$(basename "$baseline" .abi)
+    bver=${bver#operator-}
+    bmajor=${bver%%.*}
+    bminor=${bver#*.}
+}
+
+check() { # include-dir -> 0 pass, 1 fail; prints one verdict line
+    set -- "$1" $(version_of "$1")
+    dump "$1" "$work/current.abi"
+    rc_sup=0
+    abidiff --suppressions "$top/abi/appends.suppr" "$baseline" "$work/current.abi" \
+        >"$work/incompatible.txt" 2>&1 || rc_sup=$?
+    rc_all=0
+    abidiff "$baseline" "$work/current.abi" >"$work/all.txt" 2>&1 || rc_all=$?
+    if [ $((rc_sup & 3)) != 0 ] || [ $((rc_all & 3)) != 0 ]; then
+        cat "$work/incompatible.txt"
+        echo "abi-check: FAIL: abidiff could not compare (exit $rc_sup/$rc_all)"
+        return 1
+    fi
+    if [ "$2" != "$bmajor" ]; then
+        echo "abi-check: ok: ABI major $2 differs from the baseline's $bmajor: record a new" \
+            "baseline with scripts/abi-check.sh --record"
+        return 0
+    fi
+    # abidiff's suppression hides every change of a struct that also has an
+    # appended member, so a strict prefix check of each struct decides too.
+    rc_prefix=0
+    python3 "$top/abi/prefix_check.py" "$baseline" "$work/current.abi" \
+        >>"$work/incompatible.txt" 2>&1 || rc_prefix=$?
+    if [ "$rc_sup" != 0 ] || [ "$rc_prefix" != 0 ]; then
+        cat "$work/incompatible.txt"
+        echo "abi-check: FAIL: incompatible change to operator ABI $bmajor.x without a major bump"
+        return 1
+    fi
+    if [ "$rc_all" != 0 ]; then
+        if [ "$3" -gt "$bminor" ]; then
+            echo "abi-check: ok: ABI $2.$3 only appends to the $bver baseline"
+            return 0
+        fi
+        cat "$work/all.txt"
+        echo "abi-check: FAIL: members were appended but RK_OPERATOR_ABI_MINOR is still $3" \
+            "(baseline $bver): bump the minor and add a changelog entry"
+        return 1
+    fi
+    echo "abi-check: ok: ABI $2.$3 has the same types as the $bver baseline"
+    return 0
+}
+
+case $mode in
+record)
+    set -- "$inc" $(version_of "$inc")
+    rm -f "$top"/abi/operator-*.abi
+    dump "$inc" "$top/abi/operator-$2.$3.abi"
+    echo "abi-check: recorded abi/operator-$2.$3.abi"
+    exit 0
+    ;;
+check)
+    use_baseline "$(ls "$top"/abi/operator-*.abi | head -n 1)"
+    check "$inc"
+    exit $?
+    ;;
+esac
+
+# --self-test: the real header against the checked-in baseline first; then
+# variants of the header against a baseline recorded from the header itself.
+status=0
+use_baseline "$(ls "$top"/abi/operator-*.abi | head -n 1)"
+check "$inc" || status=1
+set -- $(version_of "$inc")
+dump "$inc" "$work/operator-$1.$2.abi"
+use_baseline "$work/operator-$1.$2.abi"
+variant() { # name sed-or-python-edit expected(pass|fail)
+    name=$1 expect=$3
+    mkdir -p "$work/$name/rock-admin"
+    python3 -c "$2" <"$inc/rock-admin/operator.h" >"$work/$name/rock-admin/operator.h"
+    if check "$work/$name" >"$work/$name.out" 2>&1; then got=pass; else got=fail; fi
+    if [ "$got" = "$expect" ]; then
+        echo "abi-check self-test: $name: $got as expected"
+    else
+        cat "$work/$name.out"
+        echo "abi-check self-test: $name: $got, expected $expect"
+        status=1
+    fi
+}
+variant removed-field "import sys
+s = sys.stdin.read()
+sys.stdout.write(s.replace('    const char *version; ', '    /* removed */ ', 1))" fail
+variant inserted-in-middle "import sys
+s = sys.stdin.read()
+sys.stdout.write(s.replace('    const char *error_text;', '    int inserted;\n    const char *error_text;', 1))" fail
+variant changed-type "import sys
+s = sys.stdin.read()
+sys.stdout.write(s.replace('    int has_exit_code; ', '    long has_exit_code; ', 1))" fail
+minor=$(version_of "$inc" | cut -d' ' -f2)
+append='import sys
+s = sys.stdin.read()
+s = s.replace("    uint32_t cap_msg_size; ", "    uint32_t cap_msg_size;\n    uint64_t appended_for_test;\n    uint32_t unused_tail; ", 1)'
+variant append-without-bump "$append
+sys.stdout.write(s)" fail
+variant append-with-bump "$append
+s = s.replace('#define RK_OPERATOR_ABI_MINOR $minor', '#define RK_OPERATOR_ABI_MINOR $((minor + 1))', 1)
+sys.stdout.write(s)" pass
+exit $status
