@@ -131,14 +131,24 @@ static int64_t rec_int(json_object *rec, const char *key)
 void rk_archive_drop_restored(struct rk_app *app, struct rk_call *call, json_object *rec)
 {
     const struct rk_plugin *pl = app->plugin;
-    const char *old = rk_rec_str(rec, "restored_from");
-    if (!old || !(pl->caps & RK_CAP_SNAPSHOT))
+    if (!(pl->caps & RK_CAP_SNAPSHOT))
         return;
-    rk_status st = pl->ops.snapshot_delete(pl->inst, call, old);
-    rk_metrics_upstream("snapshot_delete", st);
-    if (st != RK_OK)
-        rk_warn("sandbox %s: cannot delete snapshot %s it was restored from: %s",
-                rk_rec_str(rec, "sandbox_id"), old, rk_call_error_text(call));
+    /* restored_from: the snapshot the sandbox was restored from; snapshot_id of
+     * a record that is not archived: a restore that never finished. */
+    enum rk_state st0 = rk_rec_state(rec);
+    int keeps_snapshot = st0 == RK_STATE_ARCHIVED || st0 == RK_STATE_ARCHIVING;
+    const char *keys[2] = {"restored_from", keeps_snapshot ? NULL : "snapshot_id"};
+    for (int i = 0; i < 2; i++) {
+        const char *snap = keys[i] ? rk_rec_str(rec, keys[i]) : NULL;
+        if (!snap)
+            continue;
+        rk_status st = pl->ops.snapshot_delete(pl->inst, call, snap);
+        rk_metrics_upstream("snapshot_delete", st);
+        if (st != RK_OK)
+            rk_warn("sandbox %s: cannot delete its snapshot %s: %s", rk_rec_str(rec, "sandbox_id"),
+                    snap, rk_call_error_text(call));
+        rk_call_clear_error(call);
+    }
 }
 
 /* ---- background jobs ------------------------------------------------------------- */

@@ -41,8 +41,9 @@ int rk_restore_in_progress(struct rk_app *app, json_object **rec_io);
 /** Delete the snapshot of an archived record (none = success). */
 rk_status rk_archive_delete_snapshot(struct rk_app *app, struct rk_call *call, json_object *rec);
 
-/** Best effort: delete the snapshot a sandbox was restored from (its
- *  `restored_from`), once that sandbox is gone or archived anew. */
+/** Best effort, once a sandbox is gone or archived anew: delete the snapshot
+ *  it was restored from (`restored_from`) and, unless the record is archived
+ *  or archiving, the snapshot of an unfinished restore (`snapshot_id`). */
 void rk_archive_drop_restored(struct rk_app *app, struct rk_call *call, json_object *rec);
 
 #endif /* RK_ARCHIVE_H */

@@ -355,7 +355,8 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
                                  "sandbox %s was deleted in the backend but its record could not "
                                  "be updated: sandbox store unavailable",
                                  id);
-    clear_sessions(app, id); /* failures are only logged (B29) */
+    clear_sessions(app, id);                  /* failures are only logged (B29) */
+    rk_archive_drop_restored(app, call, rec); /* snapshots it still held (ABI 1.1) */
     return RK_OK;
 }
 

@@ -394,6 +394,35 @@ static void persist_transition(struct rk_app *app, const char *id, enum rk_state
         rk_warn("sandbox %s: cannot record state %s: %s", id, rk_state_name(to), err);
 }
 
+/* A transition that only applies while the record is in one of two states
+ * (a concurrent delete or restart must not be undone). */
+struct guarded_ctx {
+    enum rk_state from_a, from_b, to;
+    const char *event;
+};
+
+static int apply_guarded(json_object *rec, void *ctx)
+{
+    struct guarded_ctx *g = ctx;
+    enum rk_state st = rk_rec_state(rec);
+    if (st != g->from_a && st != g->from_b)
+        return 1;
+    rk_rec_transition(rec, g->to, g->event);
+    return 0;
+}
+
+/* Persist from_a|from_b -> to; returns the store rc (ABORTED: state changed). */
+static rk_store_rc guarded_transition(struct rk_app *app, const char *id, enum rk_state from_a,
+                                      enum rk_state from_b, enum rk_state to, const char *event)
+{
+    struct guarded_ctx g = {from_a, from_b, to, event};
+    char err[RK_STORE_ERRLEN];
+    rk_store_rc rc = rk_store_update(app->store, id, apply_guarded, &g, NULL, err, sizeof err);
+    if (rc == RK_STORE_ERROR)
+        rk_warn("sandbox %s: cannot record state %s: %s", id, rk_state_name(to), err);
+    return rc;
+}
+
 /* ---- stop / delete / restart / archive / commit ------------------------------- */
 
 /* The body's sandbox_id (NonBlank) or a validation reply. */
@@ -472,8 +501,6 @@ static int delete_sandbox(struct rk_req *r, const char *id)
         rk_target_release(&t);
         return -1;
     }
-    rk_archive_drop_restored(app, r->call, t.rec); /* its sandbox is gone now */
-    rk_call_clear_error(r->call);
     rk_target_release(&t);
     return 0;
 }
@@ -558,7 +585,7 @@ static int stop_sandbox(struct rk_req *r, const char *id)
         rk_reply_call_error(r); /* the record stays as it was */
         return -1;
     }
-    persist_transition(app, id, RK_STATE_STOPPED, "stop");
+    guarded_transition(app, id, RK_STATE_RUNNING, RK_STATE_PENDING, RK_STATE_STOPPED, "stop");
     return 0;
 }
 
@@ -611,9 +638,23 @@ static void restart(struct rk_req *r, const char *id)
             rk_reply_ok(r, start_result(id, NULL));
         return;
     }
-    rk_target_release(&t);
-    if (state_op(r, id, RK_OP_RESTART, RK_STATE_PENDING, RK_STATE_STOPPED) != 0)
+    if (from != RK_STATE_STOPPED) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call,
+                                       "Sandbox %s cannot be restarted: current state is '%s'", id,
+                                       rk_state_name(from)));
+        rk_target_release(&t);
         return;
+    }
+    const struct rk_plugin *pl = app->plugin;
+    rk_status rs = pl->ops.restart(pl->inst, r->call, &t.ref);
+    rk_metrics_upstream("restart", rs);
+    rk_target_release(&t);
+    if (rs != RK_OK) {
+        rk_reply_call_error(r); /* the record stays stopped */
+        return;
+    }
+    guarded_transition(app, id, RK_STATE_STOPPED, RK_STATE_STOPPED, RK_STATE_PENDING, "restart");
     /* Active again: the idle timer runs from now. */
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
