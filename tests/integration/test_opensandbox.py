@@ -454,7 +454,8 @@ def execute_semantics():
 def file_semantics():
     """read_file with invalid UTF-8 under strict/replace, write_file keeps the
     mode of an existing file, new files get 644, missing parents, missing file."""
-    admin, sim, redis, _ = setup()
+    # The simulator has no upload cap by default (like execd); the 413 case below needs one.
+    admin, sim, redis, _ = setup(sim_extra=["--max-upload-mb", "64"])
     sid = start_alive(admin)
     d = tmpdir("rock-os-rw-")
     bad = os.path.join(d, "bad.bin")

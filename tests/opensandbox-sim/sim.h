@@ -133,6 +133,8 @@ struct sim_global {
     int64_t max_timeout_s;
     int max_sandboxes;
     size_t max_upload;
+    bool no_pause;      /* --no-pause: pause/resume answer 501 (Kubernetes runtime) */
+    bool no_snapshots;  /* --no-snapshots: snapshot creation answers 501 */
     pthread_mutex_t mu; /* protects sandboxes and everything hanging off them */
     struct sim_sandbox *sandboxes;
     int nsandboxes;

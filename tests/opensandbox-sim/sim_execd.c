@@ -376,7 +376,7 @@ static void sim_session_harvest(struct sim_session *s)
     if (!cmd)
         return;
     pthread_mutex_lock(&cmd->mu);
-    if (cmd->done && cmd->state) {
+    if (cmd->state_ready && cmd->state) {
         char *mark = strstr(cmd->state, "\n__SIM_PWD__\n");
         if (mark) {
             *mark = 0;

@@ -666,10 +666,11 @@ static enum MHD_Result sim_endpoint(struct MHD_Connection *c, struct sim_sandbox
     sim_host_for(c, host, sizeof host);
     if (proxy)
         snprintf(ep, sizeof ep, "%s/sandboxes/%s/proxy/%ld", host, sb->id, port);
-    else if (port == SIM_EXECD_PORT)
-        snprintf(ep, sizeof ep, "%s/sandboxes/%s/execd", host, sb->id);
-    else if (port == SIM_EGRESS_PORT)
-        snprintf(ep, sizeof ep, "%s/sandboxes/%s/egress", host, sb->id);
+    else if (port == SIM_EXECD_PORT || port == SIM_EGRESS_PORT)
+        /* Docker bridge mode answers `<host>:<execd's mapped port>/proxy/<port>` (execd's own
+         * reverse proxy; services/docker/networking.py _resolve_host_mapped_endpoint); here
+         * `<H>/sandboxes/<id>/execd` stands for that per-sandbox execd address. */
+        snprintf(ep, sizeof ep, "%s/sandboxes/%s/execd/proxy/%ld", host, sb->id, port);
     else
         snprintf(ep, sizeof ep, "127.0.0.1:%ld", port);
     json_object *o = json_object_new_object();

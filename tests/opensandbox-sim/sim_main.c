@@ -27,7 +27,9 @@ static void sim_usage(FILE *f)
                "  --execd-header NAME:VAL  execd requires this header; discovery returns it\n"
                "  --max-sandboxes N        live sandbox cap (default 64)\n"
                "  --max-timeout-s N        largest accepted sandbox timeout (default 86400)\n"
-               "  --max-upload-mb N        request body cap for uploads/proxy (default 64)\n"
+               "  --max-upload-mb N        request body cap for uploads/proxy (default 0 = none)\n"
+               "  --no-pause               pause/resume answer 501 (like a Kubernetes runtime)\n"
+               "  --no-snapshots           snapshot creation answers 501 (runtime without it)\n"
                "Prints 'opensandbox-sim ready on http://HOST:PORT' when ready; SIGTERM/SIGINT\n"
                "kill every process it started and exit 0. Fault control API: /_sim/faults.\n");
 }
@@ -52,12 +54,20 @@ static void sim_parse_args(int argc, char **argv)
     g_sim.ready_delay_ms = 300;
     g_sim.max_sandboxes = 64;
     g_sim.max_timeout_s = 86400;
-    g_sim.max_upload = 64u * 1024 * 1024;
+    g_sim.max_upload = 0; /* no cap: the real execd and server proxy have none */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             sim_usage(stdout);
             exit(0);
+        }
+        if (!strcmp(a, "--no-pause")) {
+            g_sim.no_pause = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-snapshots")) {
+            g_sim.no_snapshots = true;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "opensandbox-sim: unknown option or missing value: %s\n", a);

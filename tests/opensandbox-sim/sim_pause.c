@@ -60,7 +60,7 @@ enum MHD_Result sim_pause_handle(struct MHD_Connection *c, struct sim_sandbox *s
 {
     struct sim_faults f;
     sim_faults_get(&f);
-    if (f.pause_unsupported)
+    if (f.pause_unsupported || g_sim.no_pause)
         return sim_reply_error(c, 501, "SANDBOX::API_NOT_SUPPORTED",
                                pause ? "Pause operation is not supported in Kubernetes runtime"
                                      : "Resume operation is not supported in Kubernetes runtime");

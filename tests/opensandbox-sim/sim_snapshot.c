@@ -217,7 +217,7 @@ struct sim_snap_job {
 static void *sim_snap_worker(void *arg)
 {
     struct sim_snap_job *job = arg;
-    char err[512] = "";
+    char err[sizeof(((struct sim_snapshot *)0)->message)] = "";
     int rc = -1;
     if (job->fail)
         snprintf(err, sizeof err, "injected failure (opensandbox-sim)");
@@ -327,7 +327,7 @@ enum MHD_Result sim_snapshot_create(struct MHD_Connection *c, struct sim_req *r,
         return sim_reply_error(c, 409, "SNAPSHOT::INVALID_SOURCE_STATE",
                                "Snapshot can only be created from a Running sandbox.");
     }
-    if (f.snapshot_unsupported) {
+    if (f.snapshot_unsupported || g_sim.no_snapshots) {
         pthread_mutex_unlock(&g_sim.mu);
         json_object_put(body);
         return sim_reply_error(c, 501, "SNAPSHOT::NOT_IMPLEMENTED",
