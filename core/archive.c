@@ -40,6 +40,7 @@ struct jpatch {
     const char *upstream_id; /* set extended_params.<tag>_id */
     int drop_upstream;       /* remove extended_params.<tag>_id */
     const char *snapshot_id; /* set snapshot_id */
+    int snapshot_if_absent;  /* abort when a snapshot_id is already recorded */
     int drop_snapshot;       /* remove snapshot_id */
     int snapshot_restored;   /* move snapshot_id to restored_from */
     int drop_restored;       /* remove restored_from */
@@ -62,6 +63,8 @@ static int apply_jpatch(json_object *rec, void *ctx)
     if (p->require_restoring &&
         !(json_object_object_get_ex(rec, "restoring", &v) && v && json_object_get_boolean(v)))
         return 1;
+    if (p->snapshot_if_absent && rk_rec_str(rec, "snapshot_id"))
+        return 1; /* another job recorded its snapshot first */
     if (p->upstream_id)
         rk_rec_set_backend(rec, p->tag, p->upstream_id);
     if (p->drop_upstream && json_object_object_get_ex(rec, "extended_params", &v) && v) {
@@ -234,11 +237,19 @@ static void run_archive(struct rk_app *app, struct rk_call *call, const char *id
             return;
         }
         snprintf(snap, sizeof snap, "%s", s.snapshot_id);
-        struct jpatch p = {
-            .expect = RK_STATE_ARCHIVING, .snapshot_id = snap, .lease = rk_epoch_s() + JOB_LEASE_S};
+        struct jpatch p = {.expect = RK_STATE_ARCHIVING,
+                           .snapshot_id = snap,
+                           .snapshot_if_absent = 1,
+                           .lease = rk_epoch_s() + JOB_LEASE_S};
         if (jpatch_apply(app, id, &p, NULL) != RK_STORE_OK) {
-            /* Deleted meanwhile: do not leave the snapshot behind. */
-            pl->ops.snapshot_delete(pl->inst, call, snap);
+            /* Deleted meanwhile, or another job won: leave no extra snapshot
+             * behind (a Creating one cannot be deleted yet: wait for it). */
+            for (int i = 0; i < 600 && !app->stopping; i++) {
+                rk_call_clear_error(call);
+                if (pl->ops.snapshot_delete(pl->inst, call, snap) != RK_E_CONFLICT)
+                    break;
+                nap_s(1);
+            }
             json_object_put(rec);
             return;
         }

@@ -682,6 +682,9 @@ static int expect_stopped(json_object *rec, void *ctx)
     if (rk_rec_state(rec) != RK_STATE_STOPPED)
         return 1;
     json_object_object_del(rec, "archive_error");
+    /* The job's lease starts with the transition, so no reader takes over a
+     * job that has not started yet. */
+    json_object_object_add(rec, "job_lease", json_object_new_int64(rk_epoch_s() + 900));
     rk_rec_transition(rec, RK_STATE_ARCHIVING, "archive");
     return 0;
 }

@@ -265,6 +265,9 @@ def archive_restore_same_rock_id():
     assert r["archive_time"] and not r["is_alive"], r
     snap = redis_record(redis, sid)["snapshot_id"]
     assert sim_snapshot(sim, snap) == "Ready"
+    # status reads during the archive never start a second job: one snapshot
+    st, js = sim.request("GET", "/v1/snapshots?sandboxId=" + osid)
+    assert st == 200 and [i["id"] for i in js["items"]] == [snap], js
     assert sim_state(sim, osid) in (404, "Terminated")  # the source was released
     js = admin.api("POST", "/execute", {"sandbox_id": sid, "command": "true"})[1]
     assert js["status"] == "Failed", js
