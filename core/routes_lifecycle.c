@@ -423,6 +423,16 @@ static rk_store_rc guarded_transition(struct rk_app *app, const char *id, enum r
     return rc;
 }
 
+/* The backend no longer has the sandbox: from -> deleted ("vanished"). */
+static void mark_vanished(struct rk_app *app, const char *id, enum rk_state from)
+{
+    if (guarded_transition(app, id, from, from, RK_STATE_DELETED, "vanished") != RK_STORE_OK)
+        return;
+    char err[RK_STORE_ERRLEN];
+    if (rk_session_clear(app->store, id, err, sizeof err) != RK_STORE_OK)
+        rk_warn("sandbox %s: cannot clear its session mappings: %s", id, err);
+}
+
 /* ---- stop / delete / restart / archive / commit ------------------------------- */
 
 /* The body's sandbox_id (NonBlank) or a validation reply. */
@@ -578,11 +588,14 @@ static int stop_sandbox(struct rk_req *r, const char *id)
         rk_target_release(&t);
         return -1;
     }
+    int t_up = t.ref.upstream_id != NULL;
     rk_status st = pl->ops.stop(pl->inst, r->call, &t.ref);
     rk_metrics_upstream("stop", st);
     rk_target_release(&t);
+    if (st == RK_E_NOT_FOUND && t_up) /* the backend no longer has it */
+        mark_vanished(app, id, from);
     if (st != RK_OK) {
-        rk_reply_call_error(r); /* the record stays as it was */
+        rk_reply_call_error(r); /* otherwise the record stays as it was */
         return -1;
     }
     guarded_transition(app, id, RK_STATE_RUNNING, RK_STATE_PENDING, RK_STATE_STOPPED, "stop");
@@ -647,11 +660,14 @@ static void restart(struct rk_req *r, const char *id)
         return;
     }
     const struct rk_plugin *pl = app->plugin;
+    int t_up = t.ref.upstream_id != NULL;
     rk_status rs = pl->ops.restart(pl->inst, r->call, &t.ref);
     rk_metrics_upstream("restart", rs);
     rk_target_release(&t);
+    if (rs == RK_E_NOT_FOUND && t_up) /* e.g. its parked lifetime ran out */
+        mark_vanished(app, id, RK_STATE_STOPPED);
     if (rs != RK_OK) {
-        rk_reply_call_error(r); /* the record stays stopped */
+        rk_reply_call_error(r); /* otherwise the record stays stopped */
         return;
     }
     guarded_transition(app, id, RK_STATE_STOPPED, RK_STATE_STOPPED, RK_STATE_PENDING, "restart");

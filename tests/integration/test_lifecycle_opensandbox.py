@@ -239,6 +239,14 @@ def pause_not_supported_reaches_the_client():
     admin.ok("POST", "/stop", {"sandbox_id": sid})
     assert state_of(admin, sid)["state"] == "stopped"
     assert sim_state(sim, osid) == "Paused"
+    # the paused sandbox disappears upstream (e.g. its lifetime ran out): a
+    # restart reports it and the record becomes deleted
+    st, _ = sim.request("DELETE", "/v1/sandboxes/" + osid)
+    assert st == 204, st
+    js = admin.api("POST", "/restart", {"sandbox_id": sid})[1]
+    assert js["status"] == "Failed" and js["result"]["code"] == 4000, js
+    r = state_of(admin, sid)
+    assert r["state"] == "deleted" and ("stopped", "deleted", "vanished") in events(r), r
 
 
 # ---- archive / restore ------------------------------------------------------------------
