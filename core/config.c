@@ -323,6 +323,8 @@ static const struct core_key core_keys[] = {
     {"runtime", "session_reservation_ttl", CT_INT, F(runtime.session_reservation_ttl_s), 1, INT_MAX,
      0, NULL},
     {"runtime", "start_wait", CT_INT, F(runtime.start_wait_s), 0, INT_MAX, 0, NULL},
+    /* issue 12: X-Key allow-list of /archive (comma-separated; unset = any key) */
+    {"runtime", "archive_keys", CT_STR, F(runtime.archive_keys), 0, 0, CKF_SECRET, NULL},
     {"redis", "host", CT_STR, F(redis.host), 0, 0, 0, NULL},
     {"redis", "port", CT_INT, F(redis.port), 1, 65535, 0, NULL},
     {"redis", "password", CT_STR, F(redis.password), 0, 0, CKF_SECRET, NULL},

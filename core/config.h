@@ -68,6 +68,8 @@ struct rk_config {
         int sweep_interval_s;           /* idle sweep, default 30; 0 disables */
         int session_reservation_ttl_s;  /* default 120 */
         int start_wait_s;               /* /start waits this long, default 85 */
+        /* issue 12 */
+        char *archive_keys; /* X-Key allow-list of /archive, comma-separated; NULL = any */
     } runtime;
     struct {
         char *host; /* "" = in-process store */

@@ -708,9 +708,38 @@ static int expect_stopped(json_object *rec, void *ctx)
 /* Archive by snapshot (RK_CAP_SNAPSHOT): stopped -> archiving now, the rest
  * in the background (archive.c). A retry on an archiving record whose job
  * lost its admin takes the job over. Replies. */
+/* 1 if key is in the comma-separated allow-list (spaces around items ignored). */
+static int key_allowed(const char *list, const char *key)
+{
+    if (!key || !*key)
+        return 0;
+    size_t klen = strlen(key);
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        const char *end = e;
+        while (end > p && end[-1] == ' ')
+            end--;
+        if ((size_t)(end - p) == klen && memcmp(p, key, klen) == 0)
+            return 1;
+        p = e;
+    }
+    return 0;
+}
+
 static void archive_by_snapshot(struct rk_req *r, const char *id)
 {
     struct rk_app *app = r->app;
+    /* ROCK's order: disabled (no RK_CAP_SNAPSHOT) -> key allow-list -> id -> state. */
+    const char *keys = app->cfg->runtime.archive_keys;
+    if (keys && *keys && !key_allowed(keys, rk_req_header(r, "X-Key"))) {
+        rk_reply_error(r, RK_E_INVALID, "archive not allowed for this authorization key");
+        return;
+    }
     struct rk_target t;
     if (rk_dispatch(app, r->call, RK_OP_ARCHIVE, id, &t) != RK_OK) {
         rk_reply_call_error(r);

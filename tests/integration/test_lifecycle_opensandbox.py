@@ -350,6 +350,28 @@ def archive_faults_leave_a_consistent_record():
 
 
 @test
+def archive_checks_in_rocks_order():
+    admin, sim, redis = setup(stop_mode="pause", archive_enabled=True,
+                              admin_cfg={"runtime": {"archive_keys": "key-a, key-b"}})
+    assert "key-a" not in admin.output()  # the allow-list is secret
+    sid = start_alive(admin)
+    path = "/sandboxes/%s/archive" % sid
+    # key allow-list before the id and the state
+    for hdrs in (None, {"X-Key": "key-c"}):
+        js = admin.api("POST", "/sandboxes/nope/archive", {}, headers=hdrs)[1]
+        assert js["error"] == "archive not allowed for this authorization key" and \
+            js["result"]["code"] == 4000, js
+    js = admin.api("POST", "/sandboxes/nope/archive", {}, headers={"X-Key": "key-b"})[1]
+    assert js["error"] == "Sandbox nope not found", js
+    js = admin.api("POST", path, {}, headers={"X-Key": "key-b"})[1]
+    assert js["error"] == "Sandbox %s cannot be archived: current state is 'running'" % sid, js
+    admin.ok("POST", "/stop", {"sandbox_id": sid})
+    assert admin.ok("POST", path, {}, headers={"X-Key": "key-a"}) == sid + " archiving"
+    wait_state(admin, sid, "archived")
+    admin.ok("POST", "/delete", {"sandbox_id": sid})
+
+
+@test
 def admin_killed_mid_archive_is_taken_over():
     redis = Redis()
     a, sim, _ = setup(redis=redis, stop_mode="pause", archive_enabled=True)
