@@ -340,6 +340,12 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
     rk_status s = lc_xfer(&x, inst, call, "POST", "/sandboxes");
     if (s == RK_OK) {
         os_xfer_json(&x, body);
+        /* Never on a pooled connection: libcurl silently re-sends a request
+         * whose reused connection died before any reply byte, which would
+         * create a second sandbox; a lost reply must surface as an error so
+         * adopt_lost() finds the one that was made. */
+        curl_easy_setopt(x.curl, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(x.curl, CURLOPT_FORBID_REUSE, 1L);
         s = os_xfer_perform(&x);
     }
     free(body);
@@ -692,6 +698,12 @@ rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *
     rk_status s = lc_xfer(x, inst, call, method, path);
     if (s == RK_OK && json_body)
         os_xfer_json(x, json_body);
+    if (s == RK_OK && !strcmp(method, "POST")) {
+        /* Not idempotent (snapshot, restore): no silent re-send by libcurl on
+         * a pooled connection that died (see os_lc_create). */
+        curl_easy_setopt(x->curl, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(x->curl, CURLOPT_FORBID_REUSE, 1L);
+    }
     if (s == RK_OK)
         s = os_xfer_perform(x);
     return s;
