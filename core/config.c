@@ -340,6 +340,8 @@ static const struct core_key core_keys[] = {
     /* issue 13: the core owns command deadlines (timeout + this grace). */
     {"runtime", "command_timeout_margin", CT_INT, F(runtime.command_timeout_margin_s), 0, 86400, 0,
      NULL},
+    /* issue 12: X-Key allow-list of /archive (comma-separated; unset = any key) */
+    {"runtime", "archive_keys", CT_STR, F(runtime.archive_keys), 0, 0, CKF_SECRET, NULL},
     {"redis", "host", CT_STR, F(redis.host), 0, 0, 0, NULL},
     {"redis", "port", CT_INT, F(redis.port), 1, 65535, 0, NULL},
     {"redis", "password", CT_STR, F(redis.password), 0, 0, CKF_SECRET, NULL},

@@ -81,6 +81,8 @@ struct rk_config {
         int session_reservation_ttl_s;  /* default 120 */
         int start_wait_s;               /* /start waits this long, default 85 */
         int command_timeout_margin_s;   /* grace after a command timeout, default 30 */
+        /* issue 12 */
+        char *archive_keys; /* X-Key allow-list of /archive, comma-separated; NULL = any */
     } runtime;
     struct {
         char *host; /* "" = in-process store */

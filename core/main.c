@@ -319,13 +319,17 @@ int main(int argc, char **argv)
         curl_global_cleanup();
         return 1;
     }
-    if (cfg->scheduler.enabled && !(pl->desc->caps & RK_CAP_SCHEDULER))
+    if (cfg->scheduler.enabled && !(pl->caps & RK_CAP_SCHEDULER))
         rk_warn("Scheduler is enabled but unsupported for operator_type=%s; skipping worker "
                 "scheduler",
                 cfg->runtime.operator_type);
     char fd_line[256];
     int max_conn_asked = cfg->server.max_connections;
     fit_fd_limit(cfg, fd_line, sizeof fd_line);
+    if (cfg->runtime.stop_as_delete)
+        rk_warn("runtime.stop_as_delete is deprecated; use the operator's stop mode instead "
+                "(opensandbox.stop_mode: delete)%s",
+                (pl->caps & RK_CAP_STOP) ? "; ignored because the operator can stop" : "");
     if (test_only) {
         printf("rock-admin: configuration %s is valid (operator %s %s, ABI %u.%u)\n", cfg_path,
                pl->desc->name, pl->desc->version ? pl->desc->version : "", pl->desc->abi_major,
