@@ -474,6 +474,7 @@ struct loader {
     int runtime_line;       /* line of the runtime section, 0 if absent */
     int operator_type_line; /* line of runtime.operator_type, 0 if absent */
     int operator_type_bad;  /* runtime.operator_type was present but refused */
+    int sentinels_line;     /* line of redis.sentinels, 0 if absent */
 };
 
 /* 1-based line where a node starts. */
@@ -553,6 +554,8 @@ static void core_range_error(struct loader *L, const struct core_key *k, int lin
 static void apply_list_key(struct loader *L, const struct core_key *k, int line,
                            const yaml_node_t *v)
 {
+    if (!strcmp(k->key, "sentinels"))
+        L->sentinels_line = line;
     if (v->type == YAML_SCALAR_NODE) {
         set_str(field(L->cfg, k), scalar_text(v));
         return;
@@ -583,6 +586,38 @@ static void apply_list_key(struct loader *L, const struct core_key *k, int line,
     }
     set_str(field(L->cfg, k), joined);
     free(joined);
+}
+
+/* Cross-key checks of the redis HA keys (issue 14): every sentinel is
+ * host:port (IPv6 as [addr]:port) and master_name is set with sentinels. */
+static void check_redis_ha(struct loader *L)
+{
+    const char *list = L->cfg->redis.sentinels;
+    if (!list || !*list)
+        return;
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        const char *item = p, *end = p + len, *colon = NULL;
+        p = *end ? end + 1 : end;
+        while (item < end && (*item == ' ' || *item == '\t'))
+            item++;
+        while (end > item && (end[-1] == ' ' || end[-1] == '\t'))
+            end--;
+        for (const char *c = item; c < end; c++)
+            if (*c == ':')
+                colon = c;
+        long port = 0;
+        int digits = colon && colon + 1 < end;
+        for (const char *c = colon ? colon + 1 : end; c < end && digits; c++)
+            digits = *c >= '0' && *c <= '9' && (port = port * 10 + (*c - '0')) <= 65535;
+        if (!colon || colon == item || !digits || port < 1)
+            problem_at(L->p, L->file, L->sentinels_line, "redis", "sentinels",
+                       "expected host:port, got \"%.*s\"", (int)(end - item > 64 ? 64 : end - item),
+                       item);
+    }
+    if (!*L->cfg->redis.master_name)
+        problem_at(L->p, L->file, L->sentinels_line, "redis", "master_name",
+                   "required when redis.sentinels is set");
 }
 
 /* Parse the value v of core key k (key at line) into the config. */
@@ -848,6 +883,7 @@ struct rk_config *rk_config_load(const char *path, struct rk_problems *p)
         else
             load_root(&L, root);
     }
+    check_redis_ha(&L);
     if (!*cfg->runtime.operator_type && !L.operator_type_bad)
         problem_at(p, path, L.operator_type_line ? L.operator_type_line : L.runtime_line, "runtime",
                    "operator_type", "required key is missing");
