@@ -8,8 +8,10 @@
  * Y"
  *   4. capability present           -> 4000 with the plugin's refusal text
  *   5. state precondition           -> 4000 "Sandbox <id> is not running (state=<s>)"
- * and only then the plugin. Activity operations refresh the idle deadline
- * before the checks (as the original does).
+ * and only then the plugin. The gate decides first (no store write during
+ * the checks), then acts: activity operations refresh the idle deadline of a
+ * record this operator owns even when the request is then refused for a
+ * capability or state reason (the original's U35 behaviour).
  */
 #ifndef RK_DISPATCH_H
 #define RK_DISPATCH_H
@@ -65,6 +67,12 @@ struct rk_target {
  *  call and returned; t is then empty. */
 rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
                       const char *sandbox_id, struct rk_target *t);
+
+/** The gate for a record the caller already read (avoids a second store
+ *  read): checks 2-5 on rec, whose reference it takes over (kept in t on
+ *  success, released on failure). */
+rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                             const char *sandbox_id, json_object *rec, struct rk_target *t);
 
 /** Release a target. */
 void rk_target_release(struct rk_target *t);

@@ -38,6 +38,7 @@ static const struct cap_op cap_ops[] = {
     {RK_CAP_RESTORE, "restore", offsetof(struct rk_operator_ops, restore)},
     {RK_CAP_COMMIT, "commit", offsetof(struct rk_operator_ops, commit)},
     {RK_CAP_STATISTICS, "statistics", offsetof(struct rk_operator_ops, statistics)},
+    {RK_CAP_LIST, "list", offsetof(struct rk_operator_ops, list)},
 };
 
 /* Read a function-pointer slot of the ops table if the plugin's table has it. */

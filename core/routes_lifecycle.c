@@ -9,6 +9,7 @@
 #include "app.h"
 #include "config.h"
 #include "dispatch.h"
+#include "endpoint_cache.h"
 #include "envelope.h"
 #include "host.h"
 #include "http_server.h"
@@ -17,6 +18,7 @@
 #include "metrics.h"
 #include "plugin_loader.h"
 #include "record.h"
+#include "reconciler.h"
 #include "routes.h"
 #include "store.h"
 #include "util.h"
@@ -76,17 +78,21 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
     double limit_cpus = rk_v_num(&v, body, "limit_cpus", 0, 0.0, NULL);
     const char *req_id = rk_v_str(&v, body, "sandbox_id", 0, NULL);
     int has_acm = 0;
-    int64_t acm = rk_v_int(&v, body, "auto_clear_time_minutes", 0,
-                           cfg->runtime.default_auto_clear_minutes, &has_acm);
+    int64_t acm =
+        rk_v_int_in(&v, body, "auto_clear_time_minutes", 0, cfg->runtime.default_auto_clear_minutes,
+                    INT64_MIN, RK_MAX_MINUTES, &has_acm);
     int has_st = 0;
-    double startup_timeout = rk_v_num(&v, body, "startup_timeout", 0, 600.0, &has_st);
+    double startup_timeout = rk_v_num_in(&v, body, "startup_timeout", 0, 600.0, -RK_MAX_SECONDS,
+                                         RK_MAX_SECONDS, &has_st);
     const char *disk = rk_v_str(&v, body, "disk", 0, "50G");
     int has_gpus = 0;
     double num_gpus = rk_v_num(&v, body, "num_gpus", 0, 0, &has_gpus);
     const char *accel = rk_v_str(&v, body, "accelerator_type", 0, NULL);
     int has_aas = 0, has_ads = 0;
-    int64_t aas = rk_v_int(&v, body, "auto_archive_seconds", 0, 0, &has_aas);
-    int64_t ads = rk_v_int(&v, body, "auto_delete_seconds", 0, 0, &has_ads);
+    int64_t aas =
+        rk_v_int_in(&v, body, "auto_archive_seconds", 0, 0, INT64_MIN, RK_MAX_SECONDS, &has_aas);
+    int64_t ads =
+        rk_v_int_in(&v, body, "auto_delete_seconds", 0, 0, INT64_MIN, RK_MAX_SECONDS, &has_ads);
     const char *pull = rk_v_str(&v, body, "pull", 0, "missing");
     rk_v_bool(&v, body, "use_kata_runtime", 0, 0);
     rk_v_str(&v, body, "registry_username", 0, NULL);
@@ -181,37 +187,32 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
     const char *ns = read_headers ? header_or(r, "X-Namespace", "default") : "default";
     const char *cluster = read_headers ? header_or(r, "X-Cluster", "default") : "default";
 
-    /* The pending record exists before the answer (Pitfall 8). */
+    /* The pending record exists before the answer (Pitfall 8). Another
+     * process may poll it; until create_deadline a missing backend sandbox
+     * means "create still running", not "failed". */
     int64_t now = rk_epoch_s();
-    char iso[32];
-    rk_iso_time(now, iso);
-    json_object *rec = json_object_new_object();
-    rk_rec_set_str(rec, "sandbox_id", id);
-    rk_rec_set_str(rec, "state", "pending");
-    rk_rec_set_str(rec, "image", image);
-    rk_rec_set_str(rec, "image_os", image_os);
-    json_object_object_add(rec, "cpus", json_object_new_double(cpus));
-    if (limit_cpus > 0)
-        json_object_object_add(rec, "limit_cpus", json_object_new_double(limit_cpus));
-    rk_rec_set_str(rec, "memory", mem_norm);
-    rk_rec_set_str(rec, "memory_requested", memory);
-    rk_rec_set_str(rec, "disk", disk);
-    json_object_object_add(rec, "num_gpus", has_gpus ? json_object_new_double(num_gpus) : NULL);
-    rk_rec_set_str(rec, "accelerator_type", accel);
-    rk_rec_set_str(rec, "user_id", user);
-    rk_rec_set_str(rec, "experiment_id", exp);
-    rk_rec_set_str(rec, "namespace", ns);
-    rk_rec_set_str(rec, "cluster_name", cluster);
-    json_object_object_add(rec, "env", json_object_new_object());
-    json_object_object_add(rec, "metadata", json_object_new_object());
-    rk_rec_set_str(rec, "create_time", iso);
-    json_object_object_add(rec, "auto_clear_time", json_object_new_int64(acm));
-    json_object_object_add(rec, "state_history", json_object_new_array());
-    rk_rec_set_backend(rec, app->plugin->desc->backend_tag, NULL);
-    /* Another process may poll this record; until this deadline a missing
-     * backend sandbox means "create still running", not "failed". */
-    int64_t create_window = (int64_t)(has_st ? startup_timeout : 600.0) + 120;
-    json_object_object_add(rec, "create_deadline", json_object_new_int64(now + create_window));
+    struct rk_rec_start rs = {
+        .sandbox_id = id,
+        .image = image,
+        .image_os = image_os,
+        .memory = mem_norm,
+        .memory_requested = memory,
+        .disk = disk,
+        .accelerator_type = accel,
+        .user_id = user,
+        .experiment_id = exp,
+        .namespace_name = ns,
+        .cluster_name = cluster,
+        .backend_tag = app->plugin->desc->backend_tag,
+        .cpus = cpus,
+        .limit_cpus = limit_cpus,
+        .has_gpus = has_gpus,
+        .num_gpus = num_gpus,
+        .now_s = now,
+        .auto_clear_minutes = acm,
+        .create_deadline_s = now + (int64_t)(has_st ? startup_timeout : 600.0) + 120,
+    };
+    json_object *rec = rk_rec_new_pending(&rs);
 
     char err[RK_STORE_ERRLEN];
     rk_store_rc rc = rk_store_create(app->store, id, rec, now + acm * 60, err, sizeof err);
@@ -288,12 +289,73 @@ void rk_route_start(struct rk_req *r)
 
 /* Look up the record for a status-style query and compute what to show.
  * On success *out is a new status object; on failure the error is on r->call. */
+/* Status when the reconciler keeps the store current (issue 15): one store round trip (the
+ * record, with the idle touch done by the store at most once per second), the backend-tag
+ * checks of the dispatch gate on that record, and no backend call. */
+static rk_status status_from_store(struct rk_req *r, const char *id, int include_all,
+                                   json_object **out, int *fallback)
+{
+    struct rk_app *app = r->app;
+    const struct rk_operator *desc = app->plugin->desc;
+    char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
+    json_object *rec = NULL;
+    *fallback = 0;
+    rk_store_rc rc =
+        rk_store_get_touch(app->store, id, rk_epoch_s(), &rec, mark, sizeof mark, err, sizeof err);
+    if (rc == RK_STORE_ERROR)
+        return rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
+    enum rk_state stored = rc == RK_STORE_OK ? rk_rec_state(rec) : 0;
+    if (rk_state_is_active(stored) && !rk_reconciler_mark_fresh(app, mark)) {
+        /* No recent successful pass (backend down, no elected admin yet): ask the backend. */
+        json_object_put(rec);
+        *fallback = 1;
+        return RK_OK;
+    }
+    if (rc == RK_STORE_NOT_FOUND || (!include_all && !rk_state_is_active(stored))) {
+        json_object_put(rec);
+        return rk_call_set_error(r->call, RK_E_NOT_FOUND, "Sandbox %s not found", id);
+    }
+    if (rk_state_is_active(stored)) {
+        const char *tag = rk_rec_backend(rec);
+        rk_status st = RK_OK;
+        if (!tag)
+            st = rk_call_set_error(r->call, RK_E_INVALID,
+                                   "%s sandbox metadata is missing required backend",
+                                   desc->display_name);
+        else if (strcmp(tag, desc->backend_tag) != 0)
+            st = rk_call_set_error(r->call, RK_E_INVALID,
+                                   "Sandbox backend %s conflicts with configured operator %s", tag,
+                                   desc->name);
+        if (st != RK_OK) {
+            json_object_put(rec);
+            return st;
+        }
+    }
+    json_object *cf;
+    int create_failed =
+        json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf);
+    /* A backend state the record cannot hold (e.g. failed -> stopped), as the reconciler saw it. */
+    enum rk_state shown = stored;
+    const char *observed = rk_state_is_active(stored) ? rk_rec_str(rec, "backend_state") : NULL;
+    if (observed && rk_state_parse(observed))
+        shown = rk_state_parse(observed);
+    *out = rk_rec_status(rec, shown, shown == RK_STATE_RUNNING && !create_failed);
+    json_object_put(rec);
+    return RK_OK;
+}
+
 static rk_status status_of(struct rk_req *r, const char *id, int include_all, json_object **out)
 {
     struct rk_app *app = r->app;
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
     *out = NULL;
+    if (rk_reconciler_active(app)) {
+        int fallback = 0;
+        rk_status fs = status_from_store(r, id, include_all, out, &fallback);
+        if (!fallback)
+            return fs;
+    }
     rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
     if (rc == RK_STORE_ERROR)
         return rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
@@ -308,9 +370,8 @@ static rk_status status_of(struct rk_req *r, const char *id, int include_all, js
         json_object_put(rec);
         return RK_OK;
     }
-    json_object_put(rec);
     struct rk_target t;
-    rk_status st = rk_dispatch(app, r->call, RK_OP_STATUS, id, &t);
+    rk_status st = rk_dispatch_record(app, r->call, RK_OP_STATUS, id, rec, &t);
     if (st != RK_OK)
         return st;
     enum rk_state shown;
@@ -347,7 +408,7 @@ void rk_route_is_alive(struct rk_req *r)
     const char *id = rk_req_query(r, "sandbox_id");
     json_object *st = NULL;
     json_object *o = json_object_new_object();
-    if (id && *id && status_of(r, id, 0, &st) == RK_OK) {
+    if (id && *id && rk_id_valid(id, strlen(id)) && status_of(r, id, 0, &st) == RK_OK) {
         json_object *alive = NULL, *host = NULL;
         json_object_object_get_ex(st, "is_alive", &alive);
         json_object_object_get_ex(st, "host_name", &host);
@@ -368,28 +429,6 @@ static rk_status buf_sink_write(void *ctx, enum rk_stream stream, const char *da
 {
     (void)stream;
     return rk_buf_append(ctx, data, len) == 0 ? RK_OK : RK_E_TOO_LARGE;
-}
-
-struct transition_ctx {
-    enum rk_state to;
-    const char *event;
-};
-
-static int apply_transition(json_object *rec, void *ctx)
-{
-    struct transition_ctx *t = ctx;
-    rk_rec_transition(rec, t->to, t->event);
-    return 0;
-}
-
-/* Persist a state transition atomically (logged on failure). */
-static void persist_transition(struct rk_app *app, const char *id, enum rk_state to,
-                               const char *event)
-{
-    struct transition_ctx t = {to, event};
-    char err[RK_STORE_ERRLEN];
-    if (rk_store_update(app->store, id, apply_transition, &t, NULL, err, sizeof err) != RK_STORE_OK)
-        rk_warn("sandbox %s: cannot record state %s: %s", id, rk_state_name(to), err);
 }
 
 /* ---- stop / delete / restart / archive / commit ------------------------------- */
@@ -432,9 +471,8 @@ static int delete_sandbox(struct rk_req *r, const char *id)
         json_object_put(rec);
         return 0;
     }
-    json_object_put(rec);
     struct rk_target t;
-    if (rk_dispatch(app, r->call, RK_OP_DELETE, id, &t) != RK_OK) {
+    if (rk_dispatch_record(app, r->call, RK_OP_DELETE, id, rec, &t) != RK_OK) {
         rk_reply_call_error(r);
         return -1;
     }
@@ -479,7 +517,6 @@ static int state_op(struct rk_req *r, const char *id, enum rk_op op, enum rk_sta
                     enum rk_state from)
 {
     struct rk_app *app = r->app;
-    const struct rk_plugin *pl = app->plugin;
     struct rk_target t;
     if (rk_dispatch(app, r->call, op, id, &t) != RK_OK) {
         rk_reply_call_error(r);
@@ -493,18 +530,12 @@ static int state_op(struct rk_req *r, const char *id, enum rk_op op, enum rk_sta
         rk_target_release(&t);
         return -1;
     }
-    rk_status (*fn)(void *, struct rk_call *, const struct rk_sandbox_ref *) =
-        op == RK_OP_STOP      ? pl->ops.stop
-        : op == RK_OP_RESTART ? pl->ops.restart
-                              : pl->ops.archive;
-    rk_status st = fn(pl->inst, r->call, &t.ref);
-    rk_metrics_upstream(rk_op_info(op)->name, st);
+    rk_status st = rk_lifecycle_state_op(app, r->call, op, &t.ref, to);
     rk_target_release(&t);
     if (st != RK_OK) {
         rk_reply_call_error(r);
         return -1;
     }
-    persist_transition(app, id, to, rk_op_info(op)->name);
     return 0;
 }
 
@@ -585,6 +616,7 @@ void rk_route_commit(struct rk_req *r)
         goto out;
     }
     const struct rk_plugin *pl = r->app->plugin;
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.commit(pl->inst, r->call, &t.ref, tag);
     rk_metrics_upstream("commit", st);
     rk_target_release(&t);
@@ -627,6 +659,7 @@ void rk_route_statistics(struct rk_req *r)
     struct rk_buf out = {.cap = 1 << 20};
     const struct rk_plugin *pl = r->app->plugin;
     struct rk_sink sink = {buf_sink_write, &out};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.statistics(pl->inst, r->call, &t.ref, &sink);
     rk_metrics_upstream("statistics", st);
     rk_target_release(&t);
@@ -777,7 +810,7 @@ void rk_route_list(struct rk_req *r)
 {
     struct rk_v v;
     rk_v_init(&v, r->call, "query");
-    int64_t page = rk_v_qint(&v, r, "page", 1);
+    int64_t page = rk_sat_i64(rk_v_qint(&v, r, "page", 1), INT64_MIN, INT32_MAX);
     int64_t page_size = rk_v_qint(&v, r, "page_size", 500);
     if (!rk_v_ok(&v)) {
         rk_reply_invalid(r, rk_v_text(&v));

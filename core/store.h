@@ -185,4 +185,29 @@ rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t
 /** Total store errors since start (both backends). */
 uint64_t rk_store_error_count(const struct rk_store *st);
 
+/* ---- hot-path read and reconciler election (issue 15) --------------------- */
+
+/** Fetch a record like rk_store_get and, when it is active and its
+ *  "auto_clear_time" (minutes) is positive, move its idle deadline to
+ *  now_s + minutes*60 if that is later (so the deadline is written at most once
+ *  per second per sandbox). One Redis round trip. now_s <= 0: no touch.
+ *  mark (may be NULL) receives the reconciler's mark (rk_store_set_mark), ""
+ *  if none, in the same round trip. */
+rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_s,
+                               json_object **out, char *mark, size_t marklen, char *err,
+                               size_t errlen);
+
+/** Take or renew the lease `name` for owner for ttl_ms milliseconds:
+ *  RK_STORE_OK when owner holds it now, RK_STORE_EXISTS when another owner
+ *  does. The in-process store always grants it (one process). */
+rk_store_rc rk_store_lease(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                           char *err, size_t errlen);
+
+/** Longest reconciler mark kept by the store. */
+#define RK_STORE_MARK_MAX 512
+
+/** Store the reconciler's mark (its last pass time and outcome), read back by
+ *  rk_store_get_touch; truncated to RK_STORE_MARK_MAX - 1 bytes. */
+rk_store_rc rk_store_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen);
+
 #endif /* RK_STORE_H */

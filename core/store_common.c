@@ -3,6 +3,8 @@
  * error counter, and helpers shared by the memory and Redis backends. */
 #include "store_common.h"
 
+#include "metrics.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -211,13 +213,33 @@ static void err_reset(char *err, size_t errlen)
         err[0] = '\0';
 }
 
-/* Count an error result; pass any rc through. */
-static rk_store_rc counted(struct rk_store *st, rk_store_rc rc)
+/* Start of this thread's current backend call (CLOCK_MONOTONIC ns). */
+static _Thread_local int64_t call_start_ns;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Count an error result and observe the round trip since call_start_ns
+ * under the operation named by the calling function ("rk_store_get" ->
+ * "get", "rk_session_reserve" -> "session_reserve"); pass any rc through. */
+static rk_store_rc counted_call(struct rk_store *st, const char *fn, rk_store_rc rc)
 {
     if (rc == RK_STORE_ERROR)
         atomic_fetch_add(&st->errors, 1);
+    const char *op = strncmp(fn, "rk_store_", 9) == 0 ? fn + 9
+                     : strncmp(fn, "rk_", 3) == 0     ? fn + 3
+                                                      : fn;
+    rk_metrics_store(op, (double)(mono_ns() - call_start_ns) / 1e9);
     return rc;
 }
+
+/* counted(st, st->ops->x(...)): the comma operator starts the clock before
+ * the backend call is evaluated. */
+#define counted(st, rc) (call_start_ns = mono_ns(), counted_call((st), __func__, (rc)))
 
 /* Validate a name-like argument (non-empty, bounded). */
 static bool name_ok(const char *s)
@@ -548,4 +570,41 @@ rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t
 uint64_t rk_store_error_count(const struct rk_store *st)
 {
     return st ? (uint64_t)atomic_load(&((struct rk_store *)st)->errors) : 0;
+}
+
+/* Fetch a record and refresh its idle deadline (throttled) in one round trip. */
+rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_s,
+                               json_object **out, char *mark, size_t marklen, char *err,
+                               size_t errlen)
+{
+    err_reset(err, errlen);
+    err_reset(mark, marklen);
+    if (out)
+        *out = NULL;
+    if (!st || !out)
+        return invalid(st, "argument", err, errlen);
+    if (!name_ok(id))
+        return invalid(st, "sandbox id", err, errlen);
+    return counted(st, st->ops->get_touch(st, id, now_s, out, mark, marklen, err, errlen));
+}
+
+/* Store the reconciler's mark. */
+rk_store_rc rk_store_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (!st || !value)
+        return invalid(st, "argument", err, errlen);
+    return counted(st, st->ops->set_mark(st, value, err, errlen));
+}
+
+/* Take or renew a named lease. */
+rk_store_rc rk_store_lease(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                           char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (!st || !owner || !*owner)
+        return invalid(st, "argument", err, errlen);
+    if (!name_ok(name))
+        return invalid(st, "lease name", err, errlen);
+    return counted(st, st->ops->lease(st, name, owner, ttl_ms, err, errlen));
 }

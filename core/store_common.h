@@ -50,6 +50,11 @@ struct rk_store_ops {
                                  size_t errlen);
     rk_store_rc (*session_count)(struct rk_store *st, const char *sandbox_id, size_t *n_out,
                                  char *err, size_t errlen);
+    rk_store_rc (*get_touch)(struct rk_store *st, const char *id, int64_t now_s, json_object **out,
+                             char *mark, size_t marklen, char *err, size_t errlen);
+    rk_store_rc (*set_mark)(struct rk_store *st, const char *value, char *err, size_t errlen);
+    rk_store_rc (*lease)(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                         char *err, size_t errlen);
     /* issue 14: indexed list pages and per-state counts */
     rk_store_rc (*list_page)(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
                              size_t *n_out, size_t *total_out, char *err, size_t errlen);

@@ -8,6 +8,7 @@
 #include "store_common.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,9 +46,10 @@ struct purge_ent {
 struct mem_store {
     struct rk_store base;
     pthread_mutex_t mu;
-    struct mem_map records;  /* id -> struct mem_rec */
-    struct mem_map sessions; /* sandbox id -> struct mem_map (name -> char *value) */
-    struct mem_map claims;   /* name -> int64_t deadline ms */
+    struct mem_map records;       /* id -> struct mem_rec */
+    struct mem_map sessions;      /* sandbox id -> struct mem_map (name -> char *value) */
+    struct mem_map claims;        /* name -> int64_t deadline ms */
+    char mark[RK_STORE_MARK_MAX]; /* the reconciler's mark */
     struct purge_ent *purge_head, *purge_tail;
 };
 
@@ -695,6 +697,56 @@ static rk_store_rc mem_session_count(struct rk_store *st, const char *sandbox_id
     return RK_STORE_OK;
 }
 
+/* Record + idle deadline; when active with a positive auto_clear_time, move the deadline to
+ * now_s + minutes*60 if later (same semantics as the Redis script). */
+static rk_store_rc mem_get_touch(struct rk_store *st, const char *id, int64_t now_s,
+                                 json_object **out, char *mark, size_t marklen, char *err,
+                                 size_t errlen)
+{
+    struct mem_store *m = mem(st);
+    pthread_mutex_lock(&m->mu);
+    if (mark && marklen)
+        snprintf(mark, marklen, "%s", m->mark);
+    struct mem_ent *e = map_find(&m->records, id);
+    if (e && now_s > 0) {
+        struct mem_rec *r = e->val;
+        json_object *mv;
+        int64_t minutes = 0;
+        if (r->active && json_object_object_get_ex(r->rec, "auto_clear_time", &mv) && mv)
+            minutes = json_object_get_int64(mv);
+        if (minutes > 0 && minutes < INT64_MAX / 120 && now_s + minutes * 60 > r->expire)
+            r->expire = now_s + minutes * 60;
+    }
+    rk_store_rc rc = get_locked(m, id, out, err, errlen);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* Keep the reconciler's mark. */
+static rk_store_rc mem_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    struct mem_store *m = mem(st);
+    pthread_mutex_lock(&m->mu);
+    snprintf(m->mark, sizeof m->mark, "%s", value);
+    pthread_mutex_unlock(&m->mu);
+    return RK_STORE_OK;
+}
+
+/* One process: the lease is always ours. */
+static rk_store_rc mem_lease(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                             char *err, size_t errlen)
+{
+    (void)st;
+    (void)name;
+    (void)owner;
+    (void)ttl_ms;
+    (void)err;
+    (void)errlen;
+    return RK_STORE_OK;
+}
+
 /* One active record's list key and id, for sorting a page. */
 struct page_ent {
     char *key; /* rk_store_list_key */
@@ -799,6 +851,9 @@ static const struct rk_store_ops mem_ops = {
     .session_remove = mem_session_remove,
     .session_clear = mem_session_clear,
     .session_count = mem_session_count,
+    .get_touch = mem_get_touch,
+    .lease = mem_lease,
+    .set_mark = mem_set_mark,
     .list_page = mem_list_page,
     .count_states = mem_count_states,
 };

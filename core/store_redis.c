@@ -407,32 +407,18 @@ static redisContext *connect_master(struct redis_store *rs, char *msg, size_t ms
     return c;
 }
 
-/* Block SIGPIPE in this thread while we talk to Redis (hiredis uses write()). */
+/* SIGPIPE: the process ignores it once (main and rk_store_open_redis), so a write to a
+ * closed Redis socket fails with EPIPE instead of killing the process. No per-request
+ * signal-mask syscalls (they cost 12 syscalls per request). */
 static void pipe_guard_begin(struct rop *op)
 {
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    sigemptyset(&pending);
-    sigpending(&pending);
-    op->pipe_was_pending = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &set, &op->old_mask);
+    (void)op;
 }
 
-/* Discard a SIGPIPE we caused and restore the caller's signal mask. */
+/* Counterpart of pipe_guard_begin (nothing to restore). */
 static void pipe_guard_end(struct rop *op)
 {
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    sigemptyset(&pending);
-    sigpending(&pending);
-    if (!op->pipe_was_pending && sigismember(&pending, SIGPIPE) == 1) {
-        struct timespec zero = {0, 0};
-        while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR)
-            ;
-    }
-    pthread_sigmask(SIG_SETMASK, &op->old_mask, NULL);
+    (void)op;
 }
 
 /* Check out a connection, connecting lazily (with backoff) when none is idle
@@ -522,7 +508,8 @@ static void op_end(struct rop *op)
     } else {
         rs->idle[rs->n_idle++] = op->c;
     }
-    pthread_cond_broadcast(&rs->cv);
+    /* One connection (or one slot) became free: wake one waiter, not all of them. */
+    pthread_cond_signal(&rs->cv);
     pthread_mutex_unlock(&rs->mu);
     pipe_guard_end(op);
     op->c = NULL;
@@ -589,12 +576,83 @@ static rk_store_rc op_pipeline(struct rop *op, const struct cmd *cmds, size_t n,
     return RK_STORE_OK;
 }
 
-/* Run one command on a checked-out connection; error replies become errors. */
+/* Script digests learnt with SCRIPT LOAD, keyed by the script text's address (scripts are
+ * static constants). */
+#define SCRIPT_CACHE_MAX 32
+static struct {
+    const char *script;
+    char sha[41];
+} script_cache[SCRIPT_CACHE_MAX];
+static int script_cache_len;
+static pthread_mutex_t script_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The SHA1 of script (SCRIPT LOAD on first use); 0 and sha filled, -1 to fall back to EVAL. */
+static int script_sha(struct rop *op, const char *script, char sha[41])
+{
+    pthread_mutex_lock(&script_cache_mu);
+    for (int i = 0; i < script_cache_len; i++)
+        if (script_cache[i].script == script) {
+            memcpy(sha, script_cache[i].sha, 41);
+            pthread_mutex_unlock(&script_cache_mu);
+            return 0;
+        }
+    pthread_mutex_unlock(&script_cache_mu);
+    redisReply *r = redisCommand(op->c, "SCRIPT LOAD %s", script);
+    if (!r) {
+        op->broken = true;
+        return -1;
+    }
+    int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
+    if (ok) {
+        memcpy(sha, r->str, 40);
+        sha[40] = '\0';
+        pthread_mutex_lock(&script_cache_mu);
+        if (script_cache_len < SCRIPT_CACHE_MAX) {
+            script_cache[script_cache_len].script = script;
+            memcpy(script_cache[script_cache_len].sha, sha, 41);
+            script_cache_len++;
+        }
+        pthread_mutex_unlock(&script_cache_mu);
+    }
+    freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+/* Run one command on a checked-out connection; error replies become errors. EVAL is sent as
+ * EVALSHA (the script's text crosses the wire once per server), and again as EVAL when the
+ * server answers NOSCRIPT (restarted or SCRIPT FLUSH). */
 static rk_store_rc op_command(struct rop *op, const struct cmd *c, redisReply **out, char *err,
                               size_t errlen)
 {
     *out = NULL;
     redisReply *r = NULL;
+    char sha[41];
+    if (c->argc >= 2 && strcmp(c->argv[0], "EVAL") == 0 && script_sha(op, c->argv[1], sha) == 0) {
+        struct cmd e = *c;
+        e.argv[0] = "EVALSHA";
+        e.lens[0] = 7;
+        e.argv[1] = sha;
+        e.lens[1] = 40;
+        rk_store_rc rc = op_pipeline(op, &e, 1, &r, err, errlen);
+        if (rc != RK_STORE_OK)
+            return rc;
+        if (r->type != REDIS_REPLY_ERROR || !r->str || strncmp(r->str, "NOSCRIPT", 8) != 0) {
+            if (r->type == REDIS_REPLY_ERROR) {
+                rc = reply_fail(r, err, errlen);
+                freeReplyObject(r);
+                return rc;
+            }
+            *out = r;
+            return RK_STORE_OK;
+        }
+        freeReplyObject(r);
+        r = NULL;
+        pthread_mutex_lock(&script_cache_mu);
+        script_cache_len = 0; /* the server lost its scripts: learn them again */
+        pthread_mutex_unlock(&script_cache_mu);
+    }
+    if (op->broken)
+        return io_fail(op, err, errlen);
     rk_store_rc rc = op_pipeline(op, c, 1, &r, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
@@ -1361,6 +1419,95 @@ static rk_store_rc redis_session_count(struct rk_store *st, const char *sandbox_
     return rc;
 }
 
+/* ---- issue 15: get-and-touch in one round trip, reconciler lease ---------------------- */
+
+/* GET the record and its idle deadline; when the id is active and the record has a positive
+ * auto_clear_time (minutes), move the deadline to now + minutes*60 if that is later. The
+ * deadline has 1 s resolution, so the ZADD is written at most once per second per sandbox. */
+static const char LUA_GET_TOUCH[] =
+    "local rec = redis.call('GET', KEYS[1])\n"
+    "if not rec then return false end\n"
+    "local mark = redis.call('GET', KEYS[4])\n"
+    "local score = redis.call('ZSCORE', KEYS[3], ARGV[1])\n"
+    "if tonumber(ARGV[2]) > 0 and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then\n"
+    "  local m = tonumber(string.match(rec, '\"auto_clear_time\":%s*(%d+)'))\n"
+    "  if m and m > 0 then\n"
+    "    local d = tonumber(ARGV[2]) + m * 60\n"
+    "    if not score or d > tonumber(score) then\n"
+    "      redis.call('ZADD', KEYS[3], d, ARGV[1])\n"
+    "      score = tostring(d)\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "return {rec, score or false, mark or false}\n";
+
+/* Take or renew a lease: set when free or already ours, with a TTL in ms. */
+static const char LUA_LEASE[] = "local v = redis.call('GET', KEYS[1])\n"
+                                "if v and v ~= ARGV[1] then return 0 end\n"
+                                "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+                                "return 1\n";
+
+/* One EVALSHA: record + idle deadline, with the throttled idle touch. */
+static rk_store_rc redis_get_touch(struct rk_store *st, const char *id, int64_t now_s,
+                                   json_object **out, char *mark, size_t marklen, char *err,
+                                   size_t errlen)
+{
+    struct redis_store *rs = rstore(st);
+    char k1[KEY_MAX], k2[KEY_MAX], k3[KEY_MAX], k4[KEY_MAX], nowbuf[32];
+    snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)(now_s > 0 ? now_s : 0));
+    struct cmd c;
+    cmd_build(&c, "EVAL", LUA_GET_TOUCH, "4", key_of(rs, k1, "sandbox:", id),
+              key_of(rs, k2, "active", NULL), key_of(rs, k3, "expire", NULL),
+              key_of(rs, k4, "reconcile_mark", NULL), id, nowbuf, (const char *)NULL);
+    redisReply *r = NULL;
+    rk_store_rc rc = run(rs, &c, &r, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    if (r->type == REDIS_REPLY_NIL) {
+        rc = RK_STORE_NOT_FOUND;
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+        rc = rk_store_fail(err, errlen, "redis error: unexpected reply type %d", r->type);
+    } else {
+        rc = record_from(r->element[0], r->elements > 1 ? r->element[1] : NULL, out, id, err,
+                         errlen);
+        if (mark && marklen && r->elements > 2 && r->element[2]->type == REDIS_REPLY_STRING)
+            snprintf(mark, marklen, "%.*s", (int)r->element[2]->len, r->element[2]->str);
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+/* SET <p>lease:<name> owner PX ttl when free or ours (one script). */
+static rk_store_rc redis_lease(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                               char *err, size_t errlen)
+{
+    struct redis_store *rs = rstore(st);
+    char k[KEY_MAX], ttl[16];
+    snprintf(ttl, sizeof ttl, "%d", ttl_ms > 0 ? ttl_ms : 1);
+    struct cmd c;
+    cmd_build(&c, "EVAL", LUA_LEASE, "1", key_of(rs, k, "lease:", name), owner, ttl,
+              (const char *)NULL);
+    long long v = 0;
+    rk_store_rc rc = run_int(rs, &c, &v, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return v == 1 ? RK_STORE_OK : RK_STORE_EXISTS;
+}
+
+/* SET <p>reconcile_mark value. */
+static rk_store_rc redis_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen)
+{
+    struct redis_store *rs = rstore(st);
+    char k[KEY_MAX], v[RK_STORE_MARK_MAX];
+    snprintf(v, sizeof v, "%s", value);
+    struct cmd c;
+    redisReply *r = NULL;
+    cmd_build(&c, "SET", key_of(rs, k, "reconcile_mark", NULL), v, (const char *)NULL);
+    rk_store_rc rc = run(rs, &c, &r, err, errlen);
+    freeReplyObject(r);
+    return rc;
+}
+
 /* Make sure bycreated and the per-state sets cover data written before they
  * existed: when the marker index:v2 is missing (checked at most once a
  * minute), index every id of the active set, GET_CHUNK ids per script call,
@@ -1548,6 +1695,9 @@ static const struct rk_store_ops redis_ops = {
     .session_remove = redis_session_remove,
     .session_clear = redis_session_clear,
     .session_count = redis_session_count,
+    .get_touch = redis_get_touch,
+    .lease = redis_lease,
+    .set_mark = redis_set_mark,
     .list_page = redis_list_page,
     .count_states = redis_count_states,
 };
@@ -1666,6 +1816,11 @@ struct rk_store *rk_store_open_redis(const struct rk_redis_cfg *cfg)
         rk_err("store: redis key prefix longer than %d characters", PREFIX_MAX);
         return NULL;
     }
+    /* Writes to a closed Redis socket must fail with EPIPE, not kill the process: ignore
+     * SIGPIPE once (unless the embedding program installed its own handler). */
+    struct sigaction sa_old;
+    if (sigaction(SIGPIPE, NULL, &sa_old) == 0 && sa_old.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
     struct redis_store *rs = calloc(1, sizeof *rs);
     if (!rs)
         return NULL;

@@ -102,6 +102,12 @@ static rk_status op_proxy_target(void *inst, struct rk_call *call, const struct 
     return os_proxy_target(inst, call, ref, port, kind, out);
 }
 
+/** ops.list (ABI 1.1): the reconciler's paged pass. */
+static rk_status op_list(void *inst, struct rk_call *call, rk_list_fn fn, void *ctx)
+{
+    return os_lc_list(inst, call, fn, ctx);
+}
+
 static const struct rk_operator_ops os_ops = {
     .struct_size = sizeof(struct rk_operator_ops),
     .init = op_init,
@@ -117,6 +123,7 @@ static const struct rk_operator_ops os_ops = {
     .session_run = op_session_run,
     .session_close = op_session_close,
     .proxy_target = op_proxy_target,
+    .list = op_list,
 };
 
 static const struct rk_cap_msg os_unsupported[] = {
@@ -146,7 +153,7 @@ RK_OPERATOR_EXPORT = {
     .version = "1.0.0",
     .flags = RK_OPF_THREADSAFE,
     .caps = RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE | RK_CAP_SESSION |
-            RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING,
+            RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING | RK_CAP_LIST,
     .config = os_config_keys,
     .unsupported = os_unsupported,
     .ops = &os_ops,

@@ -32,9 +32,12 @@ const struct rk_cfg_key os_config_keys[] = {
     {"sandbox_timeout", RK_CFG_INT, 0, "86400", NULL, NULL,
      "OpenSandbox lifetime backstop in seconds sent on create (0 = none, else >= 60)"},
     {"command_timeout_margin", RK_CFG_INT, 0, "30", NULL, NULL,
-     "seconds added to a command timeout for the admin-side deadline"},
+     "seconds added to a session's startup_timeout for the init deadline (commands: "
+     "runtime.command_timeout_margin)"},
     {"max_file_bytes", RK_CFG_INT, RK_CFGF_POSITIVE, "67108864", NULL, NULL,
      "largest file read_file returns, in bytes"},
+    {"allow_reserved_ports", RK_CFG_BOOL, 0, "false", NULL, NULL,
+     "let the service proxy reach execd (44772) and the egress sidecar (18080)"},
     {NULL, 0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -159,6 +162,7 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
     inst->sandbox_timeout_s = sandbox_timeout;
     inst->margin_s = margin;
     inst->max_file_bytes = max_file;
+    inst->allow_reserved_ports = host->cfg_bool(cfg, "allow_reserved_ports") ? 1 : 0;
     if (!inst->endpoint || !inst->protocol || (key && *key && !inst->api_key) ||
         (prefix && !inst->registry_prefix)) {
         os_config_free(inst);

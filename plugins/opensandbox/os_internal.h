@@ -15,6 +15,8 @@
 
 /** Port execd listens on inside every sandbox. */
 #define OS_EXECD_PORT 44772
+/** OpenSandbox's egress sidecar API port (its token: OPENSANDBOX-EGRESS-AUTH). */
+#define OS_EGRESS_PORT 18080
 /** Largest JSON body buffered from the lifecycle server or execd. */
 #define OS_MAX_JSON_BODY (4u * 1024u * 1024u)
 /** Largest single event line accepted from an execd stream. */
@@ -57,6 +59,12 @@ int64_t os_mode_to_decimal(unsigned mode);
 char *os_error_detail(long http_status, const char *body, size_t len);
 char *os_join_url(const char *protocol, const char *endpoint, const char *path);
 int os_contains_ci(const char *hay, const char *needle);
+/** Percent-encode every byte but RFC 3986 unreserved ones (A-Z a-z 0-9 - . _ ~). */
+char *os_query_escape(const char *s);
+/** The value of a `metadata=` list filter matching key=value exactly: each part is
+ *  escaped on its own (OpenSandbox parses the filter with parse_qsl), then the
+ *  whole filter is escaped again for the outer query string. */
+char *os_metadata_filter(const char *key, const char *value);
 char *os_session_init_command(const struct rk_kv *env, size_t env_len, const char *const *sources,
                               size_t sources_len);
 
@@ -122,17 +130,24 @@ struct os_inst {
     int64_t sandbox_timeout_s;
     int64_t margin_s;
     int64_t max_file_bytes;
+    int allow_reserved_ports; /**< proxy may reach OS_EXECD_PORT / OS_EGRESS_PORT */
     pthread_mutex_t ep_lock;
     struct os_ep_entry *ep_head;
     size_t ep_count;
-    void *share;                    /**< CURLSH: DNS, TLS sessions, connection pool */
+    void *share;                    /**< CURLSH: DNS cache and TLS sessions only */
     pthread_mutex_t share_locks[8]; /**< one per curl_lock_data value */
     int share_locks_ready;
+    pthread_mutex_t pool_lock; /**< guards the idle easy-handle pool */
+    void **pool;               /**< idle CURL * handles, each with its own live connections */
+    size_t pool_len;
 };
 
-/** Create the instance's curl share (connection reuse); NULL-safe on failure. */
+/** Most idle easy handles kept for reuse (each keeps its connections open). */
+#define OS_CURL_POOL_MAX 64
+
+/** Create the instance's curl share and handle pool; NULL-safe on failure. */
 void os_share_init(struct os_inst *inst);
-/** Destroy the instance's curl share. */
+/** Destroy the instance's curl share and every pooled handle. */
 void os_share_free(struct os_inst *inst);
 
 rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg,
@@ -147,7 +162,7 @@ extern const struct rk_cfg_key os_config_keys[];
 /** Why a transfer was aborted by the progress callback. */
 enum os_abort { OS_ABORT_NONE = 0, OS_ABORT_CANCELLED, OS_ABORT_CALL_DEADLINE, OS_ABORT_OWN };
 
-/** One HTTP exchange over a fresh easy handle. */
+/** One HTTP exchange over an easy handle taken from the instance's pool. */
 struct os_xfer {
     struct os_inst *inst;
     struct rk_call *call;
@@ -173,6 +188,7 @@ rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *
                        const char *method, const char *url, int64_t timeout_ms);
 rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value);
 void os_xfer_json(struct os_xfer *x, const char *json);
+void os_xfer_fresh_connection(struct os_xfer *x);
 rk_status os_xfer_perform(struct os_xfer *x);
 const char *os_xfer_err(const struct os_xfer *x);
 void os_xfer_cleanup(struct os_xfer *x);
@@ -194,6 +210,7 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
                        const struct rk_create_spec *spec, struct rk_created *out);
 rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                        struct rk_status_info *out);
+rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
 rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
                         const struct rk_sandbox_ref *ref);
 rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
@@ -203,6 +220,11 @@ void os_ep_cache_free(struct os_inst *inst);
 rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
                           const struct rk_sandbox_ref *ref, int port, enum rk_proxy_kind kind,
                           struct rk_proxy_target *out);
+/** Refuse proxying to execd / egress ports unless allow_reserved_ports (os_proxy.c). */
+rk_status os_proxy_check_port(struct os_inst *inst, struct rk_call *call, int port);
+/** Mark endpoint headers that are backend credentials (ABI 1.1 header_flags; os_proxy.c). */
+rk_status os_proxy_mark_credentials(struct os_inst *inst, struct rk_call *call,
+                                    struct rk_proxy_target *out);
 rk_status os_need_upstream_id(struct os_inst *inst, struct rk_call *call,
                               const struct rk_sandbox_ref *ref, const char **osid);
 

@@ -499,6 +499,42 @@ char *os_join_url(const char *protocol, const char *endpoint, const char *path)
     return os_sb_take(&sb);
 }
 
+char *os_query_escape(const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    struct os_sb sb = {0};
+    os_sb_puts(&sb, "");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
+            *p == '-' || *p == '.' || *p == '_' || *p == '~') {
+            os_sb_putn(&sb, (const char *)p, 1);
+        } else {
+            char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
+            os_sb_putn(&sb, e, 3);
+        }
+    }
+    return os_sb_take(&sb);
+}
+
+char *os_metadata_filter(const char *key, const char *value)
+{
+    /* OpenSandbox: list_sandboxes() runs parse_qsl(metadata, strict_parsing=True)
+     * on the already-decoded query parameter (server/src/api/lifecycle.py), so an
+     * unescaped '&' or '=' in a value would add or replace filter pairs. */
+    char *k = os_query_escape(key), *v = os_query_escape(value);
+    char *out = NULL;
+    if (k && v) {
+        struct os_sb sb = {0};
+        os_sb_printf(&sb, "%s=%s", k, v);
+        char *inner = os_sb_take(&sb);
+        out = inner ? os_query_escape(inner) : NULL;
+        free(inner);
+    }
+    free(k);
+    free(v);
+    return out;
+}
+
 /** One init command: `export K=v && ... && source p` (shlex-quoted), or "" if nothing. */
 char *os_session_init_command(const struct rk_kv *env, size_t env_len, const char *const *sources,
                               size_t sources_len)

@@ -125,6 +125,16 @@ void sim_kill_everything(void)
     pthread_mutex_unlock(&g_sim.mu);
 }
 
+/* Deep copy of a stored JSON value: json-c caches serialisations inside objects and its reference
+ * count is not atomic, so objects shared with response bodies serialised outside g_sim.mu race. */
+static json_object *sim_json_copy(json_object *src)
+{
+    json_object *dst = NULL;
+    if (json_object_deep_copy(src, &dst, NULL) != 0)
+        return NULL;
+    return dst;
+}
+
 /* Serialise a sandbox as the API's Sandbox object; caller holds g_sim.mu. */
 static json_object *sim_sandbox_json(struct sim_sandbox *sb, int64_t now)
 {
@@ -142,14 +152,14 @@ static json_object *sim_sandbox_json(struct sim_sandbox *sb, int64_t now)
     json_object_object_add(status, "lastTransitionAt", json_object_new_string(ts));
     json_object_object_add(o, "status", status);
     if (sb->image)
-        json_object_object_add(o, "image", json_object_get(sb->image));
+        json_object_object_add(o, "image", sim_json_copy(sb->image));
     if (sb->snapshot_id)
         json_object_object_add(o, "snapshotId", json_object_new_string(sb->snapshot_id));
     if (sb->platform)
-        json_object_object_add(o, "platform", json_object_get(sb->platform));
+        json_object_object_add(o, "platform", sim_json_copy(sb->platform));
     if (sb->metadata && json_object_object_length(sb->metadata) > 0)
-        json_object_object_add(o, "metadata", json_object_get(sb->metadata));
-    json_object_object_add(o, "entrypoint", json_object_get(sb->entrypoint));
+        json_object_object_add(o, "metadata", sim_json_copy(sb->metadata));
+    json_object_object_add(o, "entrypoint", sim_json_copy(sb->entrypoint));
     if (sb->expires_ms > 0) {
         sim_iso_time(sb->expires_ms, ts, sizeof ts);
         json_object_object_add(o, "expiresAt", json_object_new_string(ts));
@@ -549,7 +559,40 @@ static bool sim_parse_uint(const char *s, long *out)
     return true;
 }
 
-/* True if the sandbox metadata contains every k=v pair of the filter string. */
+/* Value of a hex digit or -1. */
+static int sim_hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode s in place, '+' as a space (what parse_qsl does to each part). */
+static void sim_qs_unquote(char *s)
+{
+    char *o = s;
+    for (; *s; s++) {
+        int hi, lo;
+        if (*s == '+') {
+            *o++ = ' ';
+        } else if (*s == '%' && (hi = sim_hexval(s[1])) >= 0 && (lo = sim_hexval(s[2])) >= 0) {
+            *o++ = (char)(hi * 16 + lo);
+            s += 2;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o = 0;
+}
+
+/* True if the sandbox metadata contains every k=v pair of the filter string.
+ * Like OpenSandbox's list_sandboxes (server/src/api/lifecycle.py), the filter is
+ * split with parse_qsl: split on '&', then on the first '=', then each part is
+ * percent-decoded, so an escaped '&' or '=' inside a value stays in the value. */
 static bool sim_meta_match(struct sim_sandbox *sb, const char *filter)
 {
     char *copy = sim_strdup(filter);
@@ -558,6 +601,8 @@ static bool sim_meta_match(struct sim_sandbox *sb, const char *filter)
     for (char *tok = strtok_r(copy, "&", &save); tok && ok; tok = strtok_r(NULL, "&", &save)) {
         char *eq = strchr(tok, '=');
         *eq = 0;
+        sim_qs_unquote(tok);
+        sim_qs_unquote(eq + 1);
         json_object *v;
         ok = sb->metadata && json_object_object_get_ex(sb->metadata, tok, &v) &&
              strcmp(json_object_get_string(v), eq + 1) == 0;
@@ -679,6 +724,14 @@ static enum MHD_Result sim_endpoint(struct MHD_Connection *c, struct sim_sandbox
         json_object *h = json_object_new_object();
         json_object_object_add(h, g_sim.execd_header_name,
                                json_object_new_string(g_sim.execd_header_value));
+        json_object_object_add(o, "headers", h);
+    }
+    /* OpenSandbox returns the egress sidecar's token with its endpoint (the Go SDK's e2e test
+     * reads Headers["OPENSANDBOX-EGRESS-AUTH"] from GetEndpoint(18080)). */
+    if (port == SIM_EGRESS_PORT && g_sim.egress_token) {
+        json_object *h = json_object_new_object();
+        json_object_object_add(h, "OPENSANDBOX-EGRESS-AUTH",
+                               json_object_new_string(g_sim.egress_token));
         json_object_object_add(o, "headers", h);
     }
     return sim_reply_json(c, 200, o);

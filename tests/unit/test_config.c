@@ -82,11 +82,16 @@ static void test_defaults(void **state)
     assert_string_equal(c->server.host, "0.0.0.0");
     assert_int_equal(c->server.port, 8080);
     assert_int_equal(c->server.max_connections, 4096);
-    assert_int_equal(c->server.per_ip_connections, 0);
+    assert_int_equal(c->server.per_ip_connections, -1);
     assert_int_equal(c->server.connection_timeout_s, 60);
     assert_int_equal(c->server.max_body_bytes, 64 * 1024 * 1024);
     assert_int_equal(c->server.max_header_bytes, 32768);
-    assert_int_equal(c->server.max_upload_bytes, 0);
+    assert_true(c->server.max_upload_bytes == 1024LL * 1024 * 1024);
+    assert_true(c->server.max_buffered_bytes == 512LL * 1024 * 1024);
+    assert_true(c->server.max_spool_bytes == 1024LL * 1024 * 1024);
+    assert_int_equal(c->server.header_timeout_s, 15);
+    assert_int_equal(c->server.min_body_rate, 1024);
+    assert_int_equal(c->server.reserved_connections, 4);
     assert_int_equal(c->server.max_output_bytes, 16 * 1024 * 1024);
     assert_int_equal(c->server.max_read_bytes, 64 * 1024 * 1024);
     assert_int_equal(c->server.drain_timeout_s, 30);
@@ -107,7 +112,7 @@ static void test_defaults(void **state)
     assert_int_equal(c->redis.db, 0);
     assert_int_equal(c->redis.connect_timeout_ms, 1000);
     assert_int_equal(c->redis.timeout_ms, 2000);
-    assert_int_equal(c->redis.pool_size, 32);
+    assert_int_equal(c->redis.pool_size, 64);
     assert_string_equal(c->redis.key_prefix, "rock:");
     assert_int_equal(c->scheduler.enabled, 0);
     assert_int_equal(c->proxy.timeout_s, 120);
@@ -690,8 +695,8 @@ static void test_dump(void **state)
     rk_config_free(c);
 }
 
-/* Redis HA keys (issue 14): sentinels as a sequence or a comma-separated
- * string, master_name required with them, bad addresses named, secrets hidden. */
+/* Redis HA keys (issue 14): sentinels as a sequence of host:port,
+ * master_name required with them, bad addresses named, secrets hidden. */
 static void test_redis_ha_keys(void **state)
 {
     (void)state;
@@ -711,7 +716,9 @@ static void test_redis_ha_keys(void **state)
                                    "  deleted_retention: 3600\n",
                                    &p);
     assert_no_problems(&p);
-    assert_string_equal(c->redis.sentinels, "10.0.0.1:26379,[::1]:26380");
+    assert_string_equal(c->redis.sentinels[0], "10.0.0.1:26379");
+    assert_string_equal(c->redis.sentinels[1], "[::1]:26380");
+    assert_null(c->redis.sentinels[2]);
     assert_string_equal(c->redis.master_name, "rock");
     assert_string_equal(c->redis.username, "rock-admin");
     assert_int_equal(c->redis.min_replicas_ack, 1);
@@ -723,12 +730,12 @@ static void test_redis_ha_keys(void **state)
 
     struct rk_problems q = {0};
     c = load_str(&t,
-                 "runtime:\n"                              /* 1 */
-                 "  operator_type: testop\n"               /* 2 */
-                 "redis:\n"                                /* 3 */
-                 "  sentinels: \"a:1, nohost, b:70000\"\n" /* 4 */
-                 "  min_replicas_ack: -1\n"                /* 5 */
-                 "  deleted_retention: x\n",               /* 6 */
+                 "runtime:\n"                                /* 1 */
+                 "  operator_type: testop\n"                 /* 2 */
+                 "redis:\n"                                  /* 3 */
+                 "  sentinels: [a:1, nohost, \"b:70000\"]\n" /* 4 */
+                 "  min_replicas_ack: -1\n"                  /* 5 */
+                 "  deleted_retention: x\n",                 /* 6 */
                  &q);
     assert_problem(&q, t.path, ":4: redis.sentinels: expected host:port, got \"nohost\"");
     assert_problem(&q, t.path, ":4: redis.sentinels: expected host:port, got \"b:70000\"");

