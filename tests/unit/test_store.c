@@ -1120,6 +1120,22 @@ static void test_redis_wait_replicas(void **state)
     rr = redisCommand(raw, "HLEN rock:sessions:w-1"); /* and released */
     assert_int_equal(rr->integer, 0);
     freeReplyObject(rr);
+    /* an unconfirmed commit becomes our expired reservation: the caller's
+     * rollback removes it and the name is free again */
+    rr = redisCommand(raw, "HSET rock:sessions:w-0 s r:%s:99999999999999",
+                      "0123456789abcdef0123456789abcdef");
+    freeReplyObject(rr);
+    assert_int_equal(rk_session_commit(st, "w-0", "s", "0123456789abcdef0123456789abcdef", "sess-9",
+                                       err, sizeof err),
+                     RK_STORE_ERROR);
+    char *sid_out = NULL;
+    assert_int_equal(rk_session_get(st, "w-0", "s", &sid_out, err, sizeof err), RK_STORE_NOT_FOUND);
+    assert_int_equal(
+        rk_session_rollback(st, "w-0", "s", "0123456789abcdef0123456789abcdef", err, sizeof err),
+        RK_STORE_ERROR); /* removed, only its WAIT is unconfirmed */
+    rr = redisCommand(raw, "HLEN rock:sessions:w-0");
+    assert_int_equal(rr->integer, 0);
+    freeReplyObject(rr);
     redisFree(raw);
 
     snprintf(portbuf, sizeof portbuf, "%d", master.port);
