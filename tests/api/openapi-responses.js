@@ -84,11 +84,19 @@ function check(rec) {
   }
   const method = rec.method.toLowerCase();
   const found = findPath(p);
+  // CORS preflight, answered by the daemon on any path (see info.description):
+  // 204 without a body, or 403 for an origin that is not allowed. Relay paths
+  // document OPTIONS themselves (the upstream's answer).
+  if (method === "options" && !(found && doc.paths[found.template].options)) {
+    if (rec.status === 204) return null;
+    if (rec.status !== 403) return `OPTIONS answered ${rec.status}: not a CORS preflight answer`;
+  }
   let resp = null;
   let pointer = null;
   if (!found) {
     // Unknown paths: FastAPI-style 404, or a 307 to the path without its slash.
     if (rec.status === 404) ({ resp, pointer } = deref({ $ref: "#/components/responses/NotFound" }));
+    else if (rec.status === 403 && method === "options") ({ resp, pointer } = deref({ $ref: "#/components/responses/Forbidden" }));
     else if (rec.status === 307 && p.endsWith("/") && findPath(p.slice(0, -1))) return null;
     else return `undocumented path (HTTP ${rec.status})`;
   } else {
@@ -96,6 +104,7 @@ function check(rec) {
     const op = item[method] || (method === "head" ? item.get : null);
     if (!op) {
       if (rec.status === 405) ({ resp, pointer } = deref({ $ref: "#/components/responses/MethodNotAllowed" }));
+      else if (rec.status === 403 && method === "options") ({ resp, pointer } = deref({ $ref: "#/components/responses/Forbidden" }));
       else if (rec.status === 307 && p.endsWith("/")) return null;
       else return `method ${rec.method} not documented for ${found.template} (HTTP ${rec.status})`;
     } else {
