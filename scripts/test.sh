@@ -101,7 +101,7 @@ summary="$summary; sanitizers: $sp passed, $sf failed"
 # conformance: test_api, test_cli, test_abi. The harness fails a test when
 # the daemon's output has a ThreadSanitizer report.
 TSAN_TESTS="unit/test_config unit/test_store unit/test_decode unit/test_loader unit/test_core \
-unit/test_relay integration/test_multiprocess.py integration/test_ops.py \
+unit/test_relay unit/test_rkutil integration/test_multiprocess.py integration/test_ops.py \
 integration/test_sessions.py integration/test_proxy.py integration/test_opensandbox.py \
 integration/test_proxy_opensandbox.py"
 TSAN_CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer"
