@@ -199,6 +199,12 @@ def out_of_range_numbers_are_refused_before_arithmetic():
         st, js = admin.api("POST", "/start_async", body)
         assert st == 200, (st, js)
         assert_invalid(js, "body." + field, "Input should be")
+    # sizes and cpus far out of range: the business checks refuse them (no inf/NaN math)
+    for over in ({"memory": "1e308t"}, {"disk": "1e308t"}, {"cpus": 1e308},
+                 {"limit_cpus": 1e308}):
+        st, js = admin.api("POST", "/start_async", dict(base, **over))
+        assert st == 200 and js["status"] == "Failed", (over, js)
+        assert "exceed the maximum" in js["error"], (over, js)
     # page/page_size on the list route: huge pages are an empty page, not a wrap
     sid = admin.start_sandbox()
     for page in (2 ** 62, 10 ** 18, 2 ** 63 - 1):
