@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "lifecycle.h"
+#include "endpoint_cache.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "archive.h"
 #include "config.h"
 #include "dispatch.h"
 #include "host.h"
@@ -37,6 +39,8 @@ struct patch {
     int create_failed;       /* mark the create as failed */
     int create_done;         /* drop create_deadline */
     enum rk_state seen;      /* out: state found */
+    const char *observed;    /* set "backend_state" (reconciler: non-active backend state) */
+    int clear_observed;      /* drop "backend_state" */
 };
 
 static int apply_patch(json_object *rec, void *ctx)
@@ -61,6 +65,10 @@ static int apply_patch(json_object *rec, void *ctx)
         json_object_object_add(rec, "create_failed", json_object_new_boolean(1));
     if (p->create_done)
         json_object_object_del(rec, "create_deadline");
+    if (p->observed)
+        rk_rec_set_str(rec, "backend_state", p->observed);
+    if (p->clear_observed)
+        json_object_object_del(rec, "backend_state");
     if (p->to)
         rk_rec_transition(rec, p->to, p->event);
     return 0;
@@ -76,6 +84,8 @@ static rk_store_rc patch_record(struct rk_app *app, const char *id, struct patch
     rk_store_rc rc = rk_store_update(app->store, id, apply_patch, p, &out, err, sizeof err);
     if (rc == RK_STORE_ERROR)
         rk_warn("sandbox %s: cannot update its record: %s", id, err);
+    if (rc == RK_STORE_OK && p->to && p->to != RK_STATE_RUNNING)
+        rk_ep_cache_forget_sandbox(id); /* cached proxy endpoints die with it */
     if (rc == RK_STORE_OK && rec_io && out) {
         json_object_put(*rec_io);
         *rec_io = out;
@@ -126,6 +136,7 @@ static void *create_thread(void *arg)
     const struct rk_plugin *pl = app->plugin;
     struct rk_call *call = rk_call_new(j->request_id, -1, 0);
     struct rk_created out = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.create(pl->inst, call, &j->spec, &out);
     rk_metrics_upstream("create", st);
     const char *id = j->spec.sandbox_id;
@@ -142,6 +153,7 @@ static void *create_thread(void *arg)
              * leave a sandbox that no record owns. */
             struct rk_sandbox_ref ref = {id, out.upstream_id, pl->desc->backend_tag,
                                          RK_STATE_DELETED};
+            rk_metrics_upstream_begin();
             rk_status ds = pl->ops.destroy(pl->inst, call, &ref);
             rk_metrics_upstream("destroy", ds);
             rk_info("sandbox %s: deleted during create; removed the new backend sandbox (%s)", id,
@@ -229,8 +241,12 @@ rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
 
 /* ---- status refresh ----------------------------------------------------------- */
 
-rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_object **rec_io,
-                               enum rk_state *shown, int *alive)
+/* Apply what the backend said about a sandbox (status() or a list pass) to its record.
+ * info == NULL with st == RK_E_NOT_FOUND: the backend has no such sandbox. touch: refresh the
+ * idle deadline when active (a client asked; the reconciler never touches). */
+static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                     rk_status st, const struct rk_status_info *info_in, int touch,
+                                     enum rk_state *shown, int *alive)
 {
     const struct rk_plugin *pl = app->plugin;
     json_object *rec = *rec_io;
@@ -244,17 +260,27 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
     json_object *cf;
     if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
         return RK_OK; /* the failed phase tells the client why */
+    int restoring = rk_restore_in_progress(app, rec_io);
+    if (restoring == 1) {
+        rk_dispatch_touch_rec(app, *rec_io);
+        return RK_OK; /* shown pending until the restore recorded its backend id */
+    }
+    if (restoring == 2) { /* a dead restore went back to archived */
+        *shown = rk_rec_state(*rec_io);
+        return RK_OK;
+    }
 
     const char *tag = pl->desc->backend_tag;
     const char *up = rk_rec_upstream_id(rec, tag);
     snprintf(upstream, sizeof upstream, "%s", up ? up : "");
     struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, stored};
     struct rk_status_info info = {0};
-    rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
-    rk_metrics_upstream("status", st);
+    if (info_in)
+        info = *info_in;
 
     if (st == RK_E_NOT_FOUND) {
-        rk_call_clear_error(call);
+        if (call)
+            rk_call_clear_error(call);
         if (!ref.upstream_id) {
             json_object *dl;
             int64_t deadline = 0;
@@ -289,19 +315,31 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
                           .create_done = 1};
         patch_record(app, id, &p, rec_io);
     }
+    /* Reconciler (touch == 0): a non-active backend state the record cannot express (e.g. a
+     * failed sandbox shows as stopped) is kept in "backend_state" for store-only reads. */
+    json_object *obs = NULL;
+    int has_observed = json_object_object_get_ex(*rec_io, "backend_state", &obs) && obs;
     switch (info.state) {
     case RK_STATE_RUNNING:
         *alive = 1;
         *shown = RK_STATE_RUNNING;
         if (stored == RK_STATE_PENDING) {
-            struct patch p = {.expect = RK_STATE_PENDING, .to = RK_STATE_RUNNING, .event = "alive"};
+            struct patch p = {.expect = RK_STATE_PENDING,
+                              .to = RK_STATE_RUNNING,
+                              .event = "alive",
+                              .clear_observed = has_observed};
+            patch_record(app, id, &p, rec_io);
+        } else if (has_observed) {
+            struct patch p = {.clear_observed = 1};
             patch_record(app, id, &p, rec_io);
         }
-        rk_dispatch_touch_rec(app, *rec_io);
+        if (touch)
+            rk_dispatch_touch_rec(app, *rec_io);
         break;
     case RK_STATE_PENDING:
         *shown = RK_STATE_PENDING;
-        rk_dispatch_touch_rec(app, *rec_io);
+        if (touch)
+            rk_dispatch_touch_rec(app, *rec_io);
         break;
     case RK_STATE_DELETED: {
         struct patch p = {.to = RK_STATE_DELETED, .event = "terminated"};
@@ -320,9 +358,49 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
                 patch_record(app, id, &p, rec_io);
             }
         }
+        if (!touch && info.state && info.state != stored) {
+            const char *name = rk_state_name(info.state);
+            const char *had = has_observed ? json_object_get_string(obs) : NULL;
+            if (name && (!had || strcmp(had, name) != 0)) {
+                struct patch p = {.observed = name};
+                patch_record(app, id, &p, rec_io);
+            }
+        }
         break;
     }
     return RK_OK;
+}
+
+rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                               enum rk_state *shown, int *alive)
+{
+    const struct rk_plugin *pl = app->plugin;
+    json_object *rec = *rec_io;
+    *shown = rk_rec_state(rec);
+    *alive = 0;
+    json_object *cf;
+    if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
+        return RK_OK; /* the failed phase tells the client why */
+    char id[256], upstream[256];
+    snprintf(id, sizeof id, "%s",
+             rk_rec_str(rec, "sandbox_id") ? rk_rec_str(rec, "sandbox_id") : "");
+    const char *tag = pl->desc->backend_tag;
+    const char *up = rk_rec_upstream_id(rec, tag);
+    snprintf(upstream, sizeof upstream, "%s", up ? up : "");
+    struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, *shown};
+    struct rk_status_info info = {0};
+    rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
+    rk_metrics_upstream("status", st);
+    return apply_backend_state(app, call, rec_io, st, &info, 1, shown, alive);
+}
+
+rk_status rk_lifecycle_reconcile(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                 const struct rk_status_info *info)
+{
+    enum rk_state shown;
+    int alive;
+    return apply_backend_state(app, call, rec_io, info ? RK_OK : RK_E_NOT_FOUND, info, 0, &shown,
+                               &alive);
 }
 
 /* ---- delete -------------------------------------------------------------------- */
@@ -334,6 +412,7 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
     const char *id = rk_rec_str(rec, "sandbox_id");
     const char *tag = pl->desc->backend_tag;
     struct rk_sandbox_ref ref = {id, rk_rec_upstream_id(rec, tag), tag, rk_rec_state(rec)};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.destroy(pl->inst, call, &ref);
     rk_metrics_upstream("destroy", st);
     if (st != RK_OK)
@@ -345,7 +424,8 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
                                  "sandbox %s was deleted in the backend but its record could not "
                                  "be updated: sandbox store unavailable",
                                  id);
-    clear_sessions(app, id); /* failures are only logged (B29) */
+    clear_sessions(app, id);                  /* failures are only logged (B29) */
+    rk_archive_drop_restored(app, call, rec); /* snapshots it still held (ABI 1.1) */
     return RK_OK;
 }
 
@@ -356,21 +436,34 @@ rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const c
 {
     const struct rk_plugin *pl = app->plugin;
     *restored = 0;
-    if (!(pl->desc->caps & RK_CAP_RESTORE))
+    if (!(pl->caps & (RK_CAP_RESTORE | RK_CAP_SNAPSHOT)))
         return RK_OK; /* a start on the id creates a new sandbox, as before */
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
     rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
     if (rc == RK_STORE_ERROR)
         return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
-    enum rk_state stored = rc == RK_STORE_OK ? rk_rec_state(rec) : 0;
-    json_object_put(rec);
-    if (stored != RK_STATE_ARCHIVED)
+    if (rc != RK_STORE_OK || rk_rec_state(rec) != RK_STATE_ARCHIVED) {
+        json_object_put(rec);
         return RK_OK;
+    }
     struct rk_target t;
-    rk_status st = rk_dispatch(app, call, RK_OP_RESTORE, id, &t);
+    if (pl->caps & RK_CAP_SNAPSHOT) {
+        /* ABI 1.1: restore from the stored snapshot (archive.c), never
+         * overwrite the record and leak its snapshot. */
+        rk_status st = rk_dispatch_record(app, call, RK_OP_STATUS, id, rec, &t);
+        if (st != RK_OK)
+            return st;
+        st = rk_restore_start(app, call, t.rec);
+        rk_target_release(&t);
+        if (st == RK_OK)
+            *restored = 1;
+        return st;
+    }
+    rk_status st = rk_dispatch_record(app, call, RK_OP_RESTORE, id, rec, &t);
     if (st != RK_OK)
         return st;
+    rk_metrics_upstream_begin();
     st = pl->ops.restore(pl->inst, call, &t.ref);
     rk_metrics_upstream("restore", st);
     rk_target_release(&t);
@@ -420,4 +513,29 @@ rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, co
             usleep((useconds_t)(left < 1000 ? left : 1000) * 1000);
     }
     return rk_call_set_error(call, RK_E_TIMEOUT, "sandbox %s not running after %ds", id, wait_s);
+}
+
+/* ---- stop / restart / archive ------------------------------------------------------- */
+
+rk_status rk_lifecycle_state_op(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                                const struct rk_sandbox_ref *ref, enum rk_state to)
+{
+    const struct rk_plugin *pl = app->plugin;
+    rk_status (*fn)(void *, struct rk_call *, const struct rk_sandbox_ref *) =
+        op == RK_OP_STOP      ? pl->ops.stop
+        : op == RK_OP_RESTART ? pl->ops.restart
+        : op == RK_OP_ARCHIVE ? pl->ops.archive
+                              : NULL;
+    if (!fn)
+        return rk_call_set_error(call, RK_E_INTERNAL, "operation %d is not a state change",
+                                 (int)op);
+    const char *event = rk_op_info(op)->name;
+    rk_status st = fn(pl->inst, call, ref);
+    rk_metrics_upstream(event, st);
+    if (st != RK_OK)
+        return st;
+    /* The backend changed state: record it (a store failure is logged). */
+    struct patch p = {.to = to, .event = event};
+    patch_record(app, ref->sandbox_id, &p, NULL);
+    return RK_OK;
 }

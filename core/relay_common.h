@@ -165,7 +165,7 @@ int rk_relay_active(void);
  *  themselves once app->stopping is set. Returns the number still running. */
 int rk_relay_wait(int64_t deadline_ms);
 
-/* ---- route handlers (relay_http.c / relay_ws.c) ------------------------------------ */
+/* ---- route handlers (relay_http.c / relay_ws.c / relay_portforward.c) -------------- */
 
 int rk_relay_http_begin(struct rk_req *r);
 int rk_relay_http_body(struct rk_req *r, const char *data, size_t len);

@@ -43,6 +43,7 @@
 #include "bytepipe.h"
 #include "config.h"
 #include "dispatch.h"
+#include "endpoint_cache.h"
 #include "envelope.h"
 #include "host.h"
 #include "http_server.h"
@@ -51,8 +52,11 @@
 #include "plugin_loader.h"
 #include "router.h"
 /* relay.h uses struct rk_route from router.h */
+#include "proxy_guard.h"
 #include "relay.h"
 #include "relay_common.h"
+#include "relay_pool.h"
+#include "store.h"
 #include "util.h"
 #include "validate.h"
 
@@ -98,6 +102,7 @@ struct px_http {
     CURLcode result;
     int timed_out;
     int cancel;          /* the request side gave up */
+    int discard_body;    /* the upstream answered early: the rest of the client body is dropped */
     int reader_attached; /* the client response is being produced */
     int64_t last_io_ms;
     int64_t wait_start_ms;
@@ -113,7 +118,7 @@ static void px_unref(struct px_http *px)
     if (left > 0)
         return;
     if (px->curl)
-        curl_easy_cleanup(px->curl);
+        curl_easy_cleanup(px->curl); /* the transfer never ran */
     curl_slist_free_all(px->hdrs);
     free(px->url);
     if (px->req)
@@ -191,6 +196,15 @@ static size_t px_header_cb(char *line, size_t size, size_t n, void *ud)
         if (px->status >= 200) {
             px->head_done = 1;
             pthread_cond_broadcast(&px->cv);
+            if (px->status >= 300 && px->req) {
+                /* An early error answer: libcurl stops sending the body ("HTTP error before end
+                 * of send"); stop feeding it so the request side drains the client body and
+                 * relays this answer (issue 10 item 5), as nginx does. */
+                px->discard_body = 1;
+                pthread_mutex_unlock(&px->mu);
+                rk_bytepipe_abort(px->req);
+                return len;
+            }
         }
         pthread_mutex_unlock(&px->mu);
         return len;
@@ -313,13 +327,17 @@ static int px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_o
     return idle;
 }
 
-/* Worker thread: run the transfer, then publish the result. */
-static void *px_worker(void *arg)
+/* Worker (a cached relay thread): run the transfer, then publish the result. The handle goes
+ * back to the per-origin pool with its keep-alive connection after a complete exchange. */
+static void px_worker(void *arg)
 {
     struct px_http *px = arg;
     px_touch(px);
     CURLcode res = curl_easy_perform(px->curl);
-    curl_easy_cleanup(px->curl);
+    pthread_mutex_lock(&px->mu);
+    int complete = res == CURLE_OK && !px->cancel && !px->discard_body;
+    pthread_mutex_unlock(&px->mu);
+    rk_relay_curl_put(px->url, px->curl, complete);
     px->curl = NULL;
     pthread_mutex_lock(&px->mu);
     px->finished = 1;
@@ -331,7 +349,6 @@ static void *px_worker(void *arg)
     rk_bytepipe_close(px->resp);
     px_unref(px);
     rk_relay_leave();
-    return NULL;
 }
 
 /* The MHD content reader: the upstream body as it arrives. */
@@ -388,9 +405,8 @@ struct px_route_kind {
 static struct px_route_kind px_kind(const struct rk_req *r)
 {
     struct px_route_kind k = {0, 0};
-    const char *name = r->route->name;
-    k.vnc = strstr(name, "vnc") != NULL;
-    k.doc_form = strcmp(name, "proxy_port_path") == 0;
+    k.vnc = (r->route->flags & RK_ROUTE_VNC) != 0;
+    k.doc_form = (r->route->flags & RK_ROUTE_PORT_PATH) != 0;
     return k;
 }
 
@@ -408,6 +424,7 @@ struct px_hdr_ctx {
     const struct rk_proxy_target *pt;
     int has_accept;
     int failed;
+    const struct rk_req *r; /* for proxy_guard.c */
 };
 
 /* Append "Name: value" (or "Name;" for an empty value) to a curl list. */
@@ -426,7 +443,8 @@ static int px_add_header(struct curl_slist **list, const char *name, const char 
 static void px_client_header(void *ud, const char *name, const char *value)
 {
     struct px_hdr_ctx *c = ud;
-    if (!name || rk_relay_skip_request_header(name, c->connection))
+    if (!name || rk_relay_skip_request_header(name, c->connection) ||
+        rk_proxy_guard_client_header(c->r, c->pt, name))
         return;
     for (size_t i = 0; i < c->pt->headers_len; i++)
         if (c->pt->headers[i].key && rk_strcaseeq(c->pt->headers[i].key, name))
@@ -540,11 +558,29 @@ static int px_route_port(struct rk_req *r, struct px_route_kind k, const char **
     return 0;
 }
 
-/* Resolve the endpoint through the gate and the plugin; replies on failure. */
+/* Resolve the endpoint: from the in-process cache (issue 15: no store read, no plugin call;
+ * the idle deadline is refreshed at most once per second), else through the gate and the
+ * plugin; replies on failure. *cached holds the cache's copy the target points into. */
 static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum rk_op op,
-                      struct rk_proxy_target *pt)
+                      struct rk_proxy_target *pt, struct rk_ep *cached)
 {
     struct rk_app *app = r->app;
+    int64_t ttl = app->cfg->perf.proxy_endpoint_ttl_ms;
+    int touch_due = 0;
+    memset(cached, 0, sizeof *cached);
+    if (rk_ep_cache_get(r->params[0], port, (int)kind, ttl, cached, &touch_due) == 0) {
+        memset(pt, 0, sizeof *pt);
+        pt->base_url = cached->base_url;
+        pt->headers = cached->headers;
+        pt->headers_len = cached->headers_len;
+        if (touch_due && cached->idle_minutes > 0) {
+            char err[RK_STORE_ERRLEN];
+            if (rk_store_touch(app->store, r->params[0], rk_epoch_s() + cached->idle_minutes * 60,
+                               err, sizeof err) != RK_STORE_OK)
+                rk_warn("cannot refresh idle deadline of %s: %s", r->params[0], err);
+        }
+        return 0;
+    }
     struct rk_target t;
     if (rk_dispatch(app, r->call, op, r->params[0], &t) != RK_OK) {
         rk_reply_call_error(r);
@@ -552,12 +588,20 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
     }
     memset(pt, 0, sizeof *pt);
     rk_status st;
+    rk_metrics_upstream_begin();
     if (!app->plugin->ops.proxy_target)
         st = rk_call_set_error(r->call, RK_E_UNSUPPORTED, "%s backend does not support %s",
                                app->plugin->desc->display_name, "http proxy");
     else
         st = app->plugin->ops.proxy_target(app->plugin->inst, r->call, &t.ref, port, kind, pt);
     rk_metrics_upstream("proxy_target", st);
+    if (st == RK_OK && pt->base_url && ttl > 0) {
+        json_object *m = NULL;
+        int64_t minutes = 0;
+        if (json_object_object_get_ex(t.rec, "auto_clear_time", &m) && m)
+            minutes = json_object_get_int64(m);
+        rk_ep_cache_put(r->params[0], port, (int)kind, pt, minutes);
+    }
     rk_target_release(&t);
     if (st != RK_OK || !pt->base_url) {
         if (st == RK_OK)
@@ -572,6 +616,8 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
 int rk_relay_http_begin(struct rk_req *r)
 {
     struct rk_app *app = r->app;
+    struct rk_ep cached; /* the endpoint cache's copy the target points into */
+    memset(&cached, 0, sizeof cached);
     struct px_route_kind k = px_kind(r);
     const char *raw_full = rk_req_raw_path(r);
     char *raw_path = rk_strdup_printf("%.*s", (int)strcspn(raw_full, "?"), raw_full);
@@ -584,7 +630,7 @@ int rk_relay_http_begin(struct rk_req *r)
         goto replied;
     }
     struct rk_proxy_target pt;
-    if (px_resolve(r, port, RK_PROXY_HTTP, RK_OP_PROXY_HTTP, &pt) != 0)
+    if (px_resolve(r, port, RK_PROXY_HTTP, RK_OP_PROXY_HTTP, &pt, &cached) != 0)
         goto replied;
 
     struct px_http *px = calloc(1, sizeof *px);
@@ -617,13 +663,14 @@ int rk_relay_http_begin(struct rk_req *r)
     rk_relay_url_parts_free(&u);
 
     /* Headers: the client's (filtered), then the endpoint's, which win. */
-    struct px_hdr_ctx hc = {NULL, rk_req_header(r, "Connection"), &pt, 0, 0};
+    struct px_hdr_ctx hc = {NULL, rk_req_header(r, "Connection"), &pt, 0, 0, r};
     rk_req_header_each(r, px_client_header, &hc);
     for (size_t i = 0; i < pt.headers_len; i++) {
         const char *name = pt.headers[i].key;
         const char *value = pt.headers[i].value ? pt.headers[i].value : "";
-        if (!name || rk_relay_is_hop_header(name, NULL) || rk_strcaseeq(name, "host") ||
-            rk_strcaseeq(name, "content-length") || strpbrk(value, "\r\n"))
+        if (!name || rk_proxy_guard_endpoint_header(&pt, i) || rk_relay_is_hop_header(name, NULL) ||
+            rk_strcaseeq(name, "host") || rk_strcaseeq(name, "content-length") ||
+            strpbrk(value, "\r\n"))
             continue;
         if (px_add_header(&hc.list, name, value) != 0)
             hc.failed = 1;
@@ -640,7 +687,7 @@ int rk_relay_http_begin(struct rk_req *r)
             hc.list = n;
     }
     px->hdrs = hc.list;
-    px->curl = curl_easy_init();
+    px->curl = rk_relay_curl_get(px->url);
     px->resp = rk_bytepipe_new(PX_PIPE_BYTES);
     if (hc.failed || !px->curl || !px->resp) {
         rk_reply_error(r, RK_E_NOMEM, "out of memory");
@@ -679,36 +726,43 @@ int rk_relay_http_begin(struct rk_req *r)
         }
     }
 
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, PX_WORKER_STACK);
-    pthread_t tid;
     px->refs++;
     rk_relay_enter();
-    if (pthread_create(&tid, &attr, px_worker, px) != 0) {
+    if (rk_relay_run(px_worker, px, PX_WORKER_STACK) != 0) {
         px->refs--;
         rk_relay_leave();
-        pthread_attr_destroy(&attr);
         rk_reply_error(r, RK_E_INTERNAL, "cannot start the proxy worker thread");
         goto replied;
     }
-    pthread_attr_destroy(&attr);
+    rk_ep_free(&cached);
     free(raw_path);
     return 0;
 
 replied:
+    rk_ep_free(&cached);
     free(raw_path);
     return 1;
 }
 
-/* One chunk of client body: into the request pipe (blocks while it is full). */
+/* One chunk of client body: into the request pipe (blocks while it is full). Once the
+ * upstream answered early, the rest of the body is read and dropped so the answer can be
+ * relayed on this connection. */
 int rk_relay_http_body(struct rk_req *r, const char *data, size_t len)
 {
     struct px_http *px = r->route_ctx;
     if (!px || !px->req)
         return 0;
-    return rk_bytepipe_write(px->req, data, len) != 0;
+    pthread_mutex_lock(&px->mu);
+    int discard = px->discard_body;
+    pthread_mutex_unlock(&px->mu);
+    if (discard)
+        return 0;
+    if (rk_bytepipe_write(px->req, data, len) == 0)
+        return 0;
+    pthread_mutex_lock(&px->mu);
+    discard = px->discard_body;
+    pthread_mutex_unlock(&px->mu);
+    return discard ? 0 : 1;
 }
 
 /* Wait for the response head, the end of the transfer, or a reason to stop. */
@@ -785,6 +839,8 @@ void rk_relay_http_handler(struct rk_req *r)
             rk_reply_detail(r, 502, "request cancelled");
             return;
         }
+        /* The endpoint may have moved: resolve it again next time. */
+        rk_ep_cache_forget(px->sandbox_id, px->port, (int)RK_PROXY_HTTP);
         px_reply_upstream_error(r, px);
         return;
     }
@@ -838,36 +894,40 @@ void rk_relay_http_handler(struct rk_req *r)
 /* Route table: relay routes are matched before the main table. */
 #define P RK_API_PREFIX
 /* A streamed HTTP relay route for any method. */
-#define HTTP_RELAY_ROUTE(pat, nm, msg)                                                             \
+#define HTTP_RELAY_ROUTE(pat, nm, msg, fl)                                                         \
     {                                                                                              \
         .method = "*", .pattern = pat, .name = nm, .body_mode = RK_BODY_STREAM,                    \
         .begin = rk_relay_http_begin, .body = rk_relay_http_body,                                  \
-        .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE  \
+        .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE, \
+        .flags = fl                                                                                \
     }
 
 /* A WebSocket relay route (matched only for Upgrade: websocket requests). */
-#define WS_RELAY_ROUTE(pat, nm, fn, msg)                                                           \
+#define WS_RELAY_ROUTE(pat, nm, fn, msg, fl)                                                       \
     {                                                                                              \
         .method = "GET", .pattern = pat, .name = nm, .handler = fn, .websocket = 1,                \
-        .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE                                    \
+        .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE, .flags = fl                       \
     }
 
 const struct rk_route rk_relay_routes[] = {
     /* The user-doc form; matched before the admin stub /proxy/{id}/{*} of router.c. */
-    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}", "proxy_port_path", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}/{*}", "proxy_port_path", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy", "proxy_http", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_http", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_http", "vnc http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_http", "vnc http proxy failed"),
+    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}", "proxy_port_path", "http proxy failed",
+                     RK_ROUTE_PORT_PATH),
+    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}/{*}", "proxy_port_path", "http proxy failed",
+                     RK_ROUTE_PORT_PATH),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy", "proxy_http", "http proxy failed", 0),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_http", "http proxy failed", 0),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_http", "vnc http proxy failed", RK_ROUTE_VNC),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_http", "vnc http proxy failed",
+                     RK_ROUTE_VNC),
     /* WebSocket (Upgrade: websocket only). */
     WS_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_ws", rk_relay_ws_handler,
-                   "websocket proxy failed"),
+                   "websocket proxy failed", 0),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_ws", rk_relay_ws_handler,
-                   "vnc websocket proxy failed"),
+                   "vnc websocket proxy failed", RK_ROUTE_VNC),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_ws", rk_relay_ws_handler,
-                   "vnc websocket proxy failed"),
+                   "vnc websocket proxy failed", RK_ROUTE_VNC),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/portforward", "portforward", rk_relay_portforward_handler,
-                   "portforward failed"),
+                   "portforward failed", 0),
     {.pattern = NULL},
 };

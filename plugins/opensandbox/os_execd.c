@@ -41,7 +41,12 @@ struct run_ctx {
     int session;
     int done;
     rk_status sink_status;
+    struct os_xfer *x; /**< the exchange, to bound the read of the stream's tail */
 };
+
+/** After the terminal event the rest of the stream is read (so the connection can be reused) for
+ *  at most this long; execd ends the response right after the terminal event. */
+#define OS_STREAM_TAIL_MS 1000
 
 /** Parser output: forward to the core's sink (sessions report everything as stdout). */
 static rk_status run_out(void *ctx, enum rk_stream stream, const char *buf, size_t len)
@@ -55,16 +60,21 @@ static rk_status run_out(void *ctx, enum rk_stream stream, const char *buf, size
     return s;
 }
 
-/** curl data: feed the parser; stop reading once the terminal event arrived. */
+/** curl data: feed the parser; once the terminal event arrived, read the tail to its end (bounded
+ *  by OS_STREAM_TAIL_MS) instead of aborting, so the connection goes back to the pool. */
 static rk_status run_data(void *ctx, const char *buf, size_t len)
 {
     struct run_ctx *rc = ctx;
+    if (rc->done)
+        return RK_OK; /* tail after the terminal event: only pings may follow */
     rk_status s = os_stream_feed(&rc->st, buf, len);
     if (s != RK_OK)
         return s;
     if (rc->st.terminal) {
-        rc->done = 1;
-        return RK_E_CANCELLED; /* aborts the transfer; `done` marks it as success */
+        rc->done = 1; /* marks the exchange as a success whatever happens to the tail */
+        int64_t tail = rc->x->inst->host->now_ms() + OS_STREAM_TAIL_MS;
+        if (rc->x->own_deadline_ms == 0 || tail < rc->x->own_deadline_ms)
+            rc->x->own_deadline_ms = tail;
     }
     return RK_OK;
 }
@@ -93,8 +103,13 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
 {
     const struct rk_host *h = inst->host;
     memset(out, 0, sizeof(*out));
-    int64_t limit =
-        opts->timeout_ms > 0 ? opts->timeout_ms + inst->margin_s * 1000 : OS_NO_TIMEOUT_DEADLINE_MS;
+    /* Commands: the core owns the deadline (timeout + runtime.command_timeout_margin)
+     * and sets it on the call; the transfer only honours it (os_xfer_perform).
+     * Session init runs without a call deadline (the session must be closed
+     * after a timeout), so it keeps its own bound. */
+    int64_t limit = h->deadline_ms(call) > 0 ? 0
+                    : opts->timeout_ms > 0   ? opts->timeout_ms + inst->margin_s * 1000
+                                             : OS_NO_TIMEOUT_DEADLINE_MS;
     struct run_ctx rc;
     struct os_endpoint ep;
     struct os_xfer x;
@@ -123,6 +138,7 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
         os_xfer_json(&x, opts->body);
         x.on_data = run_data;
         x.on_data_ctx = &rc;
+        rc.x = &x;
         t0 = h->now_ms();
         s = os_xfer_perform(&x);
         if (s == RK_E_UNAVAILABLE && x.not_sent && ep.from_cache && attempt == 0) {
@@ -165,7 +181,7 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
             interrupt_command(inst, &ep, rc.st.init_id);
         goto out;
     } else if (x.timed_out) {
-        /* Our own deadline (command timeout + margin) expired. */
+        /* The transfer's own bound expired (session init: no call deadline). */
         out->timed_out = 1;
         if (!opts->session)
             interrupt_command(inst, &ep, rc.st.init_id);

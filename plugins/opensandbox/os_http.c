@@ -1,7 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /**
  * @file os_http.c
- * @brief libcurl helpers: one easy handle per exchange, bounded buffering, cancellation.
+ * @brief libcurl helpers: pooled easy handles, bounded buffering, cancellation.
+ *
+ * Connection reuse: every exchange borrows an easy handle from a bounded pool
+ * and gives it back afterwards (curl_easy_reset keeps the handle's live
+ * connections). Each handle owns its connections; only the DNS cache and TLS
+ * sessions are shared, because sharing the connection cache
+ * (CURL_LOCK_DATA_CONNECT) between concurrently running threads is not
+ * supported by libcurl 7.88. Reusing handles also avoids the per-handle
+ * socketpair/fcntl set-up of a fresh handle.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +40,14 @@ static void share_unlock(CURL *h, curl_lock_data data, void *ud)
         pthread_mutex_unlock(&inst->share_locks[data]);
 }
 
-/** Share DNS cache, TLS sessions and connections between this instance's handles. */
+/** Share the DNS cache and TLS sessions between this instance's handles; set up the pool. */
 void os_share_init(struct os_inst *inst)
 {
     for (int i = 0; i < 8; i++)
         pthread_mutex_init(&inst->share_locks[i], NULL);
+    pthread_mutex_init(&inst->pool_lock, NULL);
+    inst->pool = calloc(OS_CURL_POOL_MAX, sizeof(*inst->pool));
+    inst->pool_len = 0;
     inst->share_locks_ready = 1;
     CURLSH *sh = curl_share_init();
     if (!sh)
@@ -46,13 +57,20 @@ void os_share_init(struct os_inst *inst)
     curl_share_setopt(sh, CURLSHOPT_USERDATA, inst);
     curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
     curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
-    curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
     inst->share = sh;
 }
 
-/** Destroy the share (after the last request). */
+/** Destroy the pooled handles and the share (after the last request). */
 void os_share_free(struct os_inst *inst)
 {
+    if (inst->share_locks_ready) {
+        for (size_t i = 0; i < inst->pool_len; i++)
+            curl_easy_cleanup(inst->pool[i]);
+        free(inst->pool);
+        inst->pool = NULL;
+        inst->pool_len = 0;
+        pthread_mutex_destroy(&inst->pool_lock);
+    }
     if (inst->share)
         curl_share_cleanup(inst->share);
     inst->share = NULL;
@@ -61,6 +79,35 @@ void os_share_free(struct os_inst *inst)
             pthread_mutex_destroy(&inst->share_locks[i]);
         inst->share_locks_ready = 0;
     }
+}
+
+/** Borrow an idle easy handle (options at their defaults) or create one. */
+static CURL *pool_get(struct os_inst *inst)
+{
+    CURL *c = NULL;
+    if (inst->pool) {
+        pthread_mutex_lock(&inst->pool_lock);
+        if (inst->pool_len)
+            c = inst->pool[--inst->pool_len];
+        pthread_mutex_unlock(&inst->pool_lock);
+    }
+    return c ? c : curl_easy_init();
+}
+
+/** Return a handle: reset its options (connections stay open) and keep it if there is room. */
+static void pool_put(struct os_inst *inst, CURL *c, int reusable)
+{
+    if (reusable && inst->pool) {
+        curl_easy_reset(c);
+        pthread_mutex_lock(&inst->pool_lock);
+        if (inst->pool_len < OS_CURL_POOL_MAX) {
+            inst->pool[inst->pool_len++] = c;
+            c = NULL;
+        }
+        pthread_mutex_unlock(&inst->pool_lock);
+    }
+    if (c)
+        curl_easy_cleanup(c);
 }
 
 /** Percent-encode a query value fully (caller frees with free()). */
@@ -148,7 +195,7 @@ rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *
     x->call = call;
     x->body_max = OS_MAX_JSON_BODY;
     x->cb_status = RK_OK;
-    CURL *c = curl_easy_init();
+    CURL *c = pool_get(inst);
     if (!c)
         return RK_E_NOMEM;
     x->curl = c;
@@ -213,6 +260,12 @@ rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value)
     return RK_OK;
 }
 
+/** Use a new connection for this exchange (non-idempotent requests that must not be re-sent). */
+void os_xfer_fresh_connection(struct os_xfer *x)
+{
+    curl_easy_setopt(x->curl, CURLOPT_FRESH_CONNECT, 1L);
+}
+
 /** Send a JSON body (copied by curl). */
 void os_xfer_json(struct os_xfer *x, const char *json)
 {
@@ -273,11 +326,13 @@ const char *os_xfer_err(const struct os_xfer *x)
     return curl_easy_strerror((CURLcode)x->curl_code);
 }
 
-/** Release the handle, headers and buffered body. */
+/** Return the handle to the pool; release headers and buffered body. */
 void os_xfer_cleanup(struct os_xfer *x)
 {
+    /* A handle whose exchange was aborted mid-stream closes its connection itself (curl does not
+     * keep a connection it could not finish), so every handle can go back to the pool. */
     if (x->curl)
-        curl_easy_cleanup(x->curl);
+        pool_put(x->inst, x->curl, 1);
     curl_slist_free_all(x->hdrs);
     free(x->body);
     x->curl = NULL;

@@ -16,6 +16,8 @@
 #define OS_META_ROCK_ID "rock_sandbox_id"
 /** Most list pages read while looking a sandbox up by metadata. */
 #define OS_LIST_MAX_PAGES 10
+/** Pages of 200 the reconciler's list pass reads at most (100,000 sandboxes). */
+#define OS_RECONCILE_MAX_PAGES 500
 
 /** Prepare a lifecycle request to {protocol}://{endpoint}/v1{path}. */
 static rk_status lc_xfer(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
@@ -284,8 +286,11 @@ static char *create_body(struct os_inst *inst, const struct rk_create_spec *spec
                            json_object_new_string(MD_OR_DEFAULT(spec->namespace_name)));
 #undef MD_OR_DEFAULT
     json_object_object_add(root, "metadata", md);
-    if (inst->sandbox_timeout_s > 0)
-        json_object_object_add(root, "timeout", json_object_new_int64(inst->sandbox_timeout_s));
+    int64_t timeout = inst->sandbox_timeout_s;
+    if (inst->renew_margin_s > 0 && spec->idle_timeout_s > 0) /* lifetime by renewal */
+        timeout = spec->idle_timeout_s + inst->renew_margin_s;
+    if (timeout > 0)
+        json_object_object_add(root, "timeout", json_object_new_int64(timeout));
     json_object_object_add(root, "secureAccess", json_object_new_boolean(0));
     const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
                                                              JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -333,7 +338,17 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
     struct os_xfer x;
     rk_status s = lc_xfer(&x, inst, call, "POST", "/sandboxes");
     if (s == RK_OK) {
+        /* A fresh connection: libcurl silently re-sends a request whose reused connection
+         * died before any reply byte, and a create must never be sent twice (a lost reply is
+         * handled by looking the sandbox up by its ROCK id instead). */
+        os_xfer_fresh_connection(&x);
         os_xfer_json(&x, body);
+        /* Never on a pooled connection: libcurl silently re-sends a request
+         * whose reused connection died before any reply byte, which would
+         * create a second sandbox; a lost reply must surface as an error so
+         * adopt_lost() finds the one that was made. */
+        curl_easy_setopt(x.curl, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(x.curl, CURLOPT_FORBID_REUSE, 1L);
         s = os_xfer_perform(&x);
     }
     free(body);
@@ -662,7 +677,10 @@ rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
                                      "release");
     if (port < 1 || port > 65535)
         return inst->host->set_error(call, RK_E_INVALID, "invalid port %d", port);
-    rk_status s = os_need_upstream_id(inst, call, ref, &osid);
+    rk_status s = os_proxy_check_port(inst, call, port);
+    if (s != RK_OK)
+        return s;
+    s = os_need_upstream_id(inst, call, ref, &osid);
     if (s != RK_OK)
         return s;
     struct os_endpoint ep;
@@ -672,5 +690,121 @@ rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
     out->base_url = ep.base;
     out->headers = ep.headers;
     out->headers_len = ep.headers_len;
-    return RK_OK;
+    return os_proxy_mark_credentials(inst, call, out);
+}
+
+/**
+ * ops.list: every sandbox this deployment created (those carrying the rock id in
+ * metadata["rock_sandbox_id"], set at create), all pages of GET /sandboxes with
+ * pageSize 200 (the maximum the server's list route accepts). RK_OK only after a
+ * complete pass; a truncated pass (more than OS_RECONCILE_MAX_PAGES pages) is an error
+ * so the reconciler never takes a partial list as "the others vanished".
+ */
+rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx)
+{
+    const struct rk_host *h = inst->host;
+    struct os_sb sb = {0};
+    for (int page = 1; page <= OS_RECONCILE_MAX_PAGES; page++) {
+        os_sb_printf(&sb, "/sandboxes?page=%d&pageSize=200", page);
+        char *path = os_sb_take(&sb);
+        struct os_xfer x;
+        rk_status rs = path ? lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
+        free(path);
+        if (rs == RK_OK)
+            rs = os_xfer_perform(&x);
+        if (rs != RK_OK) {
+            rs = xfer_fail(inst, call, rs == RK_E_TOO_LARGE ? RK_E_UPSTREAM : rs, "list", "*", &x);
+            os_xfer_cleanup(&x);
+            return rs;
+        }
+        if (x.status != 200) {
+            rs = http_fail(inst, call, RK_E_UPSTREAM, "list", "*", &x);
+            os_xfer_cleanup(&x);
+            return rs;
+        }
+        json_object *o = body_json(&x), *items = NULL, *pg = NULL, *v;
+        os_xfer_cleanup(&x);
+        if (!o || !json_object_object_get_ex(o, "items", &items) ||
+            !json_object_is_type(items, json_type_array)) {
+            json_object_put(o);
+            return h->set_error(call, RK_E_UPSTREAM,
+                                "opensandbox list failed: malformed list response");
+        }
+        size_t cnt = json_object_array_length(items);
+        for (size_t i = 0; i < cnt; i++) {
+            json_object *it = json_object_array_get_idx(items, i), *st = NULL, *md = NULL;
+            const char *id = jstr(it, "id");
+            const char *rock_id = NULL;
+            if (json_object_object_get_ex(it, "metadata", &md))
+                rock_id = jstr(md, OS_META_ROCK_ID);
+            if (!id || !rock_id || !*rock_id)
+                continue; /* not created by rock-admin */
+            json_object_object_get_ex(it, "status", &st);
+            char *reason = status_reason(st);
+            struct rk_status_info info = {0};
+            rk_status fs = fill_status(inst, call, jstr(st, "state"), reason, &info);
+            free(reason);
+            if (fs != RK_OK) {
+                json_object_put(o);
+                return fs;
+            }
+            info.upstream_id = id;
+            fn(ctx, rock_id, &info);
+        }
+        int more = 0;
+        if (json_object_object_get_ex(o, "pagination", &pg) &&
+            json_object_object_get_ex(pg, "hasNextPage", &v))
+            more = json_object_get_boolean(v);
+        json_object_put(o);
+        if (!more)
+            return RK_OK;
+    }
+    return h->set_error(call, RK_E_UPSTREAM, "opensandbox list failed: more than %d pages",
+                        OS_RECONCILE_MAX_PAGES);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Shared lifecycle helpers for os_pause.c / os_snapshot.c / os_renew.c      */
+/* ------------------------------------------------------------------------ */
+
+/** Perform one lifecycle request (JSON body optional); x must be cleaned up. */
+rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *method,
+                        const char *path, const char *json_body, struct os_xfer *x)
+{
+    rk_status s = lc_xfer(x, inst, call, method, path);
+    if (s == RK_OK && json_body)
+        os_xfer_json(x, json_body);
+    if (s == RK_OK && !strcmp(method, "POST")) {
+        /* Not idempotent (snapshot, restore): no silent re-send by libcurl on
+         * a pooled connection that died (see os_lc_create). */
+        curl_easy_setopt(x->curl, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(x->curl, CURLOPT_FORBID_REUSE, 1L);
+    }
+    if (s == RK_OK)
+        s = os_xfer_perform(x);
+    return s;
+}
+
+/** The buffered response as a JSON object (new reference) or NULL. */
+json_object *os_lc_body_json(const struct os_xfer *x)
+{
+    return body_json(x);
+}
+
+/** String member of a JSON object or NULL. */
+const char *os_lc_jstr(json_object *o, const char *key)
+{
+    return jstr(o, key);
+}
+
+/** Record the failure of a lifecycle request: no answer (s != RK_OK) or a non-2xx one. */
+rk_status os_lc_fail(struct os_inst *inst, struct rk_call *call, rk_status s, rk_status code,
+                     const char *op, const char *osid, const struct os_xfer *x)
+{
+    if (s != RK_OK)
+        return xfer_fail(
+            inst, call,
+            (s == RK_E_CANCELLED || s == RK_E_TIMEOUT || s == RK_E_NOMEM) ? s : RK_E_UNAVAILABLE,
+            op, osid, x);
+    return http_fail(inst, call, code, op, osid, x);
 }

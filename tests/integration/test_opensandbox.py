@@ -454,7 +454,8 @@ def execute_semantics():
 def file_semantics():
     """read_file with invalid UTF-8 under strict/replace, write_file keeps the
     mode of an existing file, new files get 644, missing parents, missing file."""
-    admin, sim, redis, _ = setup()
+    # The simulator has no upload cap by default (like execd); the 413 case below needs one.
+    admin, sim, redis, _ = setup(sim_extra=["--max-upload-mb", "64"])
     sid = start_alive(admin)
     d = tmpdir("rock-os-rw-")
     bad = os.path.join(d, "bad.bin")
@@ -681,8 +682,14 @@ def lifecycle_down():
     sid = start_alive(admin)
     for fault in ({"lifecycle_status": 503}, {"drop_lifecycle": True}):
         faults(sim, fault)
-        st, js = status(admin, sid)
-        assert st == 200 and js["status"] == "Failed", (fault, js)
+        # Status comes from the reconciler's store while its passes succeed; once no
+        # pass succeeded for the staleness bound (3 intervals, >= 3 s) reads ask the
+        # backend again and report its failure.
+        def failing():
+            st, js = status(admin, sid)
+            assert st == 200, js
+            return js if js["status"] == "Failed" else None
+        js = wait_until(failing, 30, 0.2, "status failure under %s" % fault)
         assert js["message"] == "get sandbox status failed", js
         assert js["result"]["code"] == 5000, js
         assert "opensandbox" in js["error"], js
@@ -704,8 +711,12 @@ def lifecycle_down():
                 return any(p.get("status") == "failed" for p in phases.values()) and js
             wait_until(visible, 20, 0.2, "start failure visible under %s" % fault)
         faults(sim)
-        st, js = status(admin, sid)
-        assert js["status"] == "Success" and js["result"]["is_alive"] is True, js
+
+        def recovered():
+            st, js = status(admin, sid)
+            return js if js["status"] == "Success" else None
+        js = wait_until(recovered, 30, 0.2, "status recovered after %s" % fault)
+        assert js["result"]["is_alive"] is True, js
     assert run_ok(admin, sid, "echo back")["stdout"] == "back\n"
 
 
@@ -714,7 +725,7 @@ def stream_cut():
     """execd closes the command stream without a terminal event: execute is
     Failed 5000 "... stream ended ...", and the next command works; a stalled
     stream ends at the admin's deadline as a timeout."""
-    admin, sim, redis, _ = setup(command_timeout_margin=2)
+    admin, sim, redis, _ = setup(admin_cfg={"runtime": {"command_timeout_margin": 2}})
     sid = start_alive(admin)
     faults(sim, {"cut_stream_after": 2})
     st, js = execute(admin, sid, "echo a; echo b; echo c; sleep 0.3; echo d")
@@ -726,7 +737,7 @@ def stream_cut():
     faults(sim)
     assert run_ok(admin, sid, "echo ok")["stdout"] == "ok\n"
     # a stalled stream (no events, no pings): the admin's own deadline (timeout +
-    # command_timeout_margin) ends it as the ROCK timeout failure
+    # runtime.command_timeout_margin) ends it as the ROCK timeout failure
     faults(sim, {"stall_stream_after": 1})
     t0 = time.time()
     st, js = execute(admin, sid, "echo a; sleep 1; echo b; sleep 10", timeout=2)
@@ -751,9 +762,13 @@ def vanished_sandbox():
     assert st == 200 and js["status"] == "Failed", js
     assert js["result"]["code"] in (4000, 5000), js
 
-    st, js = status(admin, sid)
-    assert st == 200 and js["status"] == "Success", js
-    r = js["result"]
+    # the reconciler notices within its staleness bound (a plain get_status then
+    # answers "not found", as for any deleted sandbox)
+    def gone():
+        st, js = status(admin, sid, all_states=True)
+        assert st == 200 and js["status"] == "Success", js
+        return js["result"] if js["result"]["state"] != "running" else None
+    r = wait_until(gone, 30, 0.2, "vanished sandbox reconciled")
     assert r["state"] == "deleted" and r["is_alive"] is False and r["delete_time"], r
     assert [(h["from_state"], h["to_state"]) for h in r["state_history"]] == \
         [("pending", "running"), ("running", "deleted")], r
@@ -786,8 +801,12 @@ def upstream_lifetime_lapsed():
     assert st == 204, st
     st, js = sim_sandbox(sim, osid)
     assert js["status"]["state"] == "Terminated", js
-    st, js = status(admin, sid)
-    assert js["status"] == "Success", js
+
+    def lapsed():
+        st, js = status(admin, sid, all_states=True)
+        assert js["status"] == "Success", js
+        return js if js["result"]["state"] != "running" else None
+    js = wait_until(lapsed, 30, 0.2, "terminated sandbox reconciled")
     assert js["result"]["state"] == "deleted" and js["result"]["is_alive"] is False, js
     st, js = status(admin, sid, all_states=True)
     assert js["result"]["state"] == "deleted" and js["result"]["delete_time"], js

@@ -112,7 +112,7 @@ static void test_defaults(void **state)
     assert_int_equal(c->redis.db, 0);
     assert_int_equal(c->redis.connect_timeout_ms, 1000);
     assert_int_equal(c->redis.timeout_ms, 2000);
-    assert_int_equal(c->redis.pool_size, 32);
+    assert_int_equal(c->redis.pool_size, 64);
     assert_string_equal(c->redis.key_prefix, "rock:");
     assert_int_equal(c->scheduler.enabled, 0);
     assert_int_equal(c->proxy.timeout_s, 120);

@@ -1,0 +1,371 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Cheap requests side by side (issue 15): rock-admin against nginx, Redis and the OpenSandbox
+simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medians of three.
+
+  python3 ../../bench/bench_cheap.py [all|status|proxy|inflight N] [--seconds S] [--strace]
+
+Run from a configured build directory with the environment of bench/README.md
+(ROCK_ADMIN_BIN, ROCK_TEST_PLUGIN_DIR, ROCK_OPENSANDBOX_PLUGIN_DIR, OPENSANDBOX_SIM).
+Needs wrk, nginx, redis-server, redis-benchmark; perf and strace are optional (CPU time and
+context switches per request come from /proc when perf is missing). Not part of `make check`.
+
+Per-request figures: Redis commands from INFO commandstats (delta / requests), rock-admin CPU
+time from /proc/PID/stat (utime+stime delta / requests), context switches from perf stat when
+available, syscalls from `strace -c -f` on a separate short run (--strace; strace slows the
+process, so that run's throughput is not reported).
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "lib"))
+from harness import Admin, Redis, Sim, cleanup, free_port, wait_until  # noqa: E402
+
+PREFIX = "/apis/envs/sandbox/v1"
+API_KEY = "bench-key"
+SECONDS = 5
+RUNS = 3
+THREADS, CONNS = 2, 64
+RESULTS = []
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def wrk(url, headers=None, seconds=None):
+    """One wrk run; returns requests/s and the number of requests."""
+    cmd = ["wrk", "-t%d" % THREADS, "-c%d" % CONNS, "-d%ds" % (seconds or SECONDS), "--latency"]
+    for k, v in (headers or {}).items():
+        cmd += ["-H", "%s: %s" % (k, v)]
+    out = subprocess.run(cmd + [url], capture_output=True, text=True, timeout=120).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    errs = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    p50 = re.search(r"50%\s+([\d.]+\w+)", out)
+    return rps, total, int(errs.group(1)) if errs else 0, p50.group(1) if p50 else "?"
+
+
+def cpu_ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return int(parts[11]) + int(parts[12])  # utime + stime (clock ticks)
+
+
+def redis_calls(redis):
+    """{command: calls} from INFO commandstats."""
+    out = redis.cli("INFO", "commandstats")
+    calls = {}
+    for line in out.splitlines():
+        m = re.match(r"cmdstat_(\S+):calls=(\d+)", line)
+        if m:
+            calls[m.group(1)] = int(m.group(2))
+    return calls
+
+
+def perf_start(pid):
+    if not shutil.which("perf"):
+        return None
+    out = tempfile.NamedTemporaryFile(prefix="rock-perf-", delete=False).name
+    p = subprocess.Popen(["perf", "stat", "-x,", "-o", out, "-e", "context-switches,task-clock",
+                          "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    return p, out
+
+
+def perf_stop(h):
+    if not h:
+        return {}
+    p, out = h
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=20)
+    vals = {}
+    with open(out) as f:
+        for line in f:
+            parts = line.strip().split(",")
+            if len(parts) > 2 and parts[0].replace(".", "").isdigit():
+                vals[parts[2]] = float(parts[0])
+    os.unlink(out)
+    return vals
+
+
+def measure(name, url, headers=None, pid=None, redis=None, anchor=None):
+    """Median of RUNS wrk runs, plus per-request costs measured over those runs."""
+    rates, totals, errors, p50s = [], 0, 0, []
+    ticks0 = cpu_ticks(pid) if pid else 0
+    calls0 = redis_calls(redis) if redis else {}
+    ph = perf_start(pid) if pid else None
+    for _ in range(RUNS):
+        rps, total, errs, p50 = wrk(url, headers)
+        rates.append(rps)
+        totals += total
+        errors += errs
+        p50s.append(p50)
+    perf = perf_stop(ph)
+    row = {"name": name, "median": statistics.median(rates), "runs": rates, "p50": p50s,
+           "errors": errors}
+    if pid:
+        hz = os.sysconf("SC_CLK_TCK")
+        row["cpu_us"] = (cpu_ticks(pid) - ticks0) / hz * 1e6 / max(totals, 1)
+        if "context-switches" in perf:
+            row["cs"] = perf["context-switches"] / max(totals, 1)
+    if redis:
+        calls1 = redis_calls(redis)
+        delta = {k: v - calls0.get(k, 0) for k, v in calls1.items() if v - calls0.get(k, 0) > 0}
+        row["redis"] = {k: round(v / max(totals, 1), 2) for k, v in sorted(delta.items())}
+    if anchor:
+        row["anchor"] = anchor
+    RESULTS.append(row)
+    extra = ""
+    if "cpu_us" in row:
+        extra += ", %.0f us CPU/req" % row["cpu_us"]
+    if "cs" in row:
+        extra += ", %.1f context switches/req" % row["cs"]
+    if "redis" in row:
+        extra += ", redis/req %s" % row["redis"]
+    if errors:
+        extra += ", %d non-2xx" % errors
+    log("%-58s %10.0f req/s  (runs %s; p50 %s)%s" % (
+        name, row["median"], ", ".join("%.0f" % r for r in rates), "/".join(p50s), extra))
+    return row
+
+
+def strace_count(pid, url, headers=None):
+    """Syscalls per request over a 3 s wrk run under strace -c -f."""
+    if not shutil.which("strace"):
+        return None
+    out = tempfile.NamedTemporaryFile(prefix="rock-strace-", delete=False).name
+    p = subprocess.Popen(["strace", "-c", "-f", "-o", out, "-p", str(pid)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    _, total, _, _ = wrk(url, headers, seconds=3)
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=30)
+    top = []
+    calls = 0
+    with open(out) as f:
+        for line in f:
+            m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)$", line)
+            if m and m.group(2) != "total":
+                top.append((int(m.group(1)), m.group(2)))
+            m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?total$", line)
+            if m:
+                calls = int(m.group(1))
+    os.unlink(out)
+    top.sort(reverse=True)
+    per = calls / max(total, 1)
+    detail = ", ".join("%s %.1f" % (n, c / max(total, 1)) for c, n in top[:8])
+    log("    syscalls/req %.1f: %s" % (per, detail))
+    return per, detail
+
+
+# ---- nginx ------------------------------------------------------------------------------
+
+def nginx(conf_body):
+    """Start nginx (2 workers, like the 2 cores) with the given http{} body; returns the Popen."""
+    d = tempfile.mkdtemp(prefix="rock-bench-nginx-")
+    conf = os.path.join(d, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write("""daemon off; master_process on; worker_processes 2; pid %s/nginx.pid;
+error_log %s/error.log warn; user root;
+events { worker_connections 4096; }
+http {
+  access_log off; client_body_temp_path %s; proxy_temp_path %s; fastcgi_temp_path %s;
+  uwsgi_temp_path %s; scgi_temp_path %s; keepalive_requests 1000000;
+%s
+}
+""" % (d, d, d, d, d, d, d, conf_body))
+    p = subprocess.Popen(["nginx", "-c", conf, "-p", d], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    assert p.poll() is None, open(os.path.join(d, "error.log")).read()
+    return p, d
+
+
+def stop(p):
+    if p and p.poll() is None:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+# ---- scenarios -------------------------------------------------------------------------
+
+def os_admin(sim, redis, extra=None):
+    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY,
+                           "use_server_proxy": False},
+           "log": {"level": "warning"}, "server": {"max_connections": 6000}}
+    cfg.update(extra or {})
+    return Admin(operator="opensandbox", config=cfg, redis=redis)
+
+
+def body_of(port, path):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", path)
+    r = c.getresponse()
+    return r.read()
+
+
+def scenario_status(do_strace):
+    log("== get_status and anchors ==")
+    redis = Redis()
+    sim = Sim(api_key=API_KEY, ready_delay_ms=0)
+    admin = os_admin(sim, redis)
+    sid = admin.start_sandbox()
+    st, js = admin.api("GET", "/get_status", query={"sandbox_id": sid})
+    osid = js["result"]["host_name"]
+    url = "http://127.0.0.1:%d%s/get_status?sandbox_id=%s" % (admin.port, PREFIX, sid)
+    measure("get_status, opensandbox.so + Redis store", url, pid=admin.proc.pid, redis=redis)
+    if do_strace:
+        strace_count(admin.proc.pid, url)
+    measure("GET / on rock-admin (opensandbox + Redis)", "http://127.0.0.1:%d/" % admin.port,
+            pid=admin.proc.pid)
+    measure("simulator GET /v1/sandboxes/{id}",
+            "http://127.0.0.1:%d/v1/sandboxes/%s" % (sim.port, osid),
+            headers={"OPEN-SANDBOX-API-KEY": API_KEY}, pid=sim.proc.pid)
+    out = subprocess.run(["redis-benchmark", "-p", str(redis.port), "-c", str(CONNS), "-n",
+                          "300000", "-t", "get", "-q"], capture_output=True, text=True).stdout
+    m = re.search(r"GET: ([\d.]+) requests per second", out.replace("\r", "\n"))
+    if m:
+        RESULTS.append({"name": "redis-benchmark GET (-c64)", "median": float(m.group(1))})
+        log("%-58s %10.0f req/s" % ("redis-benchmark GET (-c64)", float(m.group(1))))
+    # nginx serving the same JSON as a static file
+    payload = body_of(admin.port, url.split(str(admin.port), 1)[1])
+    port = free_port()
+    d = tempfile.mkdtemp(prefix="rock-bench-static-")
+    with open(os.path.join(d, "status.json"), "wb") as f:
+        f.write(payload)
+    p, _ = nginx("server { listen 127.0.0.1:%d; location / { root %s; } }" % (port, d))
+    try:
+        measure("nginx static JSON (same %d bytes)" % len(payload),
+                "http://127.0.0.1:%d/status.json" % port)
+    finally:
+        stop(p)
+    admin.stop()
+    # the test operator with the in-process store
+    a2 = Admin(config={"log": {"level": "warning"}})
+    sid2 = a2.start_sandbox()
+    measure("get_status, test operator + in-process store",
+            "http://127.0.0.1:%d%s/get_status?sandbox_id=%s" % (a2.port, PREFIX, sid2),
+            pid=a2.proc.pid)
+    a2.stop()
+
+
+def scenario_proxy(do_strace):
+    log("== HTTP service proxy, 1 KiB responses ==")
+    d = tempfile.mkdtemp(prefix="rock-bench-app-")
+    with open(os.path.join(d, "1k"), "wb") as f:
+        f.write(b"x" * 1024)
+    app_port = free_port()
+    app, _ = nginx("server { listen 127.0.0.1:%d; location / { root %s; } }" % (app_port, d))
+    px_port = free_port()
+    px, _ = nginx("""upstream app { server 127.0.0.1:%d; keepalive 64; }
+server { listen 127.0.0.1:%d; location / { proxy_pass http://app; proxy_http_version 1.1;
+  proxy_set_header Connection ""; } }""" % (app_port, px_port))
+    redis = Redis()
+    sim = Sim(api_key=API_KEY, ready_delay_ms=0)
+    admin = os_admin(sim, redis)
+    a2 = Admin(config={"log": {"level": "warning"},
+                       "testop": {"proxy_base": "http://127.0.0.1:{port}"}})
+    try:
+        measure("direct to the app (nginx, 1 KiB file)", "http://127.0.0.1:%d/1k" % app_port)
+        nx = measure("nginx proxy_pass, upstream keepalive", "http://127.0.0.1:%d/1k" % px_port)
+        sid = admin.start_sandbox()
+        url = "http://127.0.0.1:%d%s/sandboxes/%s/proxy/port/%d/1k" % (
+            admin.port, PREFIX, sid, app_port)
+        r = measure("rock-admin proxy, opensandbox.so + Redis", url, pid=admin.proc.pid,
+                    redis=redis)
+        log("    ratio to nginx proxy_pass: %.2f" % (r["median"] / nx["median"]))
+        if do_strace:
+            strace_count(admin.proc.pid, url)
+        sid2 = a2.start_sandbox()
+        url2 = "http://127.0.0.1:%d%s/sandboxes/%s/proxy/port/%d/1k" % (
+            a2.port, PREFIX, sid2, app_port)
+        r2 = measure("rock-admin proxy, test operator + in-process", url2, pid=a2.proc.pid)
+        log("    ratio to nginx proxy_pass: %.2f" % (r2["median"] / nx["median"]))
+    finally:
+        stop(app)
+        stop(px)
+
+
+def vm(pid, key):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def scenario_inflight(n):
+    log("== %d in-flight /execute through opensandbox.so ==" % n)
+    redis = Redis()
+    sim = Sim(api_key=API_KEY, ready_delay_ms=0)
+    admin = os_admin(sim, redis, {"server": {"max_connections": n + 200, "drain_timeout": 60}})
+    sid = admin.start_sandbox()
+    # warm up: one command, so lazily allocated state is not counted per request
+    admin.api("POST", "/execute", {"sandbox_id": sid, "command": "true"})
+    pid = admin.proc.pid
+    idle = vm(pid, "VmRSS")
+    body = json.dumps({"sandbox_id": sid, "command": "sleep 30", "timeout": 120})
+    conns = []
+    for _ in range(n):
+        c = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=300)
+        c.request("POST", PREFIX + "/execute", body, {"Content-Type": "application/json"})
+        conns.append(c)
+    wait_until(lambda: vm(pid, "Threads") >= n, 120, 0.5, "%d connection threads" % n)
+    time.sleep(5)
+    rss = vm(pid, "VmRSS")
+    log("%d in-flight: RSS %d KiB (idle %d KiB): +%.1f KiB per request, %d threads" % (
+        n, rss, idle, (rss - idle) / n, vm(pid, "Threads")))
+    RESULTS.append({"name": "%d in-flight /execute, opensandbox.so" % n, "rss_kib": rss,
+                    "idle_kib": idle, "per_req_kib": (rss - idle) / n})
+    ok = 0
+    failures = {}
+    for c in conns:
+        try:
+            r = c.getresponse()
+            js = json.loads(r.read())
+            if js.get("status") == "Success":
+                ok += 1
+            else:
+                failures[js.get("error")] = failures.get(js.get("error"), 0) + 1
+        except Exception as e:
+            failures[repr(e)] = failures.get(repr(e), 0) + 1
+        c.close()
+    log("    %d of %d commands succeeded; failures: %s" % (ok, n, failures))
+
+
+def main():
+    global SECONDS
+    args = sys.argv[1:]
+    do_strace = "--strace" in args
+    if "--seconds" in args:
+        SECONDS = int(args[args.index("--seconds") + 1])
+    what = args[0] if args and not args[0].startswith("--") else "all"
+    log("machine: %s, %d cores, load %s" % (
+        subprocess.run(["sh", "-c", "lscpu | sed -n 's/Model name: *//p'"], capture_output=True,
+                       text=True).stdout.strip(), os.cpu_count(), os.getloadavg()))
+    log("commit: %s" % subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                      capture_output=True, text=True).stdout.strip())
+    try:
+        if what in ("all", "status"):
+            scenario_status(do_strace)
+        if what in ("all", "proxy"):
+            scenario_proxy(do_strace)
+        if what in ("all", "inflight"):
+            n = int(args[1]) if what == "inflight" and len(args) > 1 else 5000
+            scenario_inflight(n)
+    finally:
+        cleanup()
+    print(json.dumps(RESULTS, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * In-process cache of proxy endpoints (issue 15): sandbox id + port + kind ->
+ * what the plugin's proxy_target answered, for proxy.endpoint_cache_ttl_ms.
+ * A hit skips the dispatch gate's store read and the plugin; the idle
+ * deadline is still refreshed, at most once per second per sandbox and
+ * process. Entries are dropped when a relay to them fails, and every entry of
+ * a sandbox is dropped when it leaves the running state through this process.
+ */
+#ifndef RK_ENDPOINT_CACHE_H
+#define RK_ENDPOINT_CACHE_H
+
+#include <stdint.h>
+
+#include "rock-admin/operator.h"
+
+/** One cached endpoint (a malloc'd copy). */
+struct rk_ep {
+    char *base_url;
+    struct rk_kv *headers; /* keys and values malloc'd */
+    size_t headers_len;
+    int64_t idle_minutes; /* the sandbox's auto_clear_time, for the throttled touch */
+};
+
+/** Copy of the entry for (id, port, kind) if fresh; 0 and *out filled on a hit.
+ *  touch_due is set to 1 when the caller should refresh the idle deadline now. */
+int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct rk_ep *out,
+                    int *touch_due);
+
+/** Store (a copy of) an endpoint resolved by the plugin. */
+void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_target *pt,
+                     int64_t idle_minutes);
+
+/** Drop the entry for (id, port, kind) (a relay to it failed). */
+void rk_ep_cache_forget(const char *id, int port, int kind);
+
+/** Drop every entry of a sandbox (it stopped, was deleted or vanished). */
+void rk_ep_cache_forget_sandbox(const char *id);
+
+/** Free a copy returned by rk_ep_cache_get. */
+void rk_ep_free(struct rk_ep *e);
+
+/** Drop everything (shutdown, tests). */
+void rk_ep_cache_clear(void);
+
+#endif /* RK_ENDPOINT_CACHE_H */
