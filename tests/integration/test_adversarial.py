@@ -348,7 +348,8 @@ def data_routes_leave_reserved_slots_for_health():
     threads = [threading.Thread(target=long_cmd, daemon=True) for _ in range(4)]
     for th in threads:
         th.start()
-    wait_until(lambda: metric(admin, "rock_admin_inflight_requests") >= 4, 20, 0.1,
+    # in flight: the four commands and the /metrics request itself
+    wait_until(lambda: metric(admin, "rock_admin_inflight_requests") >= 5, 20, 0.1,
                "four commands in flight")
     st, js = eventually(lambda: admin.api("GET", "/get_status", query={"sandbox_id": sid}))
     assert st == 503 and js["status"] == "Failed", (st, js)
