@@ -332,7 +332,9 @@ def egress_credential_never_reaches_a_client_request():
     sock.close()
     assert op == 8 and b"is reserved" in data, (op, data)
 
-    # allowed by the operator: the request reaches the sidecar, without the credential
+    # allowed by the operator: the request reaches the sidecar, without the credential; the
+    # first request resolves the endpoint through the plugin, the next ones are served from the
+    # core's endpoint cache (proxy.endpoint_cache_ttl_ms), which must keep the credential flag
     allowed = Admin(operator="opensandbox", redis=redis, config={
         "opensandbox": dict(base["opensandbox"], allow_reserved_ports=True)})
     for extra in ({}, {"OPENSANDBOX-EGRESS-AUTH": "client-guess"},
