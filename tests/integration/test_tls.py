@@ -13,7 +13,8 @@ import subprocess
 import harness
 from harness import ADMIN_BIN, PREFIX, Admin, test, tmpdir, wait_until
 from secutil import (Client, client_context, make_ca, make_server_cert, sdk_flow, sdk_headers,
-                     start_echo_app, write_tokens, ws_connect, ws_echo_roundtrip)
+                     start_echo_app, start_tcp_echo, write_tokens, ws_connect,
+                     ws_echo_roundtrip)
 
 TOKEN = "tls-token-5b2d4c6e8f0a7f3c9a"
 
@@ -62,6 +63,14 @@ def sdk_flow_and_websocket_over_tls():
     sock.close()
     st, text, _, _ = ws_connect(admin.port, path, sdk_headers("wrong-token-000000000"), ctx)
     assert st == 401, text
+    # port forwarding (WebSocket frames <-> TCP) over wss:// too
+    tcp = start_tcp_echo()
+    st, text, sock, buf = ws_connect(admin.port, "%s/sandboxes/%s/portforward?port=%d"
+                                     % (PREFIX, sid, tcp), sdk_headers(TOKEN), ctx)
+    assert st == 101, text
+    blob = os.urandom(100000)
+    assert ws_echo_roundtrip(sock, buf, blob, op=2) == blob
+    sock.close()
     # plain HTTP on the TLS port gets no answer in clear text
     with socket.create_connection(("127.0.0.1", admin.port), timeout=30) as s:
         s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
