@@ -96,9 +96,9 @@ summary="$summary; sanitizers: $sp passed, $sf failed"
 # with eight requests in flight), test_sessions (concurrent session creates
 # across processes), test_proxy (HTTP/WebSocket relay threads, client
 # disconnects), test_opensandbox and test_proxy_opensandbox (the libcurl
-# plugin under concurrent requests), test_security and test_tls (token and
-# certificate reloads under traffic, TLS relay threads). Left out as single-threaded API
-# conformance: test_api, test_cli, test_abi. The harness fails a test when
+# plugin under concurrent requests), test_security and test_tls (SIGHUP
+# reloads in a serving daemon, TLS relay threads). Left out as single-threaded
+# API conformance: test_api, test_cli, test_abi. The harness fails a test when
 # the daemon's output has a ThreadSanitizer report.
 TSAN_TESTS="unit/test_config unit/test_store unit/test_decode unit/test_loader unit/test_core \
 unit/test_relay integration/test_multiprocess.py integration/test_ops.py \
