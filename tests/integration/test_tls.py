@@ -9,6 +9,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 
 import harness
 from harness import ADMIN_BIN, PREFIX, Admin, test, tmpdir, wait_until
@@ -130,6 +131,31 @@ def certificate_reloads_on_sighup():
     admin.wait_for_line(r"keeping the previous TLS certificate")
     assert peer_subject(admin.port, ctx) == "second.rock.test"
     assert Client(admin.port, {}, ctx).raw("GET", "/livez")[0] == 200
+
+    # renewals while clients connect: every handshake gets one valid certificate
+    pairs = [make_server_cert(d, "gen%d" % i, cn="gen%d.rock.test" % i) for i in range(4)]
+    results, stop = [], threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            try:
+                results.append(Client(admin.port, {}, ctx).raw("GET", "/livez")[0])
+            except (OSError, ssl.SSLError) as e:
+                results.append(repr(e))
+    workers = [threading.Thread(target=hammer) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for i, (c, k) in enumerate(pairs):
+        os.replace(c, cert)
+        os.replace(k, key)
+        admin.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: admin.output().count("SIGHUP: TLS certificate reloaded") > i + 1,
+                   30, 0.05, "reload %d" % i)
+    stop.set()
+    for w in workers:
+        w.join()
+    assert results and set(results) == {200}, sorted(set(map(str, results)))[:5]
+    assert peer_subject(admin.port, ctx) == "gen3.rock.test"
 
 
 def check(server):
