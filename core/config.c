@@ -276,6 +276,7 @@ enum core_type {
     CT_DOUBLE, /* double > 0 */
     CT_SIZE,   /* char *, a size like "64g" */
     CT_LEVEL,  /* char *, a log level */
+    CT_LOGFMT, /* char *, a log format: text|json (issue 16) */
     CT_OPTYPE, /* char *, [a-z0-9_]+ */
     CT_ANY,    /* accepted and ignored (ROCK compatibility) */
     CT_LIST,   /* char **, NULL-terminated, from a sequence of strings */
@@ -339,6 +340,8 @@ static const struct core_key core_keys[] = {
     /* issue 13: the core owns command deadlines (timeout + this grace). */
     {"runtime", "command_timeout_margin", CT_INT, F(runtime.command_timeout_margin_s), 0, 86400, 0,
      NULL},
+    /* issue 12: X-Key allow-list of /archive (comma-separated; unset = any key) */
+    {"runtime", "archive_keys", CT_STR, F(runtime.archive_keys), 0, 0, CKF_SECRET, NULL},
     {"redis", "host", CT_STR, F(redis.host), 0, 0, 0, NULL},
     {"redis", "port", CT_INT, F(redis.port), 1, 65535, 0, NULL},
     {"redis", "password", CT_STR, F(redis.password), 0, 0, CKF_SECRET, NULL},
@@ -347,6 +350,18 @@ static const struct core_key core_keys[] = {
     {"redis", "timeout_ms", CT_INT, F(redis.timeout_ms), 1, INT_MAX, 0, NULL},
     {"redis", "pool_size", CT_INT, F(redis.pool_size), 1, INT_MAX, 0, NULL},
     {"redis", "key_prefix", CT_STR, F(redis.key_prefix), 0, 0, 0, NULL},
+    /* issue 14: Sentinel, ACL, secrets from files, WAIT, retention */
+    {"redis", "sentinels", CT_LIST, F(redis.sentinels), 0, 0, 0, NULL},
+    {"redis", "master_name", CT_STR, F(redis.master_name), 0, 0, 0, NULL},
+    {"redis", "username", CT_STR, F(redis.username), 0, 0, 0, NULL},
+    {"redis", "password_file", CT_STR, F(redis.password_file), 0, 0, 0, NULL},
+    {"redis", "sentinel_username", CT_STR, F(redis.sentinel_username), 0, 0, 0, NULL},
+    {"redis", "sentinel_password", CT_STR, F(redis.sentinel_password), 0, 0, CKF_SECRET, NULL},
+    {"redis", "sentinel_password_file", CT_STR, F(redis.sentinel_password_file), 0, 0, 0, NULL},
+    {"redis", "min_replicas_ack", CT_INT, F(redis.min_replicas_ack), 0, INT_MAX, 0, NULL},
+    {"redis", "wait_timeout_ms", CT_INT, F(redis.wait_timeout_ms), 1, INT_MAX, 0, NULL},
+    {"redis", "deleted_retention", CT_I64, F(redis.deleted_retention_s), 0, INT64_MAX / 1000, 0,
+     NULL},
     {"scheduler", "enabled", CT_BOOL, F(scheduler.enabled), 0, 0, 0, NULL},
     {"scheduler", "worker_cache_ttl", CT_ANY, 0, 0, 0, 0, NULL},
     {"scheduler", "tasks", CT_ANY, 0, 0, 0, 0, NULL},
@@ -357,6 +372,8 @@ static const struct core_key core_keys[] = {
     {"runtime", "reconcile_interval_ms", CT_INT, F(perf.reconcile_interval_ms), 0, INT_MAX, 0,
      NULL},
     {"proxy", "endpoint_cache_ttl_ms", CT_INT, F(perf.proxy_endpoint_ttl_ms), 0, INT_MAX, 0, NULL},
+    /* issue 16: log.format */
+    {"log", "format", CT_LOGFMT, F(log.format), 0, 0, 0, NULL},
 };
 
 #undef F
@@ -369,6 +386,8 @@ static const char *const core_sections[] = {"server",    "runtime", "redis",
 
 /* Accepted log levels. */
 static const char *const log_levels[] = {"error", "warning", "info", "debug", NULL};
+/* Accepted log formats (issue 16). */
+static const char *const log_formats[] = {"text", "json", NULL};
 
 /* True if s is one of the NULL-terminated list. */
 static int in_list(const char *const *list, const char *s)
@@ -429,8 +448,8 @@ struct rk_config *rk_config_defaults(void)
     c->runtime.session_reservation_ttl_s = 120;
     c->runtime.start_wait_s = 85;
     c->runtime.command_timeout_margin_s = 30; /* issue 13 */
-    c->perf.reconcile_interval_ms = 1000; /* issue 15 */
-    c->perf.proxy_endpoint_ttl_ms = 5000; /* issue 15 */
+    c->perf.reconcile_interval_ms = 1000;     /* issue 15 */
+    c->perf.proxy_endpoint_ttl_ms = 5000;     /* issue 15 */
     c->redis.host = xstrdup("");
     c->redis.port = 6379;
     c->redis.password = xstrdup("");
@@ -440,10 +459,21 @@ struct rk_config *rk_config_defaults(void)
     c->redis.pool_size =
         64; /* issue 15: >= wrk -c64 concurrency; waiting for a connection costs more */
     c->redis.key_prefix = xstrdup("rock:");
+    c->redis.sentinels = xcalloc(1, sizeof(char *));
+    c->redis.master_name = xstrdup("");
+    c->redis.username = xstrdup("");
+    c->redis.password_file = xstrdup("");
+    c->redis.sentinel_username = xstrdup("");
+    c->redis.sentinel_password = xstrdup("");
+    c->redis.sentinel_password_file = xstrdup("");
+    c->redis.min_replicas_ack = 0;
+    c->redis.wait_timeout_ms = 1000;
+    c->redis.deleted_retention_s = 7 * 24 * 3600;
     c->scheduler.enabled = 0;
     c->proxy.timeout_s = 120;
     c->proxy.connect_timeout_s = 5;
     c->log.level = xstrdup("info");
+    c->log.format = xstrdup("text");
     return c;
 }
 
@@ -463,7 +493,8 @@ void rk_config_free(struct rk_config *cfg)
     free(cfg->path);
     for (size_t i = 0; i < N_CORE_KEYS; i++) {
         const struct core_key *k = &core_keys[i];
-        if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL || k->type == CT_OPTYPE)
+        if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL ||
+            k->type == CT_OPTYPE || k->type == CT_LOGFMT)
             free(*(char **)field(cfg, k));
         if (k->type == CT_LIST)
             strlist_free(*(char ***)field(cfg, k));
@@ -494,6 +525,7 @@ struct loader {
     int runtime_line;       /* line of the runtime section, 0 if absent */
     int operator_type_line; /* line of runtime.operator_type, 0 if absent */
     int operator_type_bad;  /* runtime.operator_type was present but refused */
+    int sentinels_line;     /* line of redis.sentinels, 0 if absent */
 };
 
 /* 1-based line where a node starts. */
@@ -572,6 +604,8 @@ static void core_range_error(struct loader *L, const struct core_key *k, int lin
 static void apply_strlist(struct loader *L, const struct core_key *k, int line,
                           const yaml_node_t *v)
 {
+    if (!strcmp(k->key, "sentinels"))
+        L->sentinels_line = line;
     if (v->type != YAML_SEQUENCE_NODE) {
         core_type_error(L, k, line, "a list of strings", v);
         return;
@@ -591,6 +625,28 @@ static void apply_strlist(struct loader *L, const struct core_key *k, int line,
     }
     strlist_free(*(char ***)field(L->cfg, k));
     *(char ***)field(L->cfg, k) = list;
+}
+
+/* Cross-key checks of the redis HA keys (issue 14): every sentinel is
+ * host:port (IPv6 as [addr]:port) and master_name is set with sentinels. */
+static void check_redis_ha(struct loader *L)
+{
+    char **list = L->cfg->redis.sentinels;
+    if (!list || !list[0])
+        return;
+    for (size_t i = 0; list[i]; i++) {
+        const char *item = list[i], *end = item + strlen(item), *colon = strrchr(item, ':');
+        long port = 0;
+        int digits = colon && colon + 1 < end;
+        for (const char *c = colon ? colon + 1 : end; c < end && digits; c++)
+            digits = *c >= '0' && *c <= '9' && (port = port * 10 + (*c - '0')) <= 65535;
+        if (!colon || colon == item || !digits || port < 1)
+            problem_at(L->p, L->file, L->sentinels_line, "redis", "sentinels",
+                       "expected host:port, got \"%.64s\"", item);
+    }
+    if (!*L->cfg->redis.master_name)
+        problem_at(L->p, L->file, L->sentinels_line, "redis", "master_name",
+                   "required when redis.sentinels is set");
 }
 
 /* Parse the value v of core key k (key at line) into the config. */
@@ -630,6 +686,14 @@ static void apply_core_key(struct loader *L, const struct core_key *k, int line,
         else if (!in_list(log_levels, text))
             problem_at(L->p, L->file, line, k->section, k->key,
                        "must be one of: error, warning, info, debug");
+        else
+            set_str(field(L->cfg, k), text);
+        break;
+    case CT_LOGFMT:
+        if (!scalar)
+            core_type_error(L, k, line, "a string", v);
+        else if (!in_list(log_formats, text))
+            problem_at(L->p, L->file, line, k->section, k->key, "must be one of: text, json");
         else
             set_str(field(L->cfg, k), text);
         break;
@@ -858,6 +922,7 @@ struct rk_config *rk_config_load(const char *path, struct rk_problems *p)
         else
             load_root(&L, root);
     }
+    check_redis_ha(&L);
     if (!*cfg->runtime.operator_type && !L.operator_type_bad)
         problem_at(p, path, L.operator_type_line ? L.operator_type_line : L.runtime_line, "runtime",
                    "operator_type", "required key is missing");
@@ -1251,6 +1316,7 @@ void rk_config_dump(const struct rk_config *cfg, const struct rk_cfg *plugin_vie
         case CT_STR:
         case CT_SIZE:
         case CT_LEVEL:
+        case CT_LOGFMT:
         case CT_OPTYPE:
             emit_str(emit, ctx, k->section, k->key, *(char *const *)f,
                      (k->flags & CKF_SECRET) != 0);

@@ -7,6 +7,7 @@
 #include "app.h"
 #include "host.h"
 #include "log.h"
+#include "metrics.h"
 #include "plugin_loader.h"
 #include "record.h"
 #include "store.h"
@@ -26,7 +27,7 @@ static const struct rk_op_info op_table[RK_OP_COUNT] = {
     [RK_OP_SESSION_CLOSE] = {"close_session", RK_CAP_SESSION, 1, 1},
     [RK_OP_STOP] = {"stop", RK_CAP_STOP, 0, 0},
     [RK_OP_RESTART] = {"restart", RK_CAP_RESTART, 0, 0},
-    [RK_OP_ARCHIVE] = {"archive", RK_CAP_ARCHIVE, 0, 0},
+    [RK_OP_ARCHIVE] = {"archive", RK_CAP_ARCHIVE, 0, 0}, /* or RK_CAP_SNAPSHOT, see below */
     [RK_OP_COMMIT] = {"commit", RK_CAP_COMMIT, 0, 0},
     [RK_OP_STATISTICS] = {"get_sandbox_statistics", RK_CAP_STATISTICS, 0, 0},
     [RK_OP_DELETE] = {"delete", 0, 0, 0},
@@ -66,6 +67,28 @@ void rk_dispatch_touch(struct rk_app *app, json_object *rec)
     if (rk_store_touch(app->store, id, expire, err, sizeof err) != RK_STORE_OK)
         rk_warn("cannot refresh idle deadline of %s: %s", id, err);
     json_object_object_add(rec, "expire_time", json_object_new_int64(expire));
+    rk_dispatch_renew(app, rec, expire);
+}
+
+void rk_dispatch_renew(struct rk_app *app, json_object *rec, int64_t idle_deadline)
+{
+    const struct rk_plugin *pl = app->plugin;
+    if (!(pl->caps & RK_CAP_RENEW) || !pl->ops.renew)
+        return;
+    const char *up = rk_rec_upstream_id(rec, pl->desc->backend_tag);
+    if (!up)
+        return;
+    /* The plugin rate-limits; an upstream call here is bounded (10 s). */
+    struct rk_call *call = rk_call_new("renew", -1, rk_now_ms() + 10000);
+    struct rk_sandbox_ref ref = {rk_rec_str(rec, "sandbox_id"), up, pl->desc->backend_tag,
+                                 rk_rec_state(rec)};
+    rk_status st = pl->ops.renew(pl->inst, call, &ref, idle_deadline);
+    if (st != RK_OK) {
+        rk_metrics_upstream("renew", st);
+        rk_warn("sandbox %s: cannot renew its backend expiry: %s", ref.sandbox_id,
+                rk_call_error_text(call));
+    }
+    rk_call_free(call);
 }
 
 /*
@@ -96,8 +119,11 @@ static rk_status gate_decide(const struct rk_app *app, struct rk_call *call,
     *owned = 1;
 
     /* 4. Capability (B25/B26: refused without calling the backend). */
-    if (info->cap && (desc->caps & info->cap) != info->cap) {
-        uint64_t missing = info->cap & ~desc->caps;
+    uint64_t need = info->cap;
+    if (info == rk_op_info(RK_OP_ARCHIVE) && (pl->caps & RK_CAP_SNAPSHOT))
+        need = RK_CAP_SNAPSHOT; /* ABI 1.1: archive by snapshots */
+    if (need && (pl->caps & need) != need) {
+        uint64_t missing = need & ~pl->caps;
         uint64_t first = missing & (~missing + 1);
         char buf[256];
         const char *msg = rk_plugin_unsupported(pl, first, info->name, buf, sizeof buf);

@@ -656,6 +656,50 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     return res;
 }
 
+#define RK_ACCESS_SANDBOX_ID_MAX 129
+
+/* The sandbox a request names, for the access log, or NULL: the {id} path
+ * parameter, else the sandbox_id query argument, else a top-level
+ * "sandbox_id" string in a buffered JSON body (found by a scan for the key,
+ * without parsing the body again). Copied into buf, truncated. */
+static const char *request_sandbox_id(struct rk_req *r, char buf[RK_ACCESS_SANDBOX_ID_MAX])
+{
+    const char *v = NULL;
+    if (r->route && strstr(r->route->pattern, "{id}"))
+        v = r->params[0];
+    if (!v && r->conn)
+        v = rk_req_query(r, "sandbox_id");
+    if (v) {
+        snprintf(buf, RK_ACCESS_SANDBOX_ID_MAX, "%s", v);
+        return buf;
+    }
+    if (!r->body || !r->route || r->route->body_mode != RK_BODY_JSON)
+        return NULL;
+    /* Inside JSON strings quotes are escaped, so an unescaped "sandbox_id"
+     * followed by ':' is a key. */
+    for (const char *k = strstr(r->body, "\"sandbox_id\""); k;
+         k = strstr(k + 1, "\"sandbox_id\"")) {
+        const char *p = k + 12;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p != ':')
+            continue;
+        p++;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p != '"')
+            return NULL;
+        p++;
+        size_t n = 0;
+        while (p[n] && p[n] != '"' && p[n] != '\\' && n < RK_ACCESS_SANDBOX_ID_MAX - 1)
+            n++;
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        return n ? buf : NULL;
+    }
+    return NULL;
+}
+
 /* Called by MHD when a request ends (answered, failed or client gone). */
 static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
@@ -673,10 +717,17 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http_status != 101)
             outcome = "client_closed";
         rk_metrics_request(route, outcome, r->http_status, dur);
-        rk_info("access id=%s method=%s path=%s route=%s status=%u duration_ms=%lld outcome=%s "
-                "token=%s",
-                r->request_id, r->method ? r->method : "-", r->path ? r->path : "-", route,
-                r->http_status, (long long)dur, outcome, r->auth_name[0] ? r->auth_name : "-");
+        char sid[RK_ACCESS_SANDBOX_ID_MAX];
+        struct rk_access_entry e = {r->request_id,
+                                    r->method,
+                                    r->path,
+                                    route,
+                                    outcome,
+                                    request_sandbox_id(r, sid),
+                                    r->http_status,
+                                    dur,
+                                    r->auth_name[0] ? r->auth_name : NULL};
+        rk_log_access(&e);
         atomic_fetch_sub(&hs->inflight, 1);
         rk_metrics_inflight_add(-1);
     }

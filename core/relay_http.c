@@ -589,6 +589,7 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
     }
     memset(pt, 0, sizeof *pt);
     rk_status st;
+    rk_metrics_upstream_begin();
     if (!app->plugin->ops.proxy_target)
         st = rk_call_set_error(r->call, RK_E_UNSUPPORTED, "%s backend does not support %s",
                                app->plugin->desc->display_name, "http proxy");

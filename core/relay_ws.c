@@ -659,6 +659,7 @@ void rk_relay_ws_handler(struct rk_req *r)
     struct rk_proxy_target pt;
     memset(&pt, 0, sizeof pt);
     rk_status st = RK_E_UNSUPPORTED;
+    rk_metrics_upstream_begin();
     if (app->plugin->ops.proxy_target)
         st = app->plugin->ops.proxy_target(app->plugin->inst, r->call, &t.ref, ws->port,
                                            RK_PROXY_WS, &pt);

@@ -6,7 +6,8 @@
 #   4. build under ThreadSanitizer and run the unit tests and the
 #      concurrency-heavy integration tests (TSAN_TESTS below);
 #   5. the libFuzzer targets (tests/fuzz) for a fixed number of runs each;
-#   6. `make distcheck` (tarball builds, installs and passes its own check).
+#   6. as root on CI: build, lintian, install and purge the Debian packages;
+#   7. `make distcheck` (tarball builds, installs and passes its own check).
 # Before the builds: the operator ABI check (scripts/abi-check.sh --self-test:
 # abidiff of include/rock-admin/operator.h against abi/operator-1.0.abi, and
 # proof that the check fails on incompatible changes and on an append without
@@ -143,6 +144,24 @@ else
     fp=0 ff=1
 fi
 
+# Debian packages (issue 16): build, lintian, install, check, purge. It
+# installs packages system-wide, so only as root on a throwaway machine (CI).
+pp=0 pf=0
+if [ "$(id -u)" = 0 ] && { [ "${CI:-}" = true ] || [ "${ROCK_TEST_DEB:-0}" = 1 ]; }; then
+    echo "==> Debian packages (dpkg-buildpackage, lintian, apt-get install, purge)"
+    if ROCK_SIM="$top/_build/normal/tests/opensandbox-sim/opensandbox-sim" \
+        sh tests/packaging/deb-roundtrip.sh >"$top/_build/deb.out" 2>&1; then
+        grep -E '^(==>|deb-roundtrip:|check-installed:)' "$top/_build/deb.out" || true
+        summary="$summary; packages: ok"
+        pp=1
+    else
+        tail -n 80 "$top/_build/deb.out"
+        summary="$summary; packages: FAILED"
+        status=1
+        pf=1
+    fi
+fi
+
 if [ "${ROCK_SKIP_DISTCHECK:-0}" != 1 ]; then
     echo "==> make distcheck"
     if make -C "$top/_build/normal" -j"$jobs" distcheck >"$top/_build/distcheck.out" 2>&1; then
@@ -159,5 +178,5 @@ else
 fi
 
 echo "$summary"
-echo "$((ap + np + sp + tp + fp + dp)) passed, $((af + nf + sf + tf + ff + df)) failed"
+echo "$((ap + np + sp + tp + fp + pp + dp)) passed, $((af + nf + sf + tf + ff + pf + df)) failed"
 exit $status
