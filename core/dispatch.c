@@ -77,16 +77,16 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
 
     /* 1. The record must exist. */
     json_object *rec = NULL;
-    rk_store_rc rc = rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);
+    /* Runtime entry points refresh the idle timer before the metadata checks, as the original
+     * does (U35): read and touch in one store round trip (issue 15). */
+    rk_store_rc rc = info->touches_idle
+                         ? rk_store_get_touch(app->store, sandbox_id, rk_epoch_s(), &rec, NULL, 0,
+                                              err, sizeof err)
+                         : rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);
     if (rc == RK_STORE_NOT_FOUND)
         return rk_call_set_error(call, RK_E_NOT_FOUND, "Sandbox %s not found", sandbox_id);
     if (rc != RK_STORE_OK)
         return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
-
-    /* Runtime entry points refresh the idle timer before the metadata checks,
-     * as the original does (U35). */
-    if (info->touches_idle)
-        rk_dispatch_touch(app, rec);
 
     /* 2. + 3. Fail closed on a missing or foreign backend tag (B113-B115). */
     const char *tag = rk_rec_backend(rec);
