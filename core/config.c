@@ -494,7 +494,7 @@ void rk_config_free(struct rk_config *cfg)
     for (size_t i = 0; i < N_CORE_KEYS; i++) {
         const struct core_key *k = &core_keys[i];
         if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL ||
-            k->type == CT_OPTYPE || k->type == CT_LIST || k->type == CT_LOGFMT)
+            k->type == CT_OPTYPE || k->type == CT_LOGFMT)
             free(*(char **)field(cfg, k));
         if (k->type == CT_LIST)
             strlist_free(*(char ***)field(cfg, k));
