@@ -62,6 +62,12 @@ struct rk_config {
         int header_timeout_s;       /* request line + headers deadline, default 15 */
         int min_body_rate;          /* bytes/s a body must average, default 1024; 0 = off */
         int reserved_connections;   /* slots kept for /livez /readyz /metrics, default 4 */
+        /* Securing rock-admin (auth.c, tls.c, cors.c) */
+        char *auth_tokens_file; /* "" = authentication off (default) */
+        int metrics_public;     /* /metrics answers without a token, default 0 */
+        char *tls_cert_file;    /* PEM chain; "" = plain HTTP (default) */
+        char *tls_key_file;     /* PEM private key */
+        char **cors_origins;    /* NULL-terminated list; empty = no CORS headers */
     } server;
     struct {
         char *operator_type;            /* required */
@@ -75,6 +81,8 @@ struct rk_config {
         int session_reservation_ttl_s;  /* default 120 */
         int start_wait_s;               /* /start waits this long, default 85 */
         int command_timeout_margin_s;   /* grace after a command timeout, default 30 */
+        /* issue 12 */
+        char *archive_keys; /* X-Key allow-list of /archive, comma-separated; NULL = any */
     } runtime;
     struct {
         char *host; /* "" = in-process store */
@@ -85,6 +93,17 @@ struct rk_config {
         int timeout_ms;         /* default 2000 */
         int pool_size;          /* default 64 */
         char *key_prefix;       /* default "rock:" */
+        /* issue 14: high availability */
+        char **sentinels;             /* NULL-terminated "host:port" list (empty = fixed host) */
+        char *master_name;            /* sentinel master name */
+        char *username;               /* ACL user ("" = default user) */
+        char *password_file;          /* password from this file's first line */
+        char *sentinel_username;      /* AUTH for sentinels */
+        char *sentinel_password;      /* secret */
+        char *sentinel_password_file; /* sentinel password from a file */
+        int min_replicas_ack;         /* WAIT for N replicas after writes; 0 = off */
+        int wait_timeout_ms;          /* bound of each WAIT, default 1000 */
+        int64_t deleted_retention_s;  /* keep deleted records, default 7 days; 0 = forever */
     } redis;
     struct {
         int enabled;
@@ -94,7 +113,8 @@ struct rk_config {
         int connect_timeout_s; /* default 5 */
     } proxy;
     struct {
-        char *level; /* error|warning|info|debug, default info */
+        char *level;  /* error|warning|info|debug, default info */
+        char *format; /* text|json, default text (issue 16) */
     } log;
     struct {
         int reconcile_interval_ms; /* issue 15: reconciler pass period, default 1000; 0 = off */

@@ -7,6 +7,7 @@
 #include "app.h"
 #include "host.h"
 #include "log.h"
+#include "metrics.h"
 #include "plugin_loader.h"
 #include "record.h"
 #include "store.h"
@@ -26,7 +27,7 @@ static const struct rk_op_info op_table[RK_OP_COUNT] = {
     [RK_OP_SESSION_CLOSE] = {"close_session", RK_CAP_SESSION, 1, 1},
     [RK_OP_STOP] = {"stop", RK_CAP_STOP, 0, 0},
     [RK_OP_RESTART] = {"restart", RK_CAP_RESTART, 0, 0},
-    [RK_OP_ARCHIVE] = {"archive", RK_CAP_ARCHIVE, 0, 0},
+    [RK_OP_ARCHIVE] = {"archive", RK_CAP_ARCHIVE, 0, 0}, /* or RK_CAP_SNAPSHOT, see below */
     [RK_OP_COMMIT] = {"commit", RK_CAP_COMMIT, 0, 0},
     [RK_OP_STATISTICS] = {"get_sandbox_statistics", RK_CAP_STATISTICS, 0, 0},
     [RK_OP_DELETE] = {"delete", 0, 0, 0},
@@ -66,6 +67,28 @@ void rk_dispatch_touch(struct rk_app *app, json_object *rec)
     if (rk_store_touch(app->store, id, expire, err, sizeof err) != RK_STORE_OK)
         rk_warn("cannot refresh idle deadline of %s: %s", id, err);
     json_object_object_add(rec, "expire_time", json_object_new_int64(expire));
+    rk_dispatch_renew(app, rec, expire);
+}
+
+void rk_dispatch_renew(struct rk_app *app, json_object *rec, int64_t idle_deadline)
+{
+    const struct rk_plugin *pl = app->plugin;
+    if (!(pl->caps & RK_CAP_RENEW) || !pl->ops.renew)
+        return;
+    const char *up = rk_rec_upstream_id(rec, pl->desc->backend_tag);
+    if (!up)
+        return;
+    /* The plugin rate-limits; an upstream call here is bounded (10 s). */
+    struct rk_call *call = rk_call_new("renew", -1, rk_now_ms() + 10000);
+    struct rk_sandbox_ref ref = {rk_rec_str(rec, "sandbox_id"), up, pl->desc->backend_tag,
+                                 rk_rec_state(rec)};
+    rk_status st = pl->ops.renew(pl->inst, call, &ref, idle_deadline);
+    if (st != RK_OK) {
+        rk_metrics_upstream("renew", st);
+        rk_warn("sandbox %s: cannot renew its backend expiry: %s", ref.sandbox_id,
+                rk_call_error_text(call));
+    }
+    rk_call_free(call);
 }
 
 /*
@@ -96,8 +119,11 @@ static rk_status gate_decide(const struct rk_app *app, struct rk_call *call,
     *owned = 1;
 
     /* 4. Capability (B25/B26: refused without calling the backend). */
-    if (info->cap && (desc->caps & info->cap) != info->cap) {
-        uint64_t missing = info->cap & ~desc->caps;
+    uint64_t need = info->cap;
+    if (info == rk_op_info(RK_OP_ARCHIVE) && (pl->caps & RK_CAP_SNAPSHOT))
+        need = RK_CAP_SNAPSHOT; /* ABI 1.1: archive by snapshots */
+    if (need && (pl->caps & need) != need) {
+        uint64_t missing = need & ~pl->caps;
         uint64_t first = missing & (~missing + 1);
         char buf[256];
         const char *msg = rk_plugin_unsupported(pl, first, info->name, buf, sizeof buf);
@@ -120,8 +146,11 @@ static rk_status gate_decide(const struct rk_app *app, struct rk_call *call,
     return RK_OK;
 }
 
-rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_op op,
-                             const char *sandbox_id, json_object *rec, struct rk_target *t)
+/* The gate on a stored record; touched says the idle deadline was already
+ * refreshed in the same round trip that read the record. */
+static rk_status dispatch_stored(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                                 const char *sandbox_id, json_object *rec, int touched,
+                                 struct rk_target *t)
 {
     memset(t, 0, sizeof *t);
     const struct rk_op_info *info = rk_op_info(op);
@@ -131,8 +160,8 @@ rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_o
 
     /* Then act. Runtime entry points refresh the idle timer even when they
      * are then refused for a capability or state reason, as the original does
-     * (U35); a record that is not this operator's is never written. */
-    if (info->touches_idle && owned)
+     * (U35); a record that is not this operator's is never written here. */
+    if (info->touches_idle && owned && !touched)
         rk_dispatch_touch(app, rec);
     if (st != RK_OK) {
         json_object_put(rec);
@@ -148,6 +177,12 @@ rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_o
     return RK_OK;
 }
 
+rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                             const char *sandbox_id, json_object *rec, struct rk_target *t)
+{
+    return dispatch_stored(app, call, op, sandbox_id, rec, 0, t);
+}
+
 rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
                       const char *sandbox_id, struct rk_target *t)
 {
@@ -157,12 +192,19 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
      *    parameters): the identifier rule of validate.h, before any store call. */
     if (sandbox_id && *sandbox_id && !rk_id_valid(sandbox_id, strlen(sandbox_id)))
         return rk_call_set_error(call, RK_E_INVALID, "sandbox_id: " RK_ID_RULE_MSG);
-    /* 1. The record must exist. */
+    /* 1. The record must exist. Runtime entry points read it and refresh the
+     *    idle timer in one store round trip (issue 15); the store script only
+     *    moves the deadline of an active record with an idle timeout, so the
+     *    touch of a record the gate then refuses is the original's order (U35). */
+    const struct rk_op_info *info = rk_op_info(op);
     json_object *rec = NULL;
-    rk_store_rc rc = rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);
+    rk_store_rc rc = info->touches_idle
+                         ? rk_store_get_touch(app->store, sandbox_id, rk_epoch_s(), &rec, NULL, 0,
+                                              err, sizeof err)
+                         : rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);
     if (rc == RK_STORE_NOT_FOUND)
         return rk_call_set_error(call, RK_E_NOT_FOUND, "Sandbox %s not found", sandbox_id);
     if (rc != RK_STORE_OK)
         return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
-    return rk_dispatch_record(app, call, op, sandbox_id, rec, t);
+    return dispatch_stored(app, call, op, sandbox_id, rec, info->touches_idle, t);
 }

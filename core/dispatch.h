@@ -79,6 +79,9 @@ void rk_target_release(struct rk_target *t);
 
 /** Refresh the idle deadline of an active sandbox from its record. */
 void rk_dispatch_touch(struct rk_app *app, json_object *rec);
+/** Tell the plugin the new idle deadline so it keeps the backend's own
+ *  expiry ahead of it (RK_CAP_RENEW; the plugin rate-limits). */
+void rk_dispatch_renew(struct rk_app *app, json_object *rec, int64_t idle_deadline);
 /** Same as rk_dispatch_touch (name used by lifecycle code). */
 #define rk_dispatch_touch_rec rk_dispatch_touch
 

@@ -24,12 +24,15 @@
 
 #include "app.h"
 #include "budget.h"
+#include "auth.h"
 #include "config.h"
+#include "cors.h"
 #include "envelope.h"
 #include "host.h"
 #include "log.h"
 #include "metrics.h"
 #include "router.h"
+#include "tls.h"
 #include "util.h"
 
 /* What a connection is waiting for (the watchdog's view of it). */
@@ -67,7 +70,7 @@ struct http_state {
     atomic_int data_active; /* data-route requests being served */
     pthread_mutex_t mu;     /* guards conns, nconns, stop */
     pthread_cond_t cv;
-    struct conn_track *conns; /* oldest first */
+    struct conn_track *conns; /* newest first */
     int nconns;
     int stop;
     pthread_t watchdog;
@@ -158,16 +161,11 @@ int rk_req_client_fd(struct rk_req *r)
 
 /* ---- responses ---------------------------------------------------------------- */
 
-/* Headers every response carries: request id and permissive CORS like ROCK. */
+/* Headers every response carries: request id and CORS for listed origins (cors.c). */
 static void add_common_headers(struct rk_req *r, struct MHD_Response *resp)
 {
     MHD_add_response_header(resp, "X-Request-ID", r->request_id);
-    const char *origin = rk_req_header(r, "Origin");
-    if (origin && *origin) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
-        MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
-        MHD_add_response_header(resp, "Vary", "Origin");
-    }
+    rk_cors_add_headers(r, resp);
 }
 
 void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp)
@@ -284,12 +282,10 @@ static void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **
         t->phase = PH_HEADERS;
         t->phase_start_ms = rk_now_ms();
         pthread_mutex_lock(&hs->mu);
-        struct conn_track **pp = &hs->conns;
-        while (*pp) {
-            t->prev = *pp;
-            pp = &(*pp)->next;
-        }
-        *pp = t;
+        t->next = hs->conns;
+        if (t->next)
+            t->next->prev = t;
+        hs->conns = t;
         hs->nconns++;
         pthread_mutex_unlock(&hs->mu);
         *socket_context = t;
@@ -538,13 +534,19 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         r->call = rk_call_new(r->request_id, rk_req_client_fd(r), 0);
         atomic_fetch_add(&hs->inflight, 1);
         rk_metrics_inflight_add(1);
+        /* Security gates (preflight, token, cross-site/content type): cors.c, auth.c. */
+        if (rk_cors_preflight(r))
+            return MHD_YES;
         enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), &r->route, r);
-        if (m != RK_MATCH_OK) {
+        if (m != RK_MATCH_OK)
             r->route = NULL;
+        if (rk_auth_gate(r)) /* before 404/405: unknown paths are not disclosed either */
+            return MHD_YES;
+        if (m != RK_MATCH_OK) {
             reply_unrouted(r, m);
             return MHD_YES;
         }
-        if (admit_request(r) || reserve_body(r))
+        if (rk_cors_gate(r) || admit_request(r) || reserve_body(r))
             return MHD_YES;
         if (r->route->body_mode == RK_BODY_STREAM && r->route->begin && r->route->begin(r))
             return MHD_YES;
@@ -652,6 +654,50 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     return res;
 }
 
+#define RK_ACCESS_SANDBOX_ID_MAX 129
+
+/* The sandbox a request names, for the access log, or NULL: the {id} path
+ * parameter, else the sandbox_id query argument, else a top-level
+ * "sandbox_id" string in a buffered JSON body (found by a scan for the key,
+ * without parsing the body again). Copied into buf, truncated. */
+static const char *request_sandbox_id(struct rk_req *r, char buf[RK_ACCESS_SANDBOX_ID_MAX])
+{
+    const char *v = NULL;
+    if (r->route && strstr(r->route->pattern, "{id}"))
+        v = r->params[0];
+    if (!v && r->conn)
+        v = rk_req_query(r, "sandbox_id");
+    if (v) {
+        snprintf(buf, RK_ACCESS_SANDBOX_ID_MAX, "%s", v);
+        return buf;
+    }
+    if (!r->body || !r->route || r->route->body_mode != RK_BODY_JSON)
+        return NULL;
+    /* Inside JSON strings quotes are escaped, so an unescaped "sandbox_id"
+     * followed by ':' is a key. */
+    for (const char *k = strstr(r->body, "\"sandbox_id\""); k;
+         k = strstr(k + 1, "\"sandbox_id\"")) {
+        const char *p = k + 12;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p != ':')
+            continue;
+        p++;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p != '"')
+            return NULL;
+        p++;
+        size_t n = 0;
+        while (p[n] && p[n] != '"' && p[n] != '\\' && n < RK_ACCESS_SANDBOX_ID_MAX - 1)
+            n++;
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        return n ? buf : NULL;
+    }
+    return NULL;
+}
+
 /* Called by MHD when a request ends (answered, failed or client gone). */
 static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
@@ -669,9 +715,17 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http_status != 101)
             outcome = "client_closed";
         rk_metrics_request(route, outcome, r->http_status, dur);
-        rk_info("access id=%s method=%s path=%s route=%s status=%u duration_ms=%lld outcome=%s",
-                r->request_id, r->method ? r->method : "-", r->path ? r->path : "-", route,
-                r->http_status, (long long)dur, outcome);
+        char sid[RK_ACCESS_SANDBOX_ID_MAX];
+        struct rk_access_entry e = {r->request_id,
+                                    r->method,
+                                    r->path,
+                                    route,
+                                    outcome,
+                                    request_sandbox_id(r, sid),
+                                    r->http_status,
+                                    dur,
+                                    r->auth_name[0] ? r->auth_name : NULL};
+        rk_log_access(&e);
         atomic_fetch_sub(&hs->inflight, 1);
         rk_metrics_inflight_add(-1);
     }
@@ -722,6 +776,10 @@ int rk_http_start(struct rk_app *app)
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | MHD_USE_ITC;
     const char *host = cfg->server.host;
+    struct MHD_OptionItem tls_opts[3];
+    rk_tls_mhd_options(tls_opts, 3);
+    if (rk_tls_enabled())
+        flags |= MHD_USE_TLS;
     if (strchr(host, ':')) {
         struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
         a6->sin6_family = AF_INET6;
@@ -760,7 +818,8 @@ int rk_http_start(struct rk_app *app)
         (size_t)cfg->server.max_header_bytes, MHD_OPTION_THREAD_STACK_SIZE,
         (size_t)cfg->server.thread_stack_kib * 1024, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-        app, MHD_OPTION_NOTIFY_CONNECTION, notify_connection_cb, app, MHD_OPTION_END);
+        app, MHD_OPTION_NOTIFY_CONNECTION, notify_connection_cb, app, MHD_OPTION_ARRAY, tls_opts,
+        MHD_OPTION_END);
     if (!hs->daemon) {
         rk_err("cannot listen on %s:%d (address in use or not permitted)", host, cfg->server.port);
         return -1;

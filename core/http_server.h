@@ -29,6 +29,9 @@ struct rk_call;
 struct MHD_Response;
 struct MHD_Connection;
 
+/** Size of rk_req.auth_name (token names are at most 63 characters). */
+#define RK_AUTH_NAME_MAX 64
+
 /** Maximum path parameters a route can capture. */
 #define RK_MAX_PARAMS 4
 
@@ -61,6 +64,9 @@ struct rk_req {
     int64_t budget_charged; /* bytes taken from rk_mem_budget, given back at the end */
     int64_t body_reserved;  /* body bytes already covered by budget_charged */
     int budget_refused;     /* the body did not fit the budget: answer busy at the end */
+    /* authentication (auth.c) */
+    char auth_name[RK_AUTH_NAME_MAX]; /* token name for the access log, "-" if none */
+    int auth_via_authorization;       /* the Authorization header carried our token */
 };
 
 /** Start listening per app->cfg->server. Returns 0, or -1 with an error logged. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "archive.h"
 #include "config.h"
 #include "dispatch.h"
 #include "host.h"
@@ -135,6 +136,7 @@ static void *create_thread(void *arg)
     const struct rk_plugin *pl = app->plugin;
     struct rk_call *call = rk_call_new(j->request_id, -1, 0);
     struct rk_created out = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.create(pl->inst, call, &j->spec, &out);
     rk_metrics_upstream("create", st);
     const char *id = j->spec.sandbox_id;
@@ -151,6 +153,7 @@ static void *create_thread(void *arg)
              * leave a sandbox that no record owns. */
             struct rk_sandbox_ref ref = {id, out.upstream_id, pl->desc->backend_tag,
                                          RK_STATE_DELETED};
+            rk_metrics_upstream_begin();
             rk_status ds = pl->ops.destroy(pl->inst, call, &ref);
             rk_metrics_upstream("destroy", ds);
             rk_info("sandbox %s: deleted during create; removed the new backend sandbox (%s)", id,
@@ -257,6 +260,15 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
     json_object *cf;
     if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
         return RK_OK; /* the failed phase tells the client why */
+    int restoring = rk_restore_in_progress(app, rec_io);
+    if (restoring == 1) {
+        rk_dispatch_touch_rec(app, *rec_io);
+        return RK_OK; /* shown pending until the restore recorded its backend id */
+    }
+    if (restoring == 2) { /* a dead restore went back to archived */
+        *shown = rk_rec_state(*rec_io);
+        return RK_OK;
+    }
 
     const char *tag = pl->desc->backend_tag;
     const char *up = rk_rec_upstream_id(rec, tag);
@@ -400,6 +412,7 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
     const char *id = rk_rec_str(rec, "sandbox_id");
     const char *tag = pl->desc->backend_tag;
     struct rk_sandbox_ref ref = {id, rk_rec_upstream_id(rec, tag), tag, rk_rec_state(rec)};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.destroy(pl->inst, call, &ref);
     rk_metrics_upstream("destroy", st);
     if (st != RK_OK)
@@ -411,7 +424,8 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
                                  "sandbox %s was deleted in the backend but its record could not "
                                  "be updated: sandbox store unavailable",
                                  id);
-    clear_sessions(app, id); /* failures are only logged (B29) */
+    clear_sessions(app, id);                  /* failures are only logged (B29) */
+    rk_archive_drop_restored(app, call, rec); /* snapshots it still held (ABI 1.1) */
     return RK_OK;
 }
 
@@ -422,7 +436,7 @@ rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const c
 {
     const struct rk_plugin *pl = app->plugin;
     *restored = 0;
-    if (!(pl->desc->caps & RK_CAP_RESTORE))
+    if (!(pl->caps & (RK_CAP_RESTORE | RK_CAP_SNAPSHOT)))
         return RK_OK; /* a start on the id creates a new sandbox, as before */
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
@@ -434,9 +448,22 @@ rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const c
         return RK_OK;
     }
     struct rk_target t;
+    if (pl->caps & RK_CAP_SNAPSHOT) {
+        /* ABI 1.1: restore from the stored snapshot (archive.c), never
+         * overwrite the record and leak its snapshot. */
+        rk_status st = rk_dispatch_record(app, call, RK_OP_STATUS, id, rec, &t);
+        if (st != RK_OK)
+            return st;
+        st = rk_restore_start(app, call, t.rec);
+        rk_target_release(&t);
+        if (st == RK_OK)
+            *restored = 1;
+        return st;
+    }
     rk_status st = rk_dispatch_record(app, call, RK_OP_RESTORE, id, rec, &t);
     if (st != RK_OK)
         return st;
+    rk_metrics_upstream_begin();
     st = pl->ops.restore(pl->inst, call, &t.ref);
     rk_metrics_upstream("restore", st);
     rk_target_release(&t);

@@ -126,6 +126,8 @@ static int by_rock_id(const void *a, const void *b)
 static const struct listed *find_listed(const struct listing *l, const char *rock_id,
                                         const char *upstream)
 {
+    if (l->n == 0 || !rock_id)
+        return NULL;
     struct listed key = {.rock_id = (char *)rock_id};
     const struct listed *hit = bsearch(&key, l->v, l->n, sizeof *l->v, by_rock_id);
     if (!hit)

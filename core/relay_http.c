@@ -52,6 +52,7 @@
 #include "plugin_loader.h"
 #include "router.h"
 /* relay.h uses struct rk_route from router.h */
+#include "proxy_guard.h"
 #include "relay.h"
 #include "relay_common.h"
 #include "relay_pool.h"
@@ -423,6 +424,7 @@ struct px_hdr_ctx {
     const struct rk_proxy_target *pt;
     int has_accept;
     int failed;
+    const struct rk_req *r; /* for proxy_guard.c */
 };
 
 /* Append "Name: value" (or "Name;" for an empty value) to a curl list. */
@@ -441,7 +443,8 @@ static int px_add_header(struct curl_slist **list, const char *name, const char 
 static void px_client_header(void *ud, const char *name, const char *value)
 {
     struct px_hdr_ctx *c = ud;
-    if (!name || rk_relay_skip_request_header(name, c->connection))
+    if (!name || rk_relay_skip_request_header(name, c->connection) ||
+        rk_proxy_guard_client_header(c->r, c->pt, name))
         return;
     for (size_t i = 0; i < c->pt->headers_len; i++)
         if (c->pt->headers[i].key && rk_strcaseeq(c->pt->headers[i].key, name))
@@ -570,6 +573,7 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
         pt->base_url = cached->base_url;
         pt->headers = cached->headers;
         pt->headers_len = cached->headers_len;
+        pt->header_flags = cached->header_flags; /* credentials stay credentials */
         if (touch_due && cached->idle_minutes > 0) {
             char err[RK_STORE_ERRLEN];
             if (rk_store_touch(app->store, r->params[0], rk_epoch_s() + cached->idle_minutes * 60,
@@ -585,6 +589,7 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
     }
     memset(pt, 0, sizeof *pt);
     rk_status st;
+    rk_metrics_upstream_begin();
     if (!app->plugin->ops.proxy_target)
         st = rk_call_set_error(r->call, RK_E_UNSUPPORTED, "%s backend does not support %s",
                                app->plugin->desc->display_name, "http proxy");
@@ -659,13 +664,14 @@ int rk_relay_http_begin(struct rk_req *r)
     rk_relay_url_parts_free(&u);
 
     /* Headers: the client's (filtered), then the endpoint's, which win. */
-    struct px_hdr_ctx hc = {NULL, rk_req_header(r, "Connection"), &pt, 0, 0};
+    struct px_hdr_ctx hc = {NULL, rk_req_header(r, "Connection"), &pt, 0, 0, r};
     rk_req_header_each(r, px_client_header, &hc);
     for (size_t i = 0; i < pt.headers_len; i++) {
         const char *name = pt.headers[i].key;
         const char *value = pt.headers[i].value ? pt.headers[i].value : "";
-        if (!name || rk_relay_is_hop_header(name, NULL) || rk_strcaseeq(name, "host") ||
-            rk_strcaseeq(name, "content-length") || strpbrk(value, "\r\n"))
+        if (!name || rk_proxy_guard_endpoint_header(&pt, i) || rk_relay_is_hop_header(name, NULL) ||
+            rk_strcaseeq(name, "host") || rk_strcaseeq(name, "content-length") ||
+            strpbrk(value, "\r\n"))
             continue;
         if (px_add_header(&hc.list, name, value) != 0)
             hc.failed = 1;

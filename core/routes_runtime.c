@@ -340,6 +340,7 @@ void rk_route_execute(struct rk_req *r)
     struct rk_sink sink = {.write = collector_write, .ctx = &col};
     struct rk_exec_res res = {0};
     set_command_deadline(r, req.timeout_ms);
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.exec(pl->inst, r->call, &t.ref, &req, &sink, &res);
     rk_metrics_upstream("exec", st);
 
@@ -481,6 +482,7 @@ void rk_route_create_session(struct rk_req *r)
         opts.startup_source_len = nsrc;
     }
     struct rk_session_opened opened = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.session_open(pl->inst, r->call, &t.ref, &opts, &opened);
     rk_metrics_upstream("session_open", st);
     if (st == RK_OK && !opened.session_id)
@@ -503,6 +505,7 @@ void rk_route_create_session(struct rk_req *r)
                 ? rk_arena_printf(r->call, "%s session reservation expired before commit",
                                   display_name(r))
                 : rk_arena_printf(r->call, "session registry commit failed: %s", err);
+        rk_metrics_upstream_begin();
         rk_status cst = pl->ops.session_close(pl->inst, r->call, &t.ref, opened.session_id);
         rk_metrics_upstream("session_close", cst);
         if (cst != RK_OK)
@@ -590,6 +593,7 @@ void rk_route_run_in_session(struct rk_req *r)
     struct rk_sink sink = {.write = collector_write, .ctx = &col};
     struct rk_exec_res res = {0};
     set_command_deadline(r, req.timeout_ms);
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.session_run(pl->inst, r->call, &t.ref, session_id, &req, &sink, &res);
     rk_metrics_upstream("session_run", st);
 
@@ -674,6 +678,7 @@ void rk_route_close_session(struct rk_req *r)
     if (lookup_session(r, t.ref.sandbox_id, name, &session_id) != RK_OK)
         goto release;
     const struct rk_plugin *pl = r->app->plugin;
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.session_close(pl->inst, r->call, &t.ref, session_id);
     rk_metrics_upstream("session_close", st);
     if (st != RK_OK) {
@@ -725,6 +730,7 @@ void rk_route_read_file(struct rk_req *r)
     }
     const struct rk_plugin *pl = r->app->plugin;
     struct rk_sink sink = {.write = collector_write, .ctx = &col};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.file_read(pl->inst, r->call, &t.ref, path, &sink);
     rk_metrics_upstream("file_read", st);
     if (st != RK_OK) {
@@ -809,6 +815,7 @@ void rk_route_write_file(struct rk_req *r)
     /* B57-B59: keep an existing file's mode, 0644 for a new one; a failed
      * lookup aborts without writing. */
     struct rk_file_info info = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.file_stat(pl->inst, r->call, &t.ref, path, &info);
     rk_metrics_upstream("file_stat", st);
     if (st != RK_OK) {
@@ -817,6 +824,7 @@ void rk_route_write_file(struct rk_req *r)
     }
     unsigned mode = info.exists ? (info.mode & 07777) : 0644;
     struct rk_source src = {.read = mem_source_read, .ctx = &ms, .size = (long long)ms.left};
+    rk_metrics_upstream_begin();
     st = pl->ops.file_write(pl->inst, r->call, &t.ref, path, mode, &src);
     rk_metrics_upstream("file_write", st);
     if (st != RK_OK) {

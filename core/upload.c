@@ -160,11 +160,13 @@ static void *upload_worker(void *arg)
     rk_status st = rk_dispatch(app, u->wcall, RK_OP_UPLOAD, u->w_sid, &t);
     if (st == RK_OK) {
         struct rk_file_info info = {0};
+        rk_metrics_upstream_begin();
         st = pl->ops.file_stat(pl->inst, u->wcall, &t.ref, u->w_path, &info);
         rk_metrics_upstream("file_stat", st);
         if (st == RK_OK) {
             unsigned mode = info.exists ? (info.mode & 07777) : 0644;
             struct rk_source src = {.read = pipe_source_read, .ctx = u, .size = -1};
+            rk_metrics_upstream_begin();
             st = pl->ops.file_write(pl->inst, u->wcall, &t.ref, u->w_path, mode, &src);
             rk_metrics_upstream("file_write", st);
             if (st == RK_OK && !u->eof_seen)

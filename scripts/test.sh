@@ -6,7 +6,8 @@
 #   4. build under ThreadSanitizer and run the unit tests and the
 #      concurrency-heavy integration tests (TSAN_TESTS below);
 #   5. the libFuzzer targets (tests/fuzz) for a fixed number of runs each;
-#   6. `make distcheck` (tarball builds, installs and passes its own check).
+#   6. as root on CI: build, lintian, install and purge the Debian packages;
+#   7. `make distcheck` (tarball builds, installs and passes its own check).
 # Before the builds: the operator ABI check (scripts/abi-check.sh --self-test:
 # abidiff of include/rock-admin/operator.h against abi/operator-1.0.abi, and
 # proof that the check fails on incompatible changes and on an append without
@@ -99,13 +100,15 @@ summary="$summary; sanitizers: $sp passed, $sf failed"
 # with eight requests in flight), test_sessions (concurrent session creates
 # across processes), test_proxy (HTTP/WebSocket relay threads, client
 # disconnects), test_opensandbox and test_proxy_opensandbox (the libcurl
-# plugin under concurrent requests). Left out as single-threaded API
-# conformance: test_api, test_cli, test_abi. The harness fails a test when
+# plugin under concurrent requests), test_security and test_tls (SIGHUP
+# reloads in a serving daemon, TLS relay threads). Left out as single-threaded
+# API conformance: test_api, test_cli, test_abi. The harness fails a test when
 # the daemon's output has a ThreadSanitizer report.
 TSAN_TESTS="unit/test_config unit/test_store unit/test_decode unit/test_loader unit/test_core \
 unit/test_relay unit/test_rkutil integration/test_multiprocess.py integration/test_ops.py \
 integration/test_sessions.py integration/test_proxy.py integration/test_opensandbox.py \
-integration/test_proxy_opensandbox.py"
+integration/test_proxy_opensandbox.py integration/test_security.py integration/test_tls.py \
+unit/test_security"
 TSAN_CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer"
 export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1"
 CHECK_TESTS="$TSAN_TESTS"
@@ -144,6 +147,24 @@ else
     fp=0 ff=1
 fi
 
+# Debian packages (issue 16): build, lintian, install, check, purge. It
+# installs packages system-wide, so only as root on a throwaway machine (CI).
+pp=0 pf=0
+if [ "$(id -u)" = 0 ] && { [ "${CI:-}" = true ] || [ "${ROCK_TEST_DEB:-0}" = 1 ]; }; then
+    echo "==> Debian packages (dpkg-buildpackage, lintian, apt-get install, purge)"
+    if ROCK_SIM="$top/_build/normal/tests/opensandbox-sim/opensandbox-sim" \
+        sh tests/packaging/deb-roundtrip.sh >"$top/_build/deb.out" 2>&1; then
+        grep -E '^(==>|deb-roundtrip:|check-installed:)' "$top/_build/deb.out" || true
+        summary="$summary; packages: ok"
+        pp=1
+    else
+        tail -n 80 "$top/_build/deb.out"
+        summary="$summary; packages: FAILED"
+        status=1
+        pf=1
+    fi
+fi
+
 if [ "${ROCK_SKIP_DISTCHECK:-0}" != 1 ]; then
     echo "==> make distcheck"
     if make -C "$top/_build/normal" -j"$jobs" distcheck >"$top/_build/distcheck.out" 2>&1; then
@@ -160,5 +181,5 @@ else
 fi
 
 echo "$summary"
-echo "$((ap + np + sp + tp + fp + dp)) passed, $((af + nf + sf + tf + ff + df)) failed"
+echo "$((ap + np + sp + tp + fp + pp + dp)) passed, $((af + nf + sf + tf + ff + pf + df)) failed"
 exit $status

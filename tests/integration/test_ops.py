@@ -41,7 +41,7 @@ def metrics_exposition():
     assert st == 200 and headers["Content-Type"].startswith("text/plain"), headers
     assert 'rock_admin_requests_total{route="execute",outcome="success"} 1' in text, text
     assert 'rock_admin_requests_total{route="get_status",outcome="failed"}' in text
-    assert 'rock_admin_request_duration_seconds_bucket{route="execute",le="+Inf"} 1' in text
+    assert 'rock_admin_request_duration_seconds_bucket{class="command",le="+Inf"} 1' in text
     assert 'rock_admin_upstream_calls_total{op="exec",outcome="ok"} 1' in text
     assert 'rock_admin_upstream_calls_total{op="create",outcome="ok"} 1' in text
     assert 'rock_admin_sandboxes{state="running"} 1' in text

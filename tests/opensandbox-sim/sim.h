@@ -129,6 +129,7 @@ struct sim_global {
     char root[4096];
     char *api_key;
     char *execd_header_name, *execd_header_value;
+    char *egress_token; /* --egress-token: OPENSANDBOX-EGRESS-AUTH the egress API requires */
     int64_t ready_delay_ms;
     int64_t max_timeout_s;
     int max_sandboxes;

@@ -575,6 +575,11 @@ enum MHD_Result sim_egress_handle(struct MHD_Connection *c, struct sim_req *r, c
     if (!found)
         return sim_reply_error(c, 502, "GENERAL::UNKNOWN_ERROR",
                                "Could not connect to the backend sandbox: no such sandbox");
+    /* components/egress/policy_server.go authorize(): OPENSANDBOX-EGRESS-AUTH must equal the
+     * sidecar's token when one is set; otherwise http.Error(w, "unauthorized", 401). */
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "OPENSANDBOX-EGRESS-AUTH");
+    if (g_sim.egress_token && (!auth || strcmp(auth, g_sim.egress_token) != 0))
+        return sim_reply_text(c, 401, "unauthorized\n");
     if (strcmp(path, "/policy") == 0 && strcmp(r->method, "GET") == 0)
         return sim_reply_json(
             c, 200,

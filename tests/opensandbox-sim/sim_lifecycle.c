@@ -726,6 +726,14 @@ static enum MHD_Result sim_endpoint(struct MHD_Connection *c, struct sim_sandbox
                                json_object_new_string(g_sim.execd_header_value));
         json_object_object_add(o, "headers", h);
     }
+    /* OpenSandbox returns the egress sidecar's token with its endpoint (the Go SDK's e2e test
+     * reads Headers["OPENSANDBOX-EGRESS-AUTH"] from GetEndpoint(18080)). */
+    if (port == SIM_EGRESS_PORT && g_sim.egress_token) {
+        json_object *h = json_object_new_object();
+        json_object_object_add(h, "OPENSANDBOX-EGRESS-AUTH",
+                               json_object_new_string(g_sim.egress_token));
+        json_object_object_add(o, "headers", h);
+    }
     return sim_reply_json(c, 200, o);
 }
 

@@ -25,6 +25,8 @@ static void sim_usage(FILE *f)
                "  --api-key KEY            require OPEN-SANDBOX-API-KEY on the lifecycle API\n"
                "  --ready-delay-ms N       Pending -> Running delay (default 300)\n"
                "  --execd-header NAME:VAL  execd requires this header; discovery returns it\n"
+               "  --egress-token TOKEN     egress API requires OPENSANDBOX-EGRESS-AUTH: TOKEN;\n"
+               "                           discovery of port 18080 returns it\n"
                "  --max-sandboxes N        live sandbox cap (default 64)\n"
                "  --max-timeout-s N        largest accepted sandbox timeout (default 86400)\n"
                "  --max-upload-mb N        request body cap for uploads/proxy (default 0 = none)\n"
@@ -90,6 +92,9 @@ static void sim_parse_args(int argc, char **argv)
             g_sim.max_timeout_s = sim_opt_num(a, v);
         } else if (!strcmp(a, "--max-upload-mb")) {
             g_sim.max_upload = (size_t)sim_opt_num(a, v) * 1024 * 1024;
+        } else if (!strcmp(a, "--egress-token")) {
+            free(g_sim.egress_token);
+            g_sim.egress_token = sim_strdup(v);
         } else if (!strcmp(a, "--execd-header")) {
             const char *colon = strchr(v, ':');
             if (!colon || colon == v) {
@@ -199,5 +204,6 @@ int main(int argc, char **argv)
     free(g_sim.api_key);
     free(g_sim.execd_header_name);
     free(g_sim.execd_header_value);
+    free(g_sim.egress_token);
     return 0;
 }
