@@ -4,7 +4,7 @@ simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medi
 
   python3 ../../bench/bench_cheap.py [all|status|proxy|execute|inflight N] [--seconds S] [--strace]
 
-Run from a configured build directory with the environment of bench/README.md
+Run from a configured build directory with the environment described in docs/performance.md
 (ROCK_ADMIN_BIN, ROCK_TEST_PLUGIN_DIR, ROCK_OPENSANDBOX_PLUGIN_DIR, OPENSANDBOX_SIM).
 Needs wrk, nginx, redis-server, redis-benchmark; perf and strace are optional (CPU time and
 context switches per request come from /proc when perf is missing). Not part of `make check`.
