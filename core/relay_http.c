@@ -449,9 +449,13 @@ static int px_sync_step(struct px_http *px, int wait_ms)
     int running = 0;
     if (!px->curl)
         return 0;
+    size_t staged = px->slen;
+    int head = px->head_done;
     curl_multi_perform(px->multi, &running);
     px_sync_collect(px);
-    if (!px->curl)
+    /* Something for the caller already (answer head, staged bytes, a full buffer): do not
+     * wait; a paused transfer would never wake the poll below. */
+    if (!px->curl || px->slen != staged || px->head_done != head || px->paused)
         return 0;
     int fds = 0;
     curl_multi_poll(px->multi, NULL, 0, wait_ms, &fds);
