@@ -15,8 +15,8 @@ struct rk_app {
     struct rk_plugin *plugin;
     struct rk_store *store;
     void *http;            /* http_server private state */
-    volatile int draining; /* SIGTERM received: /readyz fails, no new connections */
-    volatile int stopping; /* in-flight requests are being cancelled */
+    _Atomic int draining; /* SIGTERM received: /readyz fails, no new connections */
+    _Atomic int stopping; /* in-flight requests are being cancelled */
     pthread_t sweeper;
     int sweeper_running;
 };

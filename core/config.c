@@ -276,8 +276,10 @@ enum core_type {
     CT_DOUBLE, /* double > 0 */
     CT_SIZE,   /* char *, a size like "64g" */
     CT_LEVEL,  /* char *, a log level */
+    CT_LOGFMT, /* char *, a log format: text|json (issue 16) */
     CT_OPTYPE, /* char *, [a-z0-9_]+ */
     CT_ANY,    /* accepted and ignored (ROCK compatibility) */
+    CT_LIST,   /* char **, NULL-terminated, from a sequence of strings */
 };
 
 /* Core key flags. */
@@ -301,7 +303,7 @@ static const struct core_key core_keys[] = {
     {"server", "host", CT_STR, F(server.host), 0, 0, 0, NULL},
     {"server", "port", CT_INT, F(server.port), 0, 65535, 0, NULL},
     {"server", "max_connections", CT_INT, F(server.max_connections), 1, INT_MAX, 0, NULL},
-    {"server", "per_ip_connections", CT_INT, F(server.per_ip_connections), 0, INT_MAX, 0, NULL},
+    {"server", "per_ip_connections", CT_INT, F(server.per_ip_connections), -1, INT_MAX, 0, NULL},
     {"server", "connection_timeout", CT_INT, F(server.connection_timeout_s), 1, INT_MAX, 0,
      "must be at least 1 (0 disables the idle timeout, which is unsafe)"},
     {"server", "max_body_bytes", CT_I64, F(server.max_body_bytes), 0, INT64_MAX, 0, NULL},
@@ -311,6 +313,18 @@ static const struct core_key core_keys[] = {
     {"server", "max_read_bytes", CT_I64, F(server.max_read_bytes), 0, INT64_MAX, 0, NULL},
     {"server", "drain_timeout", CT_INT, F(server.drain_timeout_s), 0, INT_MAX, 0, NULL},
     {"server", "thread_stack_kib", CT_INT, F(server.thread_stack_kib), 64, INT_MAX / 1024, 0, NULL},
+    /* issue 10: limits against hostile and careless clients */
+    {"server", "max_buffered_bytes", CT_I64, F(server.max_buffered_bytes), 0, INT64_MAX, 0, NULL},
+    {"server", "max_spool_bytes", CT_I64, F(server.max_spool_bytes), 0, INT64_MAX, 0, NULL},
+    {"server", "header_timeout", CT_INT, F(server.header_timeout_s), 1, INT_MAX, 0, NULL},
+    {"server", "min_body_rate", CT_INT, F(server.min_body_rate), 0, INT_MAX, 0, NULL},
+    {"server", "reserved_connections", CT_INT, F(server.reserved_connections), 0, INT_MAX, 0, NULL},
+    /* Securing rock-admin: tokens, TLS, browser safety (see docs/operations.md). */
+    {"server", "auth_tokens_file", CT_STR, F(server.auth_tokens_file), 0, 0, 0, NULL},
+    {"server", "metrics_public", CT_BOOL, F(server.metrics_public), 0, 0, 0, NULL},
+    {"server", "tls_cert_file", CT_STR, F(server.tls_cert_file), 0, 0, 0, NULL},
+    {"server", "tls_key_file", CT_STR, F(server.tls_key_file), 0, 0, 0, NULL},
+    {"server", "cors_origins", CT_LIST, F(server.cors_origins), 0, 0, 0, NULL},
     {"runtime", "operator_type", CT_OPTYPE, F(runtime.operator_type), 0, 0, 0, NULL},
     {"runtime", "plugin_dir", CT_STR, F(runtime.plugin_dir), 0, 0, 0, NULL},
     {"runtime", "stop_as_delete", CT_BOOL, F(runtime.stop_as_delete), 0, 0, 0, NULL},
@@ -323,6 +337,11 @@ static const struct core_key core_keys[] = {
     {"runtime", "session_reservation_ttl", CT_INT, F(runtime.session_reservation_ttl_s), 1, INT_MAX,
      0, NULL},
     {"runtime", "start_wait", CT_INT, F(runtime.start_wait_s), 0, INT_MAX, 0, NULL},
+    /* issue 13: the core owns command deadlines (timeout + this grace). */
+    {"runtime", "command_timeout_margin", CT_INT, F(runtime.command_timeout_margin_s), 0, 86400, 0,
+     NULL},
+    /* issue 12: X-Key allow-list of /archive (comma-separated; unset = any key) */
+    {"runtime", "archive_keys", CT_STR, F(runtime.archive_keys), 0, 0, CKF_SECRET, NULL},
     {"redis", "host", CT_STR, F(redis.host), 0, 0, 0, NULL},
     {"redis", "port", CT_INT, F(redis.port), 1, 65535, 0, NULL},
     {"redis", "password", CT_STR, F(redis.password), 0, 0, CKF_SECRET, NULL},
@@ -331,6 +350,18 @@ static const struct core_key core_keys[] = {
     {"redis", "timeout_ms", CT_INT, F(redis.timeout_ms), 1, INT_MAX, 0, NULL},
     {"redis", "pool_size", CT_INT, F(redis.pool_size), 1, INT_MAX, 0, NULL},
     {"redis", "key_prefix", CT_STR, F(redis.key_prefix), 0, 0, 0, NULL},
+    /* issue 14: Sentinel, ACL, secrets from files, WAIT, retention */
+    {"redis", "sentinels", CT_LIST, F(redis.sentinels), 0, 0, 0, NULL},
+    {"redis", "master_name", CT_STR, F(redis.master_name), 0, 0, 0, NULL},
+    {"redis", "username", CT_STR, F(redis.username), 0, 0, 0, NULL},
+    {"redis", "password_file", CT_STR, F(redis.password_file), 0, 0, 0, NULL},
+    {"redis", "sentinel_username", CT_STR, F(redis.sentinel_username), 0, 0, 0, NULL},
+    {"redis", "sentinel_password", CT_STR, F(redis.sentinel_password), 0, 0, CKF_SECRET, NULL},
+    {"redis", "sentinel_password_file", CT_STR, F(redis.sentinel_password_file), 0, 0, 0, NULL},
+    {"redis", "min_replicas_ack", CT_INT, F(redis.min_replicas_ack), 0, INT_MAX, 0, NULL},
+    {"redis", "wait_timeout_ms", CT_INT, F(redis.wait_timeout_ms), 1, INT_MAX, 0, NULL},
+    {"redis", "deleted_retention", CT_I64, F(redis.deleted_retention_s), 0, INT64_MAX / 1000, 0,
+     NULL},
     {"scheduler", "enabled", CT_BOOL, F(scheduler.enabled), 0, 0, 0, NULL},
     {"scheduler", "worker_cache_ttl", CT_ANY, 0, 0, 0, 0, NULL},
     {"scheduler", "tasks", CT_ANY, 0, 0, 0, 0, NULL},
@@ -341,6 +372,8 @@ static const struct core_key core_keys[] = {
     {"runtime", "reconcile_interval_ms", CT_INT, F(perf.reconcile_interval_ms), 0, INT_MAX, 0,
      NULL},
     {"proxy", "endpoint_cache_ttl_ms", CT_INT, F(perf.proxy_endpoint_ttl_ms), 0, INT_MAX, 0, NULL},
+    /* issue 16: log.format */
+    {"log", "format", CT_LOGFMT, F(log.format), 0, 0, 0, NULL},
 };
 
 #undef F
@@ -353,6 +386,8 @@ static const char *const core_sections[] = {"server",    "runtime", "redis",
 
 /* Accepted log levels. */
 static const char *const log_levels[] = {"error", "warning", "info", "debug", NULL};
+/* Accepted log formats (issue 16). */
+static const char *const log_formats[] = {"text", "json", NULL};
 
 /* True if s is one of the NULL-terminated list. */
 static int in_list(const char *const *list, const char *s)
@@ -383,15 +418,25 @@ struct rk_config *rk_config_defaults(void)
     c->server.host = xstrdup("0.0.0.0");
     c->server.port = 8080;
     c->server.max_connections = 4096;
-    c->server.per_ip_connections = 0;
+    c->server.per_ip_connections = -1;
     c->server.connection_timeout_s = 60;
     c->server.max_body_bytes = 64ll * 1024 * 1024;
     c->server.max_header_bytes = 32768;
-    c->server.max_upload_bytes = 0;
+    c->server.max_upload_bytes = 1024ll * 1024 * 1024;
     c->server.max_output_bytes = 16ll * 1024 * 1024;
     c->server.max_read_bytes = 64ll * 1024 * 1024;
     c->server.drain_timeout_s = 30;
     c->server.thread_stack_kib = 256;
+    c->server.max_buffered_bytes = 512ll * 1024 * 1024;
+    c->server.max_spool_bytes = 1024ll * 1024 * 1024;
+    c->server.header_timeout_s = 15;
+    c->server.min_body_rate = 1024;
+    c->server.reserved_connections = 4;
+    c->server.auth_tokens_file = xstrdup("");
+    c->server.metrics_public = 0;
+    c->server.tls_cert_file = xstrdup("");
+    c->server.tls_key_file = xstrdup("");
+    c->server.cors_origins = xcalloc(1, sizeof(char *));
     c->runtime.operator_type = xstrdup("");
     c->runtime.plugin_dir = xstrdup(PKGLIBDIR);
     c->runtime.stop_as_delete = 0;
@@ -402,8 +447,9 @@ struct rk_config *rk_config_defaults(void)
     c->runtime.sweep_interval_s = 30;
     c->runtime.session_reservation_ttl_s = 120;
     c->runtime.start_wait_s = 85;
-    c->perf.reconcile_interval_ms = 1000; /* issue 15 */
-    c->perf.proxy_endpoint_ttl_ms = 5000; /* issue 15 */
+    c->runtime.command_timeout_margin_s = 30; /* issue 13 */
+    c->perf.reconcile_interval_ms = 1000;     /* issue 15 */
+    c->perf.proxy_endpoint_ttl_ms = 5000;     /* issue 15 */
     c->redis.host = xstrdup("");
     c->redis.port = 6379;
     c->redis.password = xstrdup("");
@@ -413,11 +459,30 @@ struct rk_config *rk_config_defaults(void)
     c->redis.pool_size =
         64; /* issue 15: >= wrk -c64 concurrency; waiting for a connection costs more */
     c->redis.key_prefix = xstrdup("rock:");
+    c->redis.sentinels = xcalloc(1, sizeof(char *));
+    c->redis.master_name = xstrdup("");
+    c->redis.username = xstrdup("");
+    c->redis.password_file = xstrdup("");
+    c->redis.sentinel_username = xstrdup("");
+    c->redis.sentinel_password = xstrdup("");
+    c->redis.sentinel_password_file = xstrdup("");
+    c->redis.min_replicas_ack = 0;
+    c->redis.wait_timeout_ms = 1000;
+    c->redis.deleted_retention_s = 7 * 24 * 3600;
     c->scheduler.enabled = 0;
     c->proxy.timeout_s = 120;
     c->proxy.connect_timeout_s = 5;
     c->log.level = xstrdup("info");
+    c->log.format = xstrdup("text");
     return c;
+}
+
+/* Free a NULL-terminated string list. */
+static void strlist_free(char **list)
+{
+    for (size_t i = 0; list && list[i]; i++)
+        free(list[i]);
+    free(list);
 }
 
 /* Free a config, its strings and its raw sections. */
@@ -428,8 +493,11 @@ void rk_config_free(struct rk_config *cfg)
     free(cfg->path);
     for (size_t i = 0; i < N_CORE_KEYS; i++) {
         const struct core_key *k = &core_keys[i];
-        if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL || k->type == CT_OPTYPE)
+        if (k->type == CT_STR || k->type == CT_SIZE || k->type == CT_LEVEL ||
+            k->type == CT_OPTYPE || k->type == CT_LOGFMT)
             free(*(char **)field(cfg, k));
+        if (k->type == CT_LIST)
+            strlist_free(*(char ***)field(cfg, k));
     }
     for (size_t i = 0; i < cfg->n_sections; i++) {
         struct rk_cfg_raw_section *s = &cfg->sections[i];
@@ -457,6 +525,7 @@ struct loader {
     int runtime_line;       /* line of the runtime section, 0 if absent */
     int operator_type_line; /* line of runtime.operator_type, 0 if absent */
     int operator_type_bad;  /* runtime.operator_type was present but refused */
+    int sentinels_line;     /* line of redis.sentinels, 0 if absent */
 };
 
 /* 1-based line where a node starts. */
@@ -531,12 +600,65 @@ static void core_range_error(struct loader *L, const struct core_key *k, int lin
                    k->max);
 }
 
+/* Parse a sequence of strings (e.g. server.cors_origins) into a NULL-terminated list. */
+static void apply_strlist(struct loader *L, const struct core_key *k, int line,
+                          const yaml_node_t *v)
+{
+    if (!strcmp(k->key, "sentinels"))
+        L->sentinels_line = line;
+    if (v->type != YAML_SEQUENCE_NODE) {
+        core_type_error(L, k, line, "a list of strings", v);
+        return;
+    }
+    size_t n = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+    char **list = xcalloc(n + 1, sizeof *list);
+    size_t used = 0;
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
+         it++) {
+        yaml_node_t *item = yaml_document_get_node(L->doc, *it);
+        if (!item || item->type != YAML_SCALAR_NODE || is_null_node(item)) {
+            problem_at(L->p, L->file, item ? node_line(item) : line, k->section, k->key,
+                       "expected a list of strings, got an item that is %s", node_kind(item));
+            continue;
+        }
+        list[used++] = xstrdup(scalar_text(item));
+    }
+    strlist_free(*(char ***)field(L->cfg, k));
+    *(char ***)field(L->cfg, k) = list;
+}
+
+/* Cross-key checks of the redis HA keys (issue 14): every sentinel is
+ * host:port (IPv6 as [addr]:port) and master_name is set with sentinels. */
+static void check_redis_ha(struct loader *L)
+{
+    char **list = L->cfg->redis.sentinels;
+    if (!list || !list[0])
+        return;
+    for (size_t i = 0; list[i]; i++) {
+        const char *item = list[i], *end = item + strlen(item), *colon = strrchr(item, ':');
+        long port = 0;
+        int digits = colon && colon + 1 < end;
+        for (const char *c = colon ? colon + 1 : end; c < end && digits; c++)
+            digits = *c >= '0' && *c <= '9' && (port = port * 10 + (*c - '0')) <= 65535;
+        if (!colon || colon == item || !digits || port < 1)
+            problem_at(L->p, L->file, L->sentinels_line, "redis", "sentinels",
+                       "expected host:port, got \"%.64s\"", item);
+    }
+    if (!*L->cfg->redis.master_name)
+        problem_at(L->p, L->file, L->sentinels_line, "redis", "master_name",
+                   "required when redis.sentinels is set");
+}
+
 /* Parse the value v of core key k (key at line) into the config. */
 static void apply_core_key(struct loader *L, const struct core_key *k, int line,
                            const yaml_node_t *v)
 {
     if (k->type == CT_ANY || is_null_node(v))
         return;
+    if (k->type == CT_LIST) {
+        apply_strlist(L, k, line, v);
+        return;
+    }
     int scalar = v->type == YAML_SCALAR_NODE;
     const char *text = scalar ? scalar_text(v) : "";
     int plain = scalar && !scalar_quoted(v);
@@ -564,6 +686,14 @@ static void apply_core_key(struct loader *L, const struct core_key *k, int line,
         else if (!in_list(log_levels, text))
             problem_at(L->p, L->file, line, k->section, k->key,
                        "must be one of: error, warning, info, debug");
+        else
+            set_str(field(L->cfg, k), text);
+        break;
+    case CT_LOGFMT:
+        if (!scalar)
+            core_type_error(L, k, line, "a string", v);
+        else if (!in_list(log_formats, text))
+            problem_at(L->p, L->file, line, k->section, k->key, "must be one of: text, json");
         else
             set_str(field(L->cfg, k), text);
         break;
@@ -605,6 +735,7 @@ static void apply_core_key(struct loader *L, const struct core_key *k, int line,
             *(double *)field(L->cfg, k) = dv;
         break;
     case CT_ANY:
+    case CT_LIST:
         break;
     }
 }
@@ -791,6 +922,7 @@ struct rk_config *rk_config_load(const char *path, struct rk_problems *p)
         else
             load_root(&L, root);
     }
+    check_redis_ha(&L);
     if (!*cfg->runtime.operator_type && !L.operator_type_bad)
         problem_at(p, path, L.operator_type_line ? L.operator_type_line : L.runtime_line, "runtime",
                    "operator_type", "required key is missing");
@@ -1184,6 +1316,7 @@ void rk_config_dump(const struct rk_config *cfg, const struct rk_cfg *plugin_vie
         case CT_STR:
         case CT_SIZE:
         case CT_LEVEL:
+        case CT_LOGFMT:
         case CT_OPTYPE:
             emit_str(emit, ctx, k->section, k->key, *(char *const *)f,
                      (k->flags & CKF_SECRET) != 0);
@@ -1202,6 +1335,16 @@ void rk_config_dump(const struct rk_config *cfg, const struct rk_cfg *plugin_vie
         case CT_DOUBLE:
             snprintf(line, sizeof line, "%s.%s: %g", k->section, k->key, *(const double *)f);
             break;
+        case CT_LIST: {
+            char *const *list = *(char **const *)f;
+            size_t used = (size_t)snprintf(line, sizeof line, "%s.%s: [", k->section, k->key);
+            for (size_t j = 0; list && list[j] && used < sizeof line; j++)
+                used += (size_t)snprintf(line + used, sizeof line - used, "%s\"%s\"", j ? ", " : "",
+                                         list[j]);
+            if (used < sizeof line)
+                snprintf(line + used, sizeof line - used, "]");
+            break;
+        }
         case CT_ANY:
             continue;
         }

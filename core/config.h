@@ -47,15 +47,27 @@ struct rk_config {
         char *host;               /* default "0.0.0.0" */
         int port;                 /* default 8080 */
         int max_connections;      /* default 4096 */
-        int per_ip_connections;   /* default 0 = unlimited */
+        int per_ip_connections;   /* default -1 = max_connections/4; 0 = unlimited */
         int connection_timeout_s; /* idle timeout, default 60, never 0 */
         int64_t max_body_bytes;   /* JSON bodies, default 64 MiB */
         int max_header_bytes;     /* per-connection header memory, default 32768 */
-        int64_t max_upload_bytes; /* /upload, default 0 = unlimited */
+        int64_t max_upload_bytes; /* /upload, default 1 GiB; 0 = unlimited */
         int64_t max_output_bytes; /* command output kept per request, default 16 MiB */
         int64_t max_read_bytes;   /* /read_file content, default 64 MiB */
         int drain_timeout_s;      /* SIGTERM drain deadline, default 30 */
         int thread_stack_kib;     /* per-connection thread stack, default 256 */
+        /* issue 10: limits against hostile and careless clients */
+        int64_t max_buffered_bytes; /* global budget for buffered bodies/responses, 512 MiB */
+        int64_t max_spool_bytes;    /* total /upload spool, default 1 GiB; 0 = unlimited */
+        int header_timeout_s;       /* request line + headers deadline, default 15 */
+        int min_body_rate;          /* bytes/s a body must average, default 1024; 0 = off */
+        int reserved_connections;   /* slots kept for /livez /readyz /metrics, default 4 */
+        /* Securing rock-admin (auth.c, tls.c, cors.c) */
+        char *auth_tokens_file; /* "" = authentication off (default) */
+        int metrics_public;     /* /metrics answers without a token, default 0 */
+        char *tls_cert_file;    /* PEM chain; "" = plain HTTP (default) */
+        char *tls_key_file;     /* PEM private key */
+        char **cors_origins;    /* NULL-terminated list; empty = no CORS headers */
     } server;
     struct {
         char *operator_type;            /* required */
@@ -68,6 +80,9 @@ struct rk_config {
         int sweep_interval_s;           /* idle sweep, default 30; 0 disables */
         int session_reservation_ttl_s;  /* default 120 */
         int start_wait_s;               /* /start waits this long, default 85 */
+        int command_timeout_margin_s;   /* grace after a command timeout, default 30 */
+        /* issue 12 */
+        char *archive_keys; /* X-Key allow-list of /archive, comma-separated; NULL = any */
     } runtime;
     struct {
         char *host; /* "" = in-process store */
@@ -78,6 +93,17 @@ struct rk_config {
         int timeout_ms;         /* default 2000 */
         int pool_size;          /* default 64 */
         char *key_prefix;       /* default "rock:" */
+        /* issue 14: high availability */
+        char **sentinels;             /* NULL-terminated "host:port" list (empty = fixed host) */
+        char *master_name;            /* sentinel master name */
+        char *username;               /* ACL user ("" = default user) */
+        char *password_file;          /* password from this file's first line */
+        char *sentinel_username;      /* AUTH for sentinels */
+        char *sentinel_password;      /* secret */
+        char *sentinel_password_file; /* sentinel password from a file */
+        int min_replicas_ack;         /* WAIT for N replicas after writes; 0 = off */
+        int wait_timeout_ms;          /* bound of each WAIT, default 1000 */
+        int64_t deleted_retention_s;  /* keep deleted records, default 7 days; 0 = forever */
     } redis;
     struct {
         int enabled;
@@ -87,7 +113,8 @@ struct rk_config {
         int connect_timeout_s; /* default 5 */
     } proxy;
     struct {
-        char *level; /* error|warning|info|debug, default info */
+        char *level;  /* error|warning|info|debug, default info */
+        char *format; /* text|json, default text (issue 16) */
     } log;
     struct {
         int reconcile_interval_ms; /* issue 15: reconciler pass period, default 1000; 0 = off */

@@ -8,8 +8,10 @@
  * Y"
  *   4. capability present           -> 4000 with the plugin's refusal text
  *   5. state precondition           -> 4000 "Sandbox <id> is not running (state=<s>)"
- * and only then the plugin. Activity operations refresh the idle deadline
- * before the checks (as the original does).
+ * and only then the plugin. The gate decides first (no store write during
+ * the checks), then acts: activity operations refresh the idle deadline of a
+ * record this operator owns even when the request is then refused for a
+ * capability or state reason (the original's U35 behaviour).
  */
 #ifndef RK_DISPATCH_H
 #define RK_DISPATCH_H
@@ -66,11 +68,20 @@ struct rk_target {
 rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
                       const char *sandbox_id, struct rk_target *t);
 
+/** The gate for a record the caller already read (avoids a second store
+ *  read): checks 2-5 on rec, whose reference it takes over (kept in t on
+ *  success, released on failure). */
+rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                             const char *sandbox_id, json_object *rec, struct rk_target *t);
+
 /** Release a target. */
 void rk_target_release(struct rk_target *t);
 
 /** Refresh the idle deadline of an active sandbox from its record. */
 void rk_dispatch_touch(struct rk_app *app, json_object *rec);
+/** Tell the plugin the new idle deadline so it keeps the backend's own
+ *  expiry ahead of it (RK_CAP_RENEW; the plugin rate-limits). */
+void rk_dispatch_renew(struct rk_app *app, json_object *rec, int64_t idle_deadline);
 /** Same as rk_dispatch_touch (name used by lifecycle code). */
 #define rk_dispatch_touch_rec rk_dispatch_touch
 

@@ -31,7 +31,7 @@ struct rk_call {
     int64_t last_probe_ms;
 };
 
-static volatile int host_shutdown;
+static _Atomic int host_shutdown; /* set once by the main thread, read by all */
 static char plugin_prefix[64] = "plugin";
 
 void rk_host_set_plugin_name(const char *name)
@@ -235,6 +235,11 @@ void rk_call_clear_error(struct rk_call *call)
 const char *rk_call_request_id(const struct rk_call *call)
 {
     return call->request_id;
+}
+
+int rk_call_deadline_passed(const struct rk_call *call)
+{
+    return call->deadline_ms && rk_now_ms() >= call->deadline_ms;
 }
 
 int rk_call_cancelled(const struct rk_call *call)

@@ -47,6 +47,8 @@ const char *rk_call_error_text(const struct rk_call *call);
 void rk_call_clear_error(struct rk_call *call);
 /** Non-zero when the client left, the deadline passed or the daemon stops. */
 int rk_call_cancelled(const struct rk_call *call);
+/** Non-zero when the call has a deadline and it has passed. */
+int rk_call_deadline_passed(const struct rk_call *call);
 /** The request id. */
 const char *rk_call_request_id(const struct rk_call *call);
 

@@ -13,26 +13,68 @@
 #include <ctype.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "app.h"
+#include "budget.h"
+#include "auth.h"
 #include "config.h"
+#include "cors.h"
 #include "envelope.h"
 #include "host.h"
 #include "log.h"
 #include "metrics.h"
 #include "router.h"
+#include "tls.h"
 #include "util.h"
+
+/* What a connection is waiting for (the watchdog's view of it). */
+enum conn_phase {
+    PH_HEADERS,   /* a new connection: request line and headers (header_timeout) */
+    PH_BODY,      /* headers done, body arriving (min_body_rate) */
+    PH_HANDLER,   /* our handler runs or the response is being sent: no deadline */
+    PH_KEEPALIVE, /* between requests on a persistent connection */
+};
+
+/* One open connection, tracked for deadlines and eviction. Fields are guarded
+ * by http_state.mu; the connection thread and the watchdog both touch them. */
+struct conn_track {
+    struct conn_track *prev, *next;
+    int fd;
+    enum conn_phase phase;
+    int64_t phase_start_ms;
+    int64_t busy_ms;    /* time spent inside our access handler during this phase */
+    int64_t busy_since; /* non-zero while inside it */
+    uint64_t body_bytes;
+    int closing; /* the watchdog shut the socket down */
+};
+
+/* Each buffered JSON body byte is charged this many times to the memory budget. */
+#define RK_BODY_CHARGE 3
 
 struct http_state {
     struct MHD_Daemon *daemon;
     int port;
     atomic_int inflight;
     int quiesced;
+    /* limits */
+    int conn_limit;         /* MHD connection limit (server.max_connections) */
+    int data_limit;         /* data-route requests admitted at once */
+    atomic_int data_active; /* data-route requests being served */
+    pthread_mutex_t mu;     /* guards conns, nconns, stop */
+    pthread_cond_t cv;
+    struct conn_track *conns; /* newest first */
+    int nconns;
+    int stop;
+    pthread_t watchdog;
+    int watchdog_started;
 };
 
 /* ---- request accessors ------------------------------------------------------ */
@@ -119,16 +161,11 @@ int rk_req_client_fd(struct rk_req *r)
 
 /* ---- responses ---------------------------------------------------------------- */
 
-/* Headers every response carries: request id and permissive CORS like ROCK. */
+/* Headers every response carries: request id and CORS for listed origins (cors.c). */
 static void add_common_headers(struct rk_req *r, struct MHD_Response *resp)
 {
     MHD_add_response_header(resp, "X-Request-ID", r->request_id);
-    const char *origin = rk_req_header(r, "Origin");
-    if (origin && *origin) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
-        MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
-        MHD_add_response_header(resp, "Vary", "Origin");
-    }
+    rk_cors_add_headers(r, resp);
 }
 
 void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp)
@@ -149,11 +186,24 @@ void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Respons
     MHD_destroy_response(resp);
 }
 
+/* Responses up to this size are not charged to the memory budget: they are
+ * bounded by the connection count, and error replies must always get out. */
+#define RK_UNCHARGED_REPLY_BYTES (64 * 1024)
+
 void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body)
 {
     size_t len = 0;
     const char *text = json_object_to_json_string_length(
         body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+    if (len > RK_UNCHARGED_REPLY_BYTES && !r->responded) {
+        /* The copy MHD keeps until the client has read it. */
+        if (rk_budget_take(&rk_mem_budget, (int64_t)len) != 0) {
+            json_object_put(body);
+            rk_req_reply_busy(r, "the response does not fit");
+            return;
+        }
+        r->budget_charged += (int64_t)len;
+    }
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
     json_object_put(body);
@@ -165,12 +215,208 @@ void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body
     rk_req_reply_mhd(r, http_status, resp);
 }
 
+void rk_req_reply_busy(struct rk_req *r, const char *why)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "admin is busy: %s; retry later", why);
+    const char *message = r->route ? r->route->fail_message : NULL;
+    enum rk_shape shape = r->route ? (enum rk_shape)r->route->shape : RK_SHAPE_NULL;
+    r->outcome = "busy";
+    rk_req_reply_json(r, 503, rk_envelope_failure(message, msg, 5000, shape));
+}
+
+/* ---- connection guard: deadlines, reserve, eviction ------------------------------ */
+
+/* The tracker of conn (set when MHD reported the connection). */
+static struct conn_track *track_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        conn ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Enter a phase (under the lock). */
+static void track_phase(struct http_state *hs, struct conn_track *t, enum conn_phase ph)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&hs->mu);
+    t->phase = ph;
+    t->phase_start_ms = rk_now_ms();
+    t->busy_ms = 0;
+    t->body_bytes = 0;
+    pthread_mutex_unlock(&hs->mu);
+}
+
+/* Mark the connection as inside (busy = 1) or outside our access handler;
+ * add n body bytes. Time inside our code never counts against the client. */
+static void track_busy(struct http_state *hs, struct conn_track *t, int busy, size_t n)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&hs->mu);
+    int64_t now = rk_now_ms();
+    if (busy) {
+        t->busy_since = now;
+    } else if (t->busy_since) {
+        t->busy_ms += now - t->busy_since;
+        t->busy_since = 0;
+    }
+    t->body_bytes += n;
+    pthread_mutex_unlock(&hs->mu);
+}
+
+/* MHD connection start/close: keep the tracker list. */
+static void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
+                                 enum MHD_ConnectionNotificationCode toe)
+{
+    struct rk_app *app = cls;
+    struct http_state *hs = app->http;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct conn_track *t = calloc(1, sizeof *t);
+        if (!t)
+            return;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t->fd = ci ? ci->connect_fd : -1;
+        t->phase = PH_HEADERS;
+        t->phase_start_ms = rk_now_ms();
+        pthread_mutex_lock(&hs->mu);
+        t->next = hs->conns;
+        if (t->next)
+            t->next->prev = t;
+        hs->conns = t;
+        hs->nconns++;
+        pthread_mutex_unlock(&hs->mu);
+        *socket_context = t;
+        return;
+    }
+    struct conn_track *t = *socket_context;
+    if (!t)
+        return;
+    /* MHD reports the close before it closes the socket, so the watchdog never
+     * shuts down a descriptor that was reused. */
+    pthread_mutex_lock(&hs->mu);
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        hs->conns = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    hs->nconns--;
+    pthread_mutex_unlock(&hs->mu);
+    *socket_context = NULL;
+    free(t);
+}
+
+/* Shut a connection down (under the lock); its MHD thread then closes it. */
+static void track_kill(struct conn_track *t, const char *why)
+{
+    if (t->closing || t->fd < 0)
+        return;
+    t->closing = 1;
+    rk_info("closing a connection: %s", why);
+    shutdown(t->fd, SHUT_RDWR);
+}
+
+/* One watchdog pass (under the lock). */
+static void watchdog_pass(struct http_state *hs, const struct rk_config *cfg, int64_t now)
+{
+    int64_t header_ms = (int64_t)cfg->server.header_timeout_s * 1000;
+    int64_t keepalive_ms = ((int64_t)cfg->server.connection_timeout_s + 1) * 1000 + header_ms;
+    int64_t rate = cfg->server.min_body_rate;
+    for (struct conn_track *t = hs->conns; t; t = t->next) {
+        int64_t age = now - t->phase_start_ms;
+        if (t->closing || t->busy_since)
+            continue;
+        if (t->phase == PH_HEADERS && age > header_ms) {
+            track_kill(t, "header_timeout");
+        } else if (t->phase == PH_KEEPALIVE && age > keepalive_ms) {
+            track_kill(t, "header_timeout");
+        } else if (t->phase == PH_BODY && rate > 0) {
+            /* After a grace of header_timeout, the body must average min_body_rate. */
+            int64_t eff = age - t->busy_ms - header_ms;
+            if (eff > 0 && (double)t->body_bytes < (double)eff / 1000.0 * (double)rate)
+                track_kill(t, "min_body_rate");
+        }
+    }
+    /* Keep server.reserved_connections slots free for health probes: when the
+     * connection table is that full, close the connections that have been
+     * sending headers the longest (over a second: real clients send them at once). */
+    int want_free = cfg->server.reserved_connections;
+    int live = 0;
+    for (struct conn_track *t = hs->conns; t; t = t->next)
+        live += !t->closing;
+    while (want_free > 0 && hs->conn_limit - live < want_free) {
+        struct conn_track *oldest = NULL;
+        for (struct conn_track *t = hs->conns; t; t = t->next)
+            if (!t->closing && !t->busy_since &&
+                (t->phase == PH_HEADERS || t->phase == PH_KEEPALIVE) &&
+                now - t->phase_start_ms > 1000 &&
+                (!oldest || t->phase_start_ms < oldest->phase_start_ms))
+                oldest = t;
+        if (!oldest)
+            break;
+        track_kill(oldest, "reserve");
+        live--;
+    }
+}
+
+/* Watchdog thread: a pass every 250 ms until rk_http_stop. */
+static void *watchdog_main(void *arg)
+{
+    struct rk_app *app = arg;
+    struct http_state *hs = app->http;
+    pthread_mutex_lock(&hs->mu);
+    while (!hs->stop) {
+        watchdog_pass(hs, app->cfg, rk_now_ms());
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 250 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&hs->cv, &hs->mu, &ts);
+    }
+    pthread_mutex_unlock(&hs->mu);
+    return NULL;
+}
+
+/* 1 for the routes that must answer whatever the load (probes and metrics). */
+static int is_health_route(const struct rk_route *route)
+{
+    return route && (!strcmp(route->name, "livez") || !strcmp(route->name, "readyz") ||
+                     !strcmp(route->name, "metrics"));
+}
+
+/* Request-start checks, run once when the headers are complete and the route
+ * is known. Returns 0 to go on, or non-zero after answering. This is the place
+ * for further admission checks (authentication, ...). */
+static int admit_request(struct rk_req *r)
+{
+    struct http_state *hs = r->app->http;
+    if (is_health_route(r->route))
+        return 0;
+    if (atomic_fetch_add(&hs->data_active, 1) >= hs->data_limit) {
+        atomic_fetch_sub(&hs->data_active, 1);
+        rk_req_reply_busy(r, "all connection slots for data routes are in use "
+                             "(server.max_connections minus server.reserved_connections)");
+        return 1;
+    }
+    r->data_slot = 1;
+    return 0;
+}
+
 /* ---- request lifecycle ------------------------------------------------------ */
 
 /* Called by MHD with the raw request URI before anything else. */
 static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    (void)conn;
+    struct rk_app *app = cls;
+    struct conn_track *t = track_of(conn);
+    if (t && t->phase == PH_KEEPALIVE)
+        track_phase(app->http, t, PH_HEADERS);
     struct rk_req *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
@@ -237,13 +483,43 @@ static void reply_too_large(struct rk_req *r)
     rk_reply_detail(r, 413, msg);
 }
 
-static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
-                                      const char *method, const char *version,
-                                      const char *upload_data, size_t *upload_data_size,
-                                      void **con_cls)
+/* 503 busy for a JSON body that does not fit the memory budget. */
+static void reply_body_busy(struct rk_req *r)
 {
-    (void)version;
-    struct rk_app *app = cls;
+    rk_req_reply_busy(r, "the memory budget for request bodies is in use "
+                         "(server.max_buffered_bytes)");
+}
+
+/* JSON routes: take the budget for the whole declared body at once, so
+ * concurrent bodies are admitted whole or refused whole rather than all
+ * stalling half-charged. Each buffered byte is charged RK_BODY_CHARGE times:
+ * the body, its parsed tree and the copies a handler makes of its strings.
+ * Returns non-zero after answering (never, today: refusals answer at the end). */
+static int reserve_body(struct rk_req *r)
+{
+    if (r->responded || r->route->body_mode != RK_BODY_JSON)
+        return 0;
+    const char *cl = rk_req_header(r, "Content-Length");
+    char *end = NULL;
+    long long n = cl ? strtoll(cl, &end, 10) : 0;
+    if (!cl || end == cl || *end || n <= 0 || n > r->app->cfg->server.max_body_bytes)
+        return 0; /* chunked, empty or too large (413 later): charged as it comes */
+    if (rk_budget_take(&rk_mem_budget, (int64_t)n * RK_BODY_CHARGE) != 0) {
+        /* Read and drop the body (at most max_body_bytes, at min_body_rate),
+         * then answer: a client that writes its whole body before reading
+         * gets the 503 instead of a reset. */
+        r->budget_refused = 1;
+        return 0;
+    }
+    r->budget_charged += (int64_t)n * RK_BODY_CHARGE;
+    r->body_reserved = n;
+    return 0;
+}
+
+static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection *conn,
+                                      const char *url, const char *method, const char *upload_data,
+                                      size_t *upload_data_size, void **con_cls)
+{
     struct http_state *hs = app->http;
     struct rk_req *r = *con_cls;
     if (!r)
@@ -258,12 +534,20 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         r->call = rk_call_new(r->request_id, rk_req_client_fd(r), 0);
         atomic_fetch_add(&hs->inflight, 1);
         rk_metrics_inflight_add(1);
+        /* Security gates (preflight, token, cross-site/content type): cors.c, auth.c. */
+        if (rk_cors_preflight(r))
+            return MHD_YES;
         enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), &r->route, r);
-        if (m != RK_MATCH_OK) {
+        if (m != RK_MATCH_OK)
             r->route = NULL;
+        if (rk_auth_gate(r)) /* before 404/405: unknown paths are not disclosed either */
+            return MHD_YES;
+        if (m != RK_MATCH_OK) {
             reply_unrouted(r, m);
             return MHD_YES;
         }
+        if (rk_cors_gate(r) || admit_request(r) || reserve_body(r))
+            return MHD_YES;
         if (r->route->body_mode == RK_BODY_STREAM && r->route->begin && r->route->begin(r))
             return MHD_YES;
         if (r->route->websocket && r->route->handler) {
@@ -302,6 +586,21 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
             r->body_len = n;
             return MHD_YES;
         }
+        if (r->budget_refused)
+            return MHD_YES; /* discard; answered at the end */
+        /* Bytes past the Content-Length reserved at the start (chunked bodies). */
+        int64_t extra = (int64_t)(r->body_len + n) - r->body_reserved;
+        if (extra > 0) {
+            if (rk_budget_take(&rk_mem_budget, extra * RK_BODY_CHARGE) != 0) {
+                free(r->body);
+                r->body = NULL;
+                r->body_len = 0;
+                r->budget_refused = 1;
+                return MHD_YES;
+            }
+            r->budget_charged += extra * RK_BODY_CHARGE;
+            r->body_reserved += extra;
+        }
         char *nb = realloc(r->body, r->body_len + n + 1);
         if (!nb) {
             r->body_too_large = 1;
@@ -316,6 +615,9 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     }
 
     /* Final call: the whole body has arrived. */
+    track_phase(app->http, track_of(conn), PH_HANDLER);
+    if (!r->responded && r->budget_refused)
+        reply_body_busy(r);
     if (!r->responded && r->body_too_large && r->route && r->route->body_mode == RK_BODY_JSON)
         reply_too_large(r);
     if (!r->responded && r->route && !r->route->websocket) {
@@ -328,11 +630,78 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     return MHD_YES;
 }
 
+/* MHD access callback: the request handling above, with the connection marked
+ * busy while our code runs and the body bytes counted for min_body_rate. */
+static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                      const char *method, const char *version,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **con_cls)
+{
+    (void)version;
+    struct rk_app *app = cls;
+    struct conn_track *t = track_of(conn);
+    struct rk_req *r = *con_cls;
+    if (r && !r->call)
+        track_phase(app->http, t, PH_BODY);
+    size_t n = *upload_data_size;
+    track_busy(app->http, t, 1, 0);
+    enum MHD_Result res =
+        handle_request(app, conn, url, method, upload_data, upload_data_size, con_cls);
+    track_busy(app->http, t, 0, n);
+    /* A WebSocket route has upgraded (or answered): no deadline from here. */
+    if (r && r->route && r->route->websocket)
+        track_phase(app->http, t, PH_HANDLER);
+    return res;
+}
+
+#define RK_ACCESS_SANDBOX_ID_MAX 129
+
+/* The sandbox a request names, for the access log, or NULL: the {id} path
+ * parameter, else the sandbox_id query argument, else a top-level
+ * "sandbox_id" string in a buffered JSON body (found by a scan for the key,
+ * without parsing the body again). Copied into buf, truncated. */
+static const char *request_sandbox_id(struct rk_req *r, char buf[RK_ACCESS_SANDBOX_ID_MAX])
+{
+    const char *v = NULL;
+    if (r->route && strstr(r->route->pattern, "{id}"))
+        v = r->params[0];
+    if (!v && r->conn)
+        v = rk_req_query(r, "sandbox_id");
+    if (v) {
+        snprintf(buf, RK_ACCESS_SANDBOX_ID_MAX, "%s", v);
+        return buf;
+    }
+    if (!r->body || !r->route || r->route->body_mode != RK_BODY_JSON)
+        return NULL;
+    /* Inside JSON strings quotes are escaped, so an unescaped "sandbox_id"
+     * followed by ':' is a key. */
+    for (const char *k = strstr(r->body, "\"sandbox_id\""); k;
+         k = strstr(k + 1, "\"sandbox_id\"")) {
+        const char *p = k + 12;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p != ':')
+            continue;
+        p++;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p != '"')
+            return NULL;
+        p++;
+        size_t n = 0;
+        while (p[n] && p[n] != '"' && p[n] != '\\' && n < RK_ACCESS_SANDBOX_ID_MAX - 1)
+            n++;
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        return n ? buf : NULL;
+    }
+    return NULL;
+}
+
 /* Called by MHD when a request ends (answered, failed or client gone). */
 static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     struct rk_app *app = cls;
     struct http_state *hs = app->http;
     struct rk_req *r = *con_cls;
@@ -346,12 +715,26 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http_status != 101)
             outcome = "client_closed";
         rk_metrics_request(route, outcome, r->http_status, dur);
-        rk_info("access id=%s method=%s path=%s route=%s status=%u duration_ms=%lld outcome=%s",
-                r->request_id, r->method ? r->method : "-", r->path ? r->path : "-", route,
-                r->http_status, (long long)dur, outcome);
+        char sid[RK_ACCESS_SANDBOX_ID_MAX];
+        struct rk_access_entry e = {r->request_id,
+                                    r->method,
+                                    r->path,
+                                    route,
+                                    outcome,
+                                    request_sandbox_id(r, sid),
+                                    r->http_status,
+                                    dur,
+                                    r->auth_name[0] ? r->auth_name : NULL};
+        rk_log_access(&e);
         atomic_fetch_sub(&hs->inflight, 1);
         rk_metrics_inflight_add(-1);
     }
+    if (r->data_slot)
+        atomic_fetch_sub(&hs->data_active, 1);
+    rk_budget_give(&rk_mem_budget, r->budget_charged);
+    struct conn_track *t = track_of(conn);
+    if (t && t->phase != PH_KEEPALIVE && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        track_phase(hs, t, PH_KEEPALIVE);
     if (r->route_ctx_free)
         r->route_ctx_free(r);
     rk_call_free(r->call);
@@ -381,12 +764,22 @@ int rk_http_start(struct rk_app *app)
         return -1;
     app->http = hs;
     const struct rk_config *cfg = app->cfg;
+    pthread_mutex_init(&hs->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hs->cv, &ca);
+    pthread_condattr_destroy(&ca);
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | MHD_USE_ITC;
     const char *host = cfg->server.host;
+    struct MHD_OptionItem tls_opts[3];
+    rk_tls_mhd_options(tls_opts, 3);
+    if (rk_tls_enabled())
+        flags |= MHD_USE_TLS;
     if (strchr(host, ':')) {
         struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
         a6->sin6_family = AF_INET6;
@@ -406,22 +799,38 @@ int rk_http_start(struct rk_app *app)
         }
     }
 
+    rk_budget_init(cfg->server.max_buffered_bytes, cfg->server.max_spool_bytes);
+    hs->conn_limit = cfg->server.max_connections;
+    hs->data_limit = cfg->server.max_connections - cfg->server.reserved_connections;
+    if (hs->data_limit < 1)
+        hs->data_limit = 1;
+    /* -1 (the default): a quarter of the connections per client address. */
+    int per_ip = cfg->server.per_ip_connections;
+    if (per_ip < 0)
+        per_ip = cfg->server.max_connections / 4 > 0 ? cfg->server.max_connections / 4 : 1;
+
     hs->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->server.port, NULL, NULL, access_handler, app,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->server.max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->server.per_ip_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->server.connection_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->server.max_header_bytes,
-        MHD_OPTION_THREAD_STACK_SIZE, (size_t)cfg->server.thread_stack_kib * 1024,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app,
-        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, app, MHD_OPTION_END);
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)cfg->server.connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)cfg->server.max_header_bytes, MHD_OPTION_THREAD_STACK_SIZE,
+        (size_t)cfg->server.thread_stack_kib * 1024, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
+        app, MHD_OPTION_NOTIFY_CONNECTION, notify_connection_cb, app, MHD_OPTION_ARRAY, tls_opts,
+        MHD_OPTION_END);
     if (!hs->daemon) {
         rk_err("cannot listen on %s:%d (address in use or not permitted)", host, cfg->server.port);
         return -1;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(hs->daemon, MHD_DAEMON_INFO_BIND_PORT);
     hs->port = di ? di->port : cfg->server.port;
+    if (pthread_create(&hs->watchdog, NULL, watchdog_main, app) != 0) {
+        rk_err("cannot start the connection watchdog thread");
+        return -1;
+    }
+    hs->watchdog_started = 1;
     return 0;
 }
 
@@ -453,8 +862,17 @@ void rk_http_stop(struct rk_app *app)
     struct http_state *hs = app->http;
     if (!hs)
         return;
+    if (hs->watchdog_started) {
+        pthread_mutex_lock(&hs->mu);
+        hs->stop = 1;
+        pthread_cond_signal(&hs->cv);
+        pthread_mutex_unlock(&hs->mu);
+        pthread_join(hs->watchdog, NULL);
+    }
     if (hs->daemon)
         MHD_stop_daemon(hs->daemon);
+    pthread_mutex_destroy(&hs->mu);
+    pthread_cond_destroy(&hs->cv);
     free(hs);
     app->http = NULL;
 }

@@ -8,6 +8,13 @@
  * handler on the connection thread; streaming routes receive body chunks as
  * they arrive. A handler answers with rk_req_reply_json() or installs its own
  * libmicrohttpd response with rk_req_reply_mhd().
+ *
+ * Limits (docs/operations.md "Limits"): headers must arrive within
+ * server.header_timeout, bodies must average server.min_body_rate bytes/s
+ * (time spent in our own handlers does not count), a per-address connection
+ * limit, server.reserved_connections slots that only /livez, /readyz and
+ * /metrics may use, and buffered JSON bodies and responses are charged to the
+ * global memory budget (budget.h).
  */
 #ifndef RK_HTTP_SERVER_H
 #define RK_HTTP_SERVER_H
@@ -21,6 +28,9 @@ struct rk_route;
 struct rk_call;
 struct MHD_Response;
 struct MHD_Connection;
+
+/** Size of rk_req.auth_name (token names are at most 63 characters). */
+#define RK_AUTH_NAME_MAX 64
 
 /** Maximum path parameters a route can capture. */
 #define RK_MAX_PARAMS 4
@@ -49,6 +59,14 @@ struct rk_req {
     int responded;
     unsigned http_status;
     const char *outcome; /* "ok", "failed", "client_error", ... for metrics */
+    /* limits (issue 10) */
+    int data_slot;          /* holds one of the data-route slots (not health) */
+    int64_t budget_charged; /* bytes taken from rk_mem_budget, given back at the end */
+    int64_t body_reserved;  /* body bytes already covered by budget_charged */
+    int budget_refused;     /* the body did not fit the budget: answer busy at the end */
+    /* authentication (auth.c) */
+    char auth_name[RK_AUTH_NAME_MAX]; /* token name for the access log, "-" if none */
+    int auth_via_authorization;       /* the Authorization header carried our token */
 };
 
 /** Start listening per app->cfg->server. Returns 0, or -1 with an error logged. */
@@ -78,6 +96,9 @@ const char *rk_req_raw_query(struct rk_req *r);
 const char *rk_req_raw_path(struct rk_req *r);
 /** Socket of the client connection (for client-gone checks and upgrades). */
 int rk_req_client_fd(struct rk_req *r);
+
+/** Answer 503 with a 5000 envelope "admin is busy: <why>" (a limit was reached). */
+void rk_req_reply_busy(struct rk_req *r, const char *why);
 
 /** Answer with a JSON body (takes ownership of body). */
 void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body);

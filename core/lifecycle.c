@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "archive.h"
 #include "config.h"
 #include "dispatch.h"
 #include "host.h"
@@ -135,6 +136,7 @@ static void *create_thread(void *arg)
     const struct rk_plugin *pl = app->plugin;
     struct rk_call *call = rk_call_new(j->request_id, -1, 0);
     struct rk_created out = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.create(pl->inst, call, &j->spec, &out);
     rk_metrics_upstream("create", st);
     const char *id = j->spec.sandbox_id;
@@ -151,6 +153,7 @@ static void *create_thread(void *arg)
              * leave a sandbox that no record owns. */
             struct rk_sandbox_ref ref = {id, out.upstream_id, pl->desc->backend_tag,
                                          RK_STATE_DELETED};
+            rk_metrics_upstream_begin();
             rk_status ds = pl->ops.destroy(pl->inst, call, &ref);
             rk_metrics_upstream("destroy", ds);
             rk_info("sandbox %s: deleted during create; removed the new backend sandbox (%s)", id,
@@ -257,6 +260,15 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
     json_object *cf;
     if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
         return RK_OK; /* the failed phase tells the client why */
+    int restoring = rk_restore_in_progress(app, rec_io);
+    if (restoring == 1) {
+        rk_dispatch_touch_rec(app, *rec_io);
+        return RK_OK; /* shown pending until the restore recorded its backend id */
+    }
+    if (restoring == 2) { /* a dead restore went back to archived */
+        *shown = rk_rec_state(*rec_io);
+        return RK_OK;
+    }
 
     const char *tag = pl->desc->backend_tag;
     const char *up = rk_rec_upstream_id(rec, tag);
@@ -400,6 +412,7 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
     const char *id = rk_rec_str(rec, "sandbox_id");
     const char *tag = pl->desc->backend_tag;
     struct rk_sandbox_ref ref = {id, rk_rec_upstream_id(rec, tag), tag, rk_rec_state(rec)};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.destroy(pl->inst, call, &ref);
     rk_metrics_upstream("destroy", st);
     if (st != RK_OK)
@@ -411,7 +424,8 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
                                  "sandbox %s was deleted in the backend but its record could not "
                                  "be updated: sandbox store unavailable",
                                  id);
-    clear_sessions(app, id); /* failures are only logged (B29) */
+    clear_sessions(app, id);                  /* failures are only logged (B29) */
+    rk_archive_drop_restored(app, call, rec); /* snapshots it still held (ABI 1.1) */
     return RK_OK;
 }
 
@@ -422,21 +436,34 @@ rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const c
 {
     const struct rk_plugin *pl = app->plugin;
     *restored = 0;
-    if (!(pl->desc->caps & RK_CAP_RESTORE))
+    if (!(pl->caps & (RK_CAP_RESTORE | RK_CAP_SNAPSHOT)))
         return RK_OK; /* a start on the id creates a new sandbox, as before */
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
     rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
     if (rc == RK_STORE_ERROR)
         return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
-    enum rk_state stored = rc == RK_STORE_OK ? rk_rec_state(rec) : 0;
-    json_object_put(rec);
-    if (stored != RK_STATE_ARCHIVED)
+    if (rc != RK_STORE_OK || rk_rec_state(rec) != RK_STATE_ARCHIVED) {
+        json_object_put(rec);
         return RK_OK;
+    }
     struct rk_target t;
-    rk_status st = rk_dispatch(app, call, RK_OP_RESTORE, id, &t);
+    if (pl->caps & RK_CAP_SNAPSHOT) {
+        /* ABI 1.1: restore from the stored snapshot (archive.c), never
+         * overwrite the record and leak its snapshot. */
+        rk_status st = rk_dispatch_record(app, call, RK_OP_STATUS, id, rec, &t);
+        if (st != RK_OK)
+            return st;
+        st = rk_restore_start(app, call, t.rec);
+        rk_target_release(&t);
+        if (st == RK_OK)
+            *restored = 1;
+        return st;
+    }
+    rk_status st = rk_dispatch_record(app, call, RK_OP_RESTORE, id, rec, &t);
     if (st != RK_OK)
         return st;
+    rk_metrics_upstream_begin();
     st = pl->ops.restore(pl->inst, call, &t.ref);
     rk_metrics_upstream("restore", st);
     rk_target_release(&t);
@@ -486,4 +513,29 @@ rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, co
             usleep((useconds_t)(left < 1000 ? left : 1000) * 1000);
     }
     return rk_call_set_error(call, RK_E_TIMEOUT, "sandbox %s not running after %ds", id, wait_s);
+}
+
+/* ---- stop / restart / archive ------------------------------------------------------- */
+
+rk_status rk_lifecycle_state_op(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                                const struct rk_sandbox_ref *ref, enum rk_state to)
+{
+    const struct rk_plugin *pl = app->plugin;
+    rk_status (*fn)(void *, struct rk_call *, const struct rk_sandbox_ref *) =
+        op == RK_OP_STOP      ? pl->ops.stop
+        : op == RK_OP_RESTART ? pl->ops.restart
+        : op == RK_OP_ARCHIVE ? pl->ops.archive
+                              : NULL;
+    if (!fn)
+        return rk_call_set_error(call, RK_E_INTERNAL, "operation %d is not a state change",
+                                 (int)op);
+    const char *event = rk_op_info(op)->name;
+    rk_status st = fn(pl->inst, call, ref);
+    rk_metrics_upstream(event, st);
+    if (st != RK_OK)
+        return st;
+    /* The backend changed state: record it (a store failure is logged). */
+    struct patch p = {.to = to, .event = event};
+    patch_record(app, ref->sandbox_id, &p, NULL);
+    return RK_OK;
 }

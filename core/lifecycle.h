@@ -9,6 +9,7 @@
 
 #include <json-c/json.h>
 
+#include "dispatch.h"
 #include "rock-admin/operator.h"
 
 struct rk_app;
@@ -56,5 +57,14 @@ rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const c
  */
 rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, const char *id,
                                     int wait_s);
+
+/**
+ * Run a state-changing plugin operation (RK_OP_STOP, RK_OP_RESTART or
+ * RK_OP_ARCHIVE) on a sandbox that passed the gate, then move its record to
+ * `to` with the operation's name as the event. Errors are on call; the record
+ * is unchanged when the plugin fails.
+ */
+rk_status rk_lifecycle_state_op(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                                const struct rk_sandbox_ref *ref, enum rk_state to);
 
 #endif /* RK_LIFECYCLE_H */

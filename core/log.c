@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "log.h"
 
+#include <json-c/json.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 
 static enum rk_log_level max_level = RK_LOG_INFO;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static enum rk_log_format log_format = RK_LOG_FORMAT_TEXT;
 
 static const char *const level_names[] = {"error", "warning", "info", "debug"};
 
@@ -26,6 +28,11 @@ static unsigned long repeats;
 void rk_log_set_level(enum rk_log_level level)
 {
     max_level = level;
+}
+
+void rk_log_set_format(enum rk_log_format format)
+{
+    log_format = format;
 }
 
 /* Format and write one line; level_name is printed as the severity. */
@@ -46,8 +53,92 @@ void rk_notice(const char *fmt, ...)
     va_end(ap);
 }
 
+/* "2026-01-21T11:38:00.123Z" into buf (at least 64 bytes). */
+static void format_time(char *buf, size_t size)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", (tm.tm_year + 1900) % 10000,
+             (tm.tm_mon + 1) % 100, tm.tm_mday % 100, tm.tm_hour % 100, tm.tm_min % 100,
+             tm.tm_sec % 100, (int)(ts.tv_nsec / 1000000) % 1000);
+}
+
+/* Write one JSON object (takes ownership) as one line, in one write. */
+static void write_json(json_object *o)
+{
+    size_t len = 0;
+    const char *text = json_object_to_json_string_length(
+        o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+    pthread_mutex_lock(&log_lock);
+    fwrite(text, 1, len, stderr);
+    fputc('\n', stderr);
+    fflush(stderr);
+    pthread_mutex_unlock(&log_lock);
+    json_object_put(o);
+}
+
+/* {"time","level","msg"}: the JSON form of one text line. */
+static void write_json_line(const char *level_name, const char *prefix, const char *fmt, va_list ap)
+{
+    char when[64], msg[2048];
+    format_time(when, sizeof when);
+    int n = prefix ? snprintf(msg, sizeof msg, "%s: ", prefix) : 0;
+    if (n < 0 || (size_t)n >= sizeof msg)
+        n = 0;
+    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "time", json_object_new_string(when));
+    json_object_object_add(o, "level", json_object_new_string(level_name));
+    json_object_object_add(o, "msg", json_object_new_string(msg));
+    write_json(o);
+}
+
+/* A JSON string, or null for NULL. */
+static json_object *str_or_null(const char *s)
+{
+    return s ? json_object_new_string(s) : NULL;
+}
+
+void rk_log_access(const struct rk_access_entry *e)
+{
+    if (RK_LOG_INFO > max_level)
+        return;
+    if (log_format != RK_LOG_FORMAT_JSON) {
+        rk_log(RK_LOG_INFO,
+               "access id=%s method=%s path=%s route=%s status=%u duration_ms=%lld outcome=%s "
+               "token=%s",
+               e->request_id ? e->request_id : "-", e->method ? e->method : "-",
+               e->path ? e->path : "-", e->route ? e->route : "-", e->status,
+               (long long)e->duration_ms, e->outcome ? e->outcome : "-",
+               e->token ? e->token : "-");
+        return;
+    }
+    char when[64];
+    format_time(when, sizeof when);
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "time", json_object_new_string(when));
+    json_object_object_add(o, "level", json_object_new_string("info"));
+    json_object_object_add(o, "msg", json_object_new_string("access"));
+    json_object_object_add(o, "request_id", str_or_null(e->request_id));
+    json_object_object_add(o, "method", str_or_null(e->method));
+    json_object_object_add(o, "path", str_or_null(e->path));
+    json_object_object_add(o, "route", str_or_null(e->route));
+    json_object_object_add(o, "status", json_object_new_int((int)e->status));
+    json_object_object_add(o, "duration_ms", json_object_new_int64(e->duration_ms));
+    json_object_object_add(o, "outcome", str_or_null(e->outcome));
+    json_object_object_add(o, "sandbox_id", str_or_null(e->sandbox_id));
+    json_object_object_add(o, "token", str_or_null(e->token));
+    write_json(o);
+}
+
 static void write_line(const char *level_name, const char *prefix, const char *fmt, va_list ap)
 {
+    if (log_format == RK_LOG_FORMAT_JSON) {
+        write_json_line(level_name, prefix, fmt, ap);
+        return;
+    }
     char line[2048];
     struct timespec ts;
     struct tm tm;

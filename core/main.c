@@ -10,7 +10,9 @@
 #include <time.h>
 
 #include "app.h"
+#include "auth.h"
 #include "config.h"
+#include "cors.h"
 #include "host.h"
 #include "http_server.h"
 #include "log.h"
@@ -21,6 +23,7 @@
 #include "reconciler.h"
 #include "endpoint_cache.h"
 #include "relay_pool.h"
+#include "tls.h"
 #include "util.h"
 
 #ifndef SYSCONFDIR
@@ -57,14 +60,36 @@ static void dump_line(const char *line, void *ctx)
     printf("  %s\n", line);
 }
 
+/* The sentinel list as the store takes it: "host:port,host:port" (caller frees). */
+static char *join_sentinels(char *const *list)
+{
+    size_t n = 1;
+    for (size_t i = 0; list[i]; i++)
+        n += strlen(list[i]) + 1;
+    char *out = calloc(1, n);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; list[i]; i++) {
+        if (i)
+            strcat(out, ",");
+        strcat(out, list[i]);
+    }
+    return out;
+}
+
 /* Open the store the config asks for. */
 static struct rk_store *open_store(const struct rk_config *cfg)
 {
-    if (!*cfg->redis.host) {
+    if (!*cfg->redis.host && !cfg->redis.sentinels[0]) {
         rk_warn("redis.host is empty: using the in-process store; sandbox state is not shared "
                 "between processes and is lost on restart");
-        return rk_store_open_memory();
+        struct rk_store *mst = rk_store_open_memory();
+        rk_store_set_deleted_retention(mst, cfg->redis.deleted_retention_s);
+        return mst;
     }
+    char *sentinels = join_sentinels(cfg->redis.sentinels);
+    if (!sentinels)
+        return NULL;
     struct rk_redis_cfg rc = {
         .host = cfg->redis.host,
         .port = cfg->redis.port,
@@ -74,10 +99,35 @@ static struct rk_store *open_store(const struct rk_config *cfg)
         .op_timeout_ms = cfg->redis.timeout_ms,
         .pool_size = cfg->redis.pool_size,
         .key_prefix = cfg->redis.key_prefix,
+        .sentinels = sentinels,
+        .master_name = cfg->redis.master_name,
+        .username = cfg->redis.username,
+        .password_file = cfg->redis.password_file,
+        .sentinel_username = cfg->redis.sentinel_username,
+        .sentinel_password = cfg->redis.sentinel_password,
+        .sentinel_password_file = cfg->redis.sentinel_password_file,
+        .min_replicas_ack = cfg->redis.min_replicas_ack,
+        .wait_timeout_ms = cfg->redis.wait_timeout_ms,
     };
     struct rk_store *st = rk_store_open_redis(&rc);
-    if (!st)
+    if (!st) {
+        free(sentinels);
         return NULL;
+    }
+    rk_store_set_deleted_retention(st, cfg->redis.deleted_retention_s);
+    if (*sentinels) {
+        char err[RK_STORE_ERRLEN];
+        if (rk_store_ping(st, err, sizeof err) != RK_STORE_OK)
+            rk_warn("redis master \"%s\" is not reachable yet (%s); requests needing it fail "
+                    "until it is",
+                    cfg->redis.master_name, err);
+        else
+            rk_info("using redis master \"%s\" via sentinels %s", cfg->redis.master_name,
+                    sentinels);
+        free(sentinels);
+        return st;
+    }
+    free(sentinels);
     char err[RK_STORE_ERRLEN];
     if (rk_store_ping(st, err, sizeof err) != RK_STORE_OK)
         rk_warn("redis at %s:%d is not reachable yet (%s); requests needing it fail until it is",
@@ -90,25 +140,34 @@ static struct rk_store *open_store(const struct rk_config *cfg)
 /* Wait for SIGTERM/SIGINT (blocked in every thread), then drain. */
 static void wait_and_drain(struct rk_app *app, sigset_t *set)
 {
+    int sig = 0;
     for (;;) {
-        int sig = 0;
         if (sigwait(set, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            rk_info("SIGHUP ignored: restart the service to apply configuration changes");
+            /* Tokens and the TLS certificate are re-read; the rest needs a restart. */
+            rk_auth_reload();
+            rk_tls_reload();
+            rk_info("SIGHUP: other configuration changes need a restart");
             continue;
         }
-        rk_info("received %s: draining (up to %d s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                app->cfg->server.drain_timeout_s);
         break;
     }
     app->draining = 1;
     rk_http_quiesce(app);
+    /* Logged once readiness reports draining and the listener is closed
+     * (tests wait for this line). */
+    rk_info("received %s: draining (up to %d s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+            app->cfg->server.drain_timeout_s);
     int64_t deadline = rk_now_ms() + (int64_t)app->cfg->server.drain_timeout_s * 1000;
     while (rk_http_inflight(app) > 0 && rk_now_ms() < deadline) {
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* Upgraded wss:// sessions run on relay threads (relay_ws.c) and are no longer
+     * in flight for the server: let them send their 1001 close before it stops. */
+    if (rk_tls_enabled())
+        rk_relay_wait(deadline);
     int left = rk_http_inflight(app);
     if (left > 0)
         rk_warn("drain deadline reached: aborting %d in-flight request(s)", left);
@@ -216,7 +275,15 @@ int main(int argc, char **argv)
         else
             cfg->server.port = (int)port;
     }
+    if (cfg) {
+        /* Securing rock-admin: token file, TLS pair, CORS origins (also checked by -t). */
+        rk_auth_load(cfg, &problems);
+        rk_tls_load(cfg, &problems);
+        rk_cors_check_config(cfg, &problems);
+    }
     if (!cfg || problems.n) {
+        rk_auth_free();
+        rk_tls_free();
         print_problems(&problems);
         rk_problems_free(&problems);
         rk_config_free(cfg);
@@ -228,6 +295,7 @@ int main(int argc, char **argv)
         rk_log_set_level(RK_LOG_WARNING);
     else if (!strcmp(cfg->log.level, "debug"))
         rk_log_set_level(RK_LOG_DEBUG);
+    rk_log_set_format(!strcmp(cfg->log.format, "json") ? RK_LOG_FORMAT_JSON : RK_LOG_FORMAT_TEXT);
 
     /* ROCK_PLUGIN_DIR overrides runtime.plugin_dir (tests, uninstalled builds). */
     const char *pdir = getenv("ROCK_PLUGIN_DIR");
@@ -244,24 +312,32 @@ int main(int argc, char **argv)
     if (problems.n) {
         print_problems(&problems);
         rk_problems_free(&problems);
+        rk_auth_free();
+        rk_tls_free();
         rk_plugin_unload(pl);
         rk_config_free(cfg);
         curl_global_cleanup();
         return 1;
     }
-    if (cfg->scheduler.enabled && !(pl->desc->caps & RK_CAP_SCHEDULER))
+    if (cfg->scheduler.enabled && !(pl->caps & RK_CAP_SCHEDULER))
         rk_warn("Scheduler is enabled but unsupported for operator_type=%s; skipping worker "
                 "scheduler",
                 cfg->runtime.operator_type);
     char fd_line[256];
     int max_conn_asked = cfg->server.max_connections;
     fit_fd_limit(cfg, fd_line, sizeof fd_line);
+    if (cfg->runtime.stop_as_delete)
+        rk_warn("runtime.stop_as_delete is deprecated; use the operator's stop mode instead "
+                "(opensandbox.stop_mode: delete)%s",
+                (pl->caps & RK_CAP_STOP) ? "; ignored because the operator can stop" : "");
     if (test_only) {
         printf("rock-admin: configuration %s is valid (operator %s %s, ABI %u.%u)\n", cfg_path,
                pl->desc->name, pl->desc->version ? pl->desc->version : "", pl->desc->abi_major,
                pl->desc->abi_minor);
         printf("rock-admin: %s\n", fd_line);
         rk_config_dump(cfg, pl->cfg_view, pl->desc->config, dump_line, NULL);
+        rk_auth_free();
+        rk_tls_free();
         rk_plugin_unload(pl);
         rk_config_free(cfg);
         curl_global_cleanup();
@@ -290,7 +366,9 @@ int main(int argc, char **argv)
         rk_warn("cannot start the idle sweeper");
     if (rk_reconciler_start(&app) != 0)
         rk_warn("cannot start the reconciler; status reads ask the backend");
-    rk_notice("rock-admin ready on http://%s:%d", cfg->server.host, rk_http_port(&app));
+    rk_notice("rock-admin ready on %s://%s:%d%s", rk_tls_enabled() ? "https" : "http",
+              cfg->server.host, rk_http_port(&app),
+              rk_auth_enabled() ? " (bearer-token authentication on)" : "");
     wait_and_drain(&app, &set);
     rk_reconciler_stop(&app);
     rk_sweeper_stop(&app);
@@ -303,6 +381,8 @@ out:
     rk_ep_cache_clear();
     rk_plugin_unload(pl);
     rk_store_close(app.store);
+    rk_auth_free();
+    rk_tls_free();
     rk_config_free(cfg);
     curl_global_cleanup();
     rk_notice("rock-admin stopped");

@@ -1,5 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Prometheus metrics: bounded label sets only (route, outcome, op), never per-sandbox. */
+/*
+ * Prometheus metrics. Names follow the Prometheus conventions (base units:
+ * _seconds, _bytes; counters end in _total) and `promtool check metrics`
+ * passes on the exposition. Label sets are bounded: route names and classes
+ * come from the route table, operations and outcomes from fixed sets; nothing
+ * is labelled per sandbox. docs/operations.md lists every metric.
+ */
 #ifndef RK_METRICS_H
 #define RK_METRICS_H
 
@@ -10,13 +16,24 @@
 struct rk_app;
 struct rk_buf;
 
-/** Count one finished request. */
+/** Count one finished request: requests_total{route,outcome} and the latency
+ *  histogram of the route's class (rk_metrics_route_class). */
 void rk_metrics_request(const char *route, const char *outcome, unsigned http_status,
                         int64_t duration_ms);
-/** In-flight gauge. */
+/** In-flight requests gauge. */
 void rk_metrics_inflight_add(int delta);
-/** Count one plugin (upstream) call by operation and result. */
+/** Mark the start of a plugin (upstream) call on this thread: the next
+ *  rk_metrics_upstream() on the same thread observes the call's latency and
+ *  the in-flight gauge counts the call until then. */
+void rk_metrics_upstream_begin(void);
+/** Count one plugin (upstream) call by operation and result; observes its
+ *  latency when rk_metrics_upstream_begin() marked its start. */
 void rk_metrics_upstream(const char *op, rk_status st);
+/** Observe one store (Redis or in-process) round trip of operation op. */
+void rk_metrics_store(const char *op, double seconds);
+/** The class of a route name for the latency histogram: "ops", "status",
+ *  "lifecycle", "command", "file", "proxy" or "other". */
+const char *rk_metrics_route_class(const char *route);
 /** Render the exposition text (sandboxes by state read from the store). */
 void rk_metrics_render(struct rk_app *app, struct rk_buf *out);
 

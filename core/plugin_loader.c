@@ -39,6 +39,12 @@ static const struct cap_op cap_ops[] = {
     {RK_CAP_COMMIT, "commit", offsetof(struct rk_operator_ops, commit)},
     {RK_CAP_STATISTICS, "statistics", offsetof(struct rk_operator_ops, statistics)},
     {RK_CAP_LIST, "list", offsetof(struct rk_operator_ops, list)},
+    {RK_CAP_CONFIGURED, "configured_caps", offsetof(struct rk_operator_ops, configured_caps)},
+    {RK_CAP_SNAPSHOT, "snapshot_create", offsetof(struct rk_operator_ops, snapshot_create)},
+    {RK_CAP_SNAPSHOT, "snapshot_get", offsetof(struct rk_operator_ops, snapshot_get)},
+    {RK_CAP_SNAPSHOT, "snapshot_delete", offsetof(struct rk_operator_ops, snapshot_delete)},
+    {RK_CAP_SNAPSHOT, "restore_snapshot", offsetof(struct rk_operator_ops, restore_snapshot)},
+    {RK_CAP_RENEW, "renew", offsetof(struct rk_operator_ops, renew)},
 };
 
 /* Read a function-pointer slot of the ops table if the plugin's table has it. */
@@ -156,9 +162,11 @@ int rk_plugin_adopt_descriptor(const struct rk_operator *raw, const char *stem,
     if (!(d->flags & RK_OPF_THREADSAFE))
         REFUSE("flags check failed: RK_OPF_THREADSAFE is required by ABI %d",
                RK_OPERATOR_ABI_MAJOR);
-    if (d->caps & ~RK_CAP_ALL)
+    /* A 1.0 plugin may only use the 1.0 bits. */
+    uint64_t known_caps = d->abi_minor >= 1 ? RK_CAP_ALL : RK_CAP_ALL_1_0;
+    if (d->caps & ~known_caps)
         REFUSE("capability check failed: unknown capability bits 0x%llx",
-               (unsigned long long)(d->caps & ~RK_CAP_ALL));
+               (unsigned long long)(d->caps & ~known_caps));
     const struct rk_operator_ops *raw_ops = d->ops;
     if (!raw_ops)
         REFUSE("entry point check failed: ops table is NULL");
@@ -396,6 +404,10 @@ int rk_plugin_init(struct rk_plugin *pl, const struct rk_config *cfg, struct rk_
     }
     pl->inst = inst;
     pl->initialised = 1;
+    /* ABI 1.1: the configured instance may narrow its declared caps. */
+    pl->caps = pl->desc->caps;
+    if ((pl->caps & RK_CAP_CONFIGURED) && pl->ops.configured_caps)
+        pl->caps &= pl->ops.configured_caps(inst) | RK_CAP_CONFIGURED;
     return 0;
 }
 

@@ -27,6 +27,7 @@ struct rk_plugin {
     char *path;                     /* file it was loaded from */
     void *handle;                   /* lt_dlhandle */
     int initialised;
+    uint64_t caps; /* desc->caps narrowed by ops.configured_caps (ABI 1.1) after init */
 };
 
 /**

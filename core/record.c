@@ -255,3 +255,35 @@ int rk_memory_normalize(const char *mem, char out[32], double *bytes_out)
     snprintf(out, 32, "%.2fg", bytes / (1024.0 * 1024 * 1024));
     return 0;
 }
+
+json_object *rk_rec_new_pending(const struct rk_rec_start *s)
+{
+    char iso[32];
+    rk_iso_time(s->now_s, iso);
+    json_object *rec = json_object_new_object();
+    rk_rec_set_str(rec, "sandbox_id", s->sandbox_id);
+    rk_rec_set_str(rec, "state", "pending");
+    rk_rec_set_str(rec, "image", s->image);
+    rk_rec_set_str(rec, "image_os", s->image_os);
+    json_object_object_add(rec, "cpus", json_object_new_double(s->cpus));
+    if (s->limit_cpus > 0)
+        json_object_object_add(rec, "limit_cpus", json_object_new_double(s->limit_cpus));
+    rk_rec_set_str(rec, "memory", s->memory);
+    rk_rec_set_str(rec, "memory_requested", s->memory_requested);
+    rk_rec_set_str(rec, "disk", s->disk);
+    json_object_object_add(rec, "num_gpus",
+                           s->has_gpus ? json_object_new_double(s->num_gpus) : NULL);
+    rk_rec_set_str(rec, "accelerator_type", s->accelerator_type);
+    rk_rec_set_str(rec, "user_id", s->user_id);
+    rk_rec_set_str(rec, "experiment_id", s->experiment_id);
+    rk_rec_set_str(rec, "namespace", s->namespace_name);
+    rk_rec_set_str(rec, "cluster_name", s->cluster_name);
+    json_object_object_add(rec, "env", json_object_new_object());
+    json_object_object_add(rec, "metadata", json_object_new_object());
+    rk_rec_set_str(rec, "create_time", iso);
+    json_object_object_add(rec, "auto_clear_time", json_object_new_int64(s->auto_clear_minutes));
+    json_object_object_add(rec, "state_history", json_object_new_array());
+    rk_rec_set_backend(rec, s->backend_tag, NULL);
+    json_object_object_add(rec, "create_deadline", json_object_new_int64(s->create_deadline_s));
+    return rec;
+}

@@ -41,6 +41,26 @@ void rk_rec_set_backend(json_object *rec, const char *tag, const char *upstream_
  *  history entry when the state really changes (capped at 100). */
 void rk_rec_transition(json_object *rec, enum rk_state to, const char *event);
 
+/** What a new pending record is made of (strings borrowed). */
+struct rk_rec_start {
+    const char *sandbox_id, *image, *image_os;
+    const char *memory;           /* normalised, e.g. "8.00g" */
+    const char *memory_requested; /* as the client wrote it */
+    const char *disk, *accelerator_type;
+    const char *user_id, *experiment_id, *namespace_name, *cluster_name;
+    const char *backend_tag; /* the loaded plugin's tag (fail-closed key) */
+    double cpus, limit_cpus; /* limit_cpus 0 = unset */
+    int has_gpus;
+    double num_gpus;
+    int64_t now_s;              /* creation time (epoch seconds) */
+    int64_t auto_clear_minutes; /* idle timeout */
+    int64_t create_deadline_s;  /* until then a missing backend sandbox is "still creating" */
+};
+
+/** The stored record of a sandbox that start/start_async just accepted
+ *  (state pending, empty history, backend tag set). New reference. */
+json_object *rk_rec_new_pending(const struct rk_rec_start *s);
+
 /** Build the client-facing status object (new reference).
  *  state: the state to show; is_alive as computed by the caller. */
 json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive);

@@ -208,64 +208,97 @@ static int hexval(char c)
     return -1;
 }
 
-/* Percent-decode src into dst (same size or larger); returns 1 if anything changed. */
-static int pct_decode(const char *src, char *dst)
+/* Percent-decode exactly once: src[0..n) into dst (at least n bytes); returns the
+ * decoded length. Invalid escapes are kept as they are. */
+static size_t pct_decode_once(const char *src, size_t n, char *dst)
 {
-    int changed = 0;
-    while (*src) {
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
         int hi, lo;
-        if (src[0] == '%' && (hi = hexval(src[1])) >= 0 && (lo = hexval(src[2])) >= 0) {
-            *dst++ = (char)(hi * 16 + lo);
-            src += 3;
-            changed = 1;
+        if (src[i] == '%' && i + 2 < n && (hi = hexval(src[i + 1])) >= 0 &&
+            (lo = hexval(src[i + 2])) >= 0) {
+            dst[o++] = (char)(hi * 16 + lo);
+            i += 3;
         } else {
-            *dst++ = *src++;
+            dst[o++] = src[i++];
         }
     }
-    *dst = '\0';
-    return changed;
+    return o;
 }
 
-/* Decode until stable (backslash read as '/'), then look for dot segments. */
+/* 1 if seg[0..n) spells "." or "..": plain dots, "%2e" (any depth of "%25"
+ * nesting), the overlong UTF-8 forms C0 AE / E0 80 AE, IIS "%u002e", and a
+ * Tomcat-style ";param" suffix ("..;x") that some servers strip. */
+static int dot_spelling(const char *seg, size_t n)
+{
+    const char *semi = memchr(seg, ';', n);
+    if (semi)
+        n = (size_t)(semi - seg);
+    int dots = 0;
+    for (size_t i = 0; i < n;) {
+        const unsigned char *p = (const unsigned char *)seg + i;
+        if (p[0] == '.') {
+            i++;
+        } else if (i + 1 < n && p[0] == 0xC0 && p[1] == 0xAE) {
+            i += 2;
+        } else if (i + 2 < n && p[0] == 0xE0 && p[1] == 0x80 && p[2] == 0xAE) {
+            i += 3;
+        } else if (p[0] == '%') {
+            /* "%" then any number of "25", then "2e"/"2E" or "u002e". */
+            size_t j = i + 1;
+            while (j + 1 < n && seg[j] == '2' && seg[j + 1] == '5')
+                j += 2;
+            if (j + 1 < n && seg[j] == '2' && (seg[j + 1] == 'e' || seg[j + 1] == 'E'))
+                i = j + 2;
+            else if (j + 4 < n && (seg[j] == 'u' || seg[j] == 'U') &&
+                     !strncmp(seg + j + 1, "002", 3) && (seg[j + 4] == 'e' || seg[j + 4] == 'E'))
+                i = j + 5;
+            else
+                return 0;
+        } else {
+            return 0;
+        }
+        if (++dots > 2)
+            return 0;
+    }
+    return dots == 1 || dots == 2;
+}
+
+/* Length of a segment separator at p (n bytes left), or 0: '/', '\', or an
+ * encoded one that a second decode would produce ("%2f", "%5c", "%252f"...). */
+static size_t separator_len(const char *p, size_t n)
+{
+    if (*p == '/' || *p == '\\')
+        return 1;
+    if (*p != '%')
+        return 0;
+    size_t j = 1;
+    while (j + 1 < n && p[j] == '2' && p[j + 1] == '5')
+        j += 2;
+    if (j + 1 < n && ((p[j] == '2' && (p[j + 1] == 'f' || p[j + 1] == 'F')) ||
+                      (p[j] == '5' && (p[j + 1] == 'c' || p[j + 1] == 'C'))))
+        return j + 2;
+    return 0;
+}
+
+/* Decode once, then refuse NUL anywhere and a dot segment in any spelling;
+ * '/', '\' and their still-encoded forms all separate segments. */
 int rk_relay_has_dot_segment(const char *raw)
 {
     size_t n = strlen(raw);
     char *a = malloc(n + 1);
-    char *b = malloc(n + 1);
-    if (!a || !b) {
-        free(a);
-        free(b);
+    if (!a)
         return 1;
-    }
-    memcpy(a, raw, n + 1);
-    int stable = 0;
-    for (int round = 0; round < 16 && !stable; round++) {
-        for (char *p = a; *p; p++)
-            if (*p == '\\')
-                *p = '/';
-        if (!pct_decode(a, b)) {
-            stable = 1;
-        } else {
-            char *t = a;
-            a = b;
-            b = t;
-        }
-    }
-    for (char *p = a; *p; p++)
-        if (*p == '\\')
-            *p = '/';
-    int bad = !stable;
-    for (const char *p = a; !bad && *p;) {
-        const char *e = strchr(p, '/');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if ((len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
-            bad = 1;
-        p += len;
-        if (*p == '/')
-            p++;
+    size_t len = pct_decode_once(raw, n, a);
+    int bad = memchr(a, '\0', len) != NULL;
+    for (size_t i = 0; !bad && i <= len;) {
+        size_t e = i, sep = 0;
+        while (e < len && (sep = separator_len(a + e, len - e)) == 0)
+            e++;
+        bad = dot_spelling(a + i, e - i);
+        i = e + (sep ? sep : 1);
     }
     free(a);
-    free(b);
     return bad;
 }
 

@@ -65,8 +65,10 @@ int rk_relay_pattern_segments(const char *pattern);
  *  path has exactly nseg segments (or a trailing '/'), NULL when it has fewer. */
 const char *rk_relay_raw_rest(const char *raw_path, int nseg);
 
-/** 1 if the path, URL-decoded repeatedly until stable with '\' read as '/',
- *  has a "." or ".." segment (or never becomes stable). */
+/** 1 if the raw proxied path must be refused: after exactly one URL decode it
+ *  holds a NUL byte, or a segment (separated by '/', '\' or a still-encoded
+ *  "%2f"/"%5c") that spells "." or ".." in any form (plain, %2e at any %25
+ *  depth, overlong UTF-8, %u002e, "..;param"). */
 int rk_relay_has_dot_segment(const char *raw);
 
 /** The text of the traversal refusal. */
@@ -163,7 +165,7 @@ int rk_relay_active(void);
  *  themselves once app->stopping is set. Returns the number still running. */
 int rk_relay_wait(int64_t deadline_ms);
 
-/* ---- route handlers (relay_http.c / relay_ws.c) ------------------------------------ */
+/* ---- route handlers (relay_http.c / relay_ws.c / relay_portforward.c) -------------- */
 
 int rk_relay_http_begin(struct rk_req *r);
 int rk_relay_http_body(struct rk_req *r, const char *data, size_t len);

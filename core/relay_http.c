@@ -52,6 +52,7 @@
 #include "plugin_loader.h"
 #include "router.h"
 /* relay.h uses struct rk_route from router.h */
+#include "proxy_guard.h"
 #include "relay.h"
 #include "relay_common.h"
 #include "relay_pool.h"
@@ -569,9 +570,8 @@ struct px_route_kind {
 static struct px_route_kind px_kind(const struct rk_req *r)
 {
     struct px_route_kind k = {0, 0};
-    const char *name = r->route->name;
-    k.vnc = strstr(name, "vnc") != NULL;
-    k.doc_form = strcmp(name, "proxy_port_path") == 0;
+    k.vnc = (r->route->flags & RK_ROUTE_VNC) != 0;
+    k.doc_form = (r->route->flags & RK_ROUTE_PORT_PATH) != 0;
     return k;
 }
 
@@ -589,6 +589,7 @@ struct px_hdr_ctx {
     const struct rk_proxy_target *pt;
     int has_accept;
     int failed;
+    const struct rk_req *r; /* for proxy_guard.c */
 };
 
 /* Append "Name: value" (or "Name;" for an empty value) to a curl list. */
@@ -607,7 +608,8 @@ static int px_add_header(struct curl_slist **list, const char *name, const char 
 static void px_client_header(void *ud, const char *name, const char *value)
 {
     struct px_hdr_ctx *c = ud;
-    if (!name || rk_relay_skip_request_header(name, c->connection))
+    if (!name || rk_relay_skip_request_header(name, c->connection) ||
+        rk_proxy_guard_client_header(c->r, c->pt, name))
         return;
     for (size_t i = 0; i < c->pt->headers_len; i++)
         if (c->pt->headers[i].key && rk_strcaseeq(c->pt->headers[i].key, name))
@@ -736,6 +738,7 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
         pt->base_url = cached->base_url;
         pt->headers = cached->headers;
         pt->headers_len = cached->headers_len;
+        pt->header_flags = cached->header_flags; /* credentials stay credentials */
         if (touch_due && cached->idle_minutes > 0) {
             char err[RK_STORE_ERRLEN];
             if (rk_store_touch(app->store, r->params[0], rk_epoch_s() + cached->idle_minutes * 60,
@@ -751,6 +754,7 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
     }
     memset(pt, 0, sizeof *pt);
     rk_status st;
+    rk_metrics_upstream_begin();
     if (!app->plugin->ops.proxy_target)
         st = rk_call_set_error(r->call, RK_E_UNSUPPORTED, "%s backend does not support %s",
                                app->plugin->desc->display_name, "http proxy");
@@ -825,13 +829,14 @@ int rk_relay_http_begin(struct rk_req *r)
     rk_relay_url_parts_free(&u);
 
     /* Headers: the client's (filtered), then the endpoint's, which win. */
-    struct px_hdr_ctx hc = {NULL, rk_req_header(r, "Connection"), &pt, 0, 0};
+    struct px_hdr_ctx hc = {NULL, rk_req_header(r, "Connection"), &pt, 0, 0, r};
     rk_req_header_each(r, px_client_header, &hc);
     for (size_t i = 0; i < pt.headers_len; i++) {
         const char *name = pt.headers[i].key;
         const char *value = pt.headers[i].value ? pt.headers[i].value : "";
-        if (!name || rk_relay_is_hop_header(name, NULL) || rk_strcaseeq(name, "host") ||
-            rk_strcaseeq(name, "content-length") || strpbrk(value, "\r\n"))
+        if (!name || rk_proxy_guard_endpoint_header(&pt, i) || rk_relay_is_hop_header(name, NULL) ||
+            rk_strcaseeq(name, "host") || rk_strcaseeq(name, "content-length") ||
+            strpbrk(value, "\r\n"))
             continue;
         if (px_add_header(&hc.list, name, value) != 0)
             hc.failed = 1;
@@ -1075,36 +1080,40 @@ void rk_relay_http_handler(struct rk_req *r)
 /* Route table: relay routes are matched before the main table. */
 #define P RK_API_PREFIX
 /* A streamed HTTP relay route for any method. */
-#define HTTP_RELAY_ROUTE(pat, nm, msg)                                                             \
+#define HTTP_RELAY_ROUTE(pat, nm, msg, fl)                                                         \
     {                                                                                              \
         .method = "*", .pattern = pat, .name = nm, .body_mode = RK_BODY_STREAM,                    \
         .begin = rk_relay_http_begin, .body = rk_relay_http_body,                                  \
-        .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE  \
+        .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE, \
+        .flags = fl                                                                                \
     }
 
 /* A WebSocket relay route (matched only for Upgrade: websocket requests). */
-#define WS_RELAY_ROUTE(pat, nm, fn, msg)                                                           \
+#define WS_RELAY_ROUTE(pat, nm, fn, msg, fl)                                                       \
     {                                                                                              \
         .method = "GET", .pattern = pat, .name = nm, .handler = fn, .websocket = 1,                \
-        .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE                                    \
+        .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE, .flags = fl                       \
     }
 
 const struct rk_route rk_relay_routes[] = {
     /* The user-doc form; matched before the admin stub /proxy/{id}/{*} of router.c. */
-    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}", "proxy_port_path", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}/{*}", "proxy_port_path", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy", "proxy_http", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_http", "http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_http", "vnc http proxy failed"),
-    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_http", "vnc http proxy failed"),
+    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}", "proxy_port_path", "http proxy failed",
+                     RK_ROUTE_PORT_PATH),
+    HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}/{*}", "proxy_port_path", "http proxy failed",
+                     RK_ROUTE_PORT_PATH),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy", "proxy_http", "http proxy failed", 0),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_http", "http proxy failed", 0),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_http", "vnc http proxy failed", RK_ROUTE_VNC),
+    HTTP_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_http", "vnc http proxy failed",
+                     RK_ROUTE_VNC),
     /* WebSocket (Upgrade: websocket only). */
     WS_RELAY_ROUTE(P "/sandboxes/{id}/proxy/{*}", "proxy_ws", rk_relay_ws_handler,
-                   "websocket proxy failed"),
+                   "websocket proxy failed", 0),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/vnc", "vnc_ws", rk_relay_ws_handler,
-                   "vnc websocket proxy failed"),
+                   "vnc websocket proxy failed", RK_ROUTE_VNC),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/vnc/{*}", "vnc_ws", rk_relay_ws_handler,
-                   "vnc websocket proxy failed"),
+                   "vnc websocket proxy failed", RK_ROUTE_VNC),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/portforward", "portforward", rk_relay_portforward_handler,
-                   "portforward failed"),
+                   "portforward failed", 0),
     {.pattern = NULL},
 };

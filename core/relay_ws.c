@@ -4,7 +4,7 @@
  *   WS /apis/envs/sandbox/v1/sandboxes/{id}/proxy/{path}   port as in §5.20,
  *                                                          range 1024-65535, not 22
  *   WS /apis/envs/sandbox/v1/sandboxes/{id}/vnc[/{path}]   port 8006, no client headers
- *   WS /apis/envs/sandbox/v1/sandboxes/{id}/portforward?port=N   refused after the checks
+ * (WS .../sandboxes/{id}/portforward?port=N is a TCP tunnel: relay_portforward.c.)
  *
  * The upstream connection is a libcurl CONNECT_ONLY handle (DNS, connect
  * timeout and TLS for https endpoints), over which the upstream handshake is
@@ -18,8 +18,8 @@
  *
  * Errors are reported as WebSocket close frames after accepting the client
  * (ROCK closes before accepting, which loses the code): 1008 for port policy,
- * 1011 "Proxy error: <text>" for everything else. A malformed handshake or a
- * missing/invalid portforward port is answered with HTTP 400 instead.
+ * 1011 "Proxy error: <text>" for everything else. A malformed handshake is
+ * answered with HTTP 400 instead.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* POLLRDHUP, getrandom */
@@ -44,8 +44,10 @@
 #include "log.h"
 #include "metrics.h"
 #include "plugin_loader.h"
+#include "proxy_guard.h"
 #include "relay_common.h"
 #include "router.h"
+#include "upgrade_thread.h"
 #include "util.h"
 
 /** Relay buffer per direction. */
@@ -132,6 +134,7 @@ struct ws_hdr_ctx {
     size_t budget;
     int dropped;
     struct rk_buf *protocols; /* the client's Sec-WebSocket-Protocol values */
+    const struct rk_req *r;   /* for proxy_guard.c */
 };
 
 /* 1 if an endpoint header overrides name. */
@@ -156,7 +159,7 @@ static void ws_client_header(void *ud, const char *name, const char *value)
         return;
     }
     if (!c->req || rk_relay_ws_blocked_header(name) || endpoint_has(c->pt, name) ||
-        strpbrk(value, "\r\n"))
+        rk_proxy_guard_client_header(c->r, c->pt, name) || strpbrk(value, "\r\n"))
         return;
     size_t n = strlen(name) + strlen(value) + 4;
     if (n > c->budget) {
@@ -255,7 +258,7 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
                   "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                   "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n",
                   target, u.hostport, key);
-    struct ws_hdr_ctx hc = {vnc ? NULL : &req, pt, WS_MAX_CLIENT_HEADER_BYTES, 0, &protocols};
+    struct ws_hdr_ctx hc = {vnc ? NULL : &req, pt, WS_MAX_CLIENT_HEADER_BYTES, 0, &protocols, r};
     rk_req_header_each(r, ws_client_header, &hc);
     if (hc.dropped)
         rk_warn("websocket proxy to sandbox %s: %d client header(s) left out (size budget)",
@@ -266,7 +269,8 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
     for (size_t i = 0; i < pt->headers_len; i++) {
         const char *name = pt->headers[i].key;
         const char *value = pt->headers[i].value ? pt->headers[i].value : "";
-        if (!name || rk_relay_ws_blocked_header(name) || strpbrk(value, "\r\n"))
+        if (!name || rk_relay_ws_blocked_header(name) || rk_proxy_guard_endpoint_header(pt, i) ||
+            strpbrk(value, "\r\n"))
             continue;
         rk_buf_printf(&req, "%s: %s\r\n", name, value);
     }
@@ -490,15 +494,10 @@ done:
     free(u2c.data);
 }
 
-/* MHD upgrade callback (the connection's own thread; blocking is allowed). */
-static void ws_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls,
-                        const char *extra_in, size_t extra_in_size, MHD_socket sock,
-                        struct MHD_UpgradeResponseHandle *urh)
+/* Relay one upgraded connection until either side ends, then release it. */
+static void ws_serve(struct ws_relay *ws, MHD_socket sock, const char *extra_in,
+                     size_t extra_in_size, struct MHD_UpgradeResponseHandle *urh)
 {
-    (void)connection;
-    (void)req_cls;
-    struct ws_relay *ws = cls;
-    rk_relay_enter();
     int fl = fcntl(sock, F_GETFL);
     if (fl >= 0)
         fcntl(sock, F_SETFL, fl | O_NONBLOCK);
@@ -512,6 +511,47 @@ static void ws_upgraded(void *cls, struct MHD_Connection *connection, void *req_
         ws->curl = NULL;
     }
     MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+/* rk_upgrade_serve_fn for the TLS relay thread. */
+static void ws_serve_detached(void *state, int sock, const char *extra, size_t extra_len,
+                              struct MHD_UpgradeResponseHandle *urh)
+{
+    ws_serve(state, sock, extra, extra_len, urh);
+}
+
+/* rk_upgrade_release_fn: the relay thread owns ws once detached. */
+static void ws_release(void *state)
+{
+    struct ws_relay *ws = state;
+    free(ws->leftover);
+    free(ws);
+}
+
+/* MHD upgrade callback, on the connection's own thread: relays here over plain
+ * HTTP, on a thread of its own over TLS (upgrade_thread.h). */
+static void ws_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls,
+                        const char *extra_in, size_t extra_in_size, MHD_socket sock,
+                        struct MHD_UpgradeResponseHandle *urh)
+{
+    (void)connection;
+    struct ws_relay *ws = cls;
+    rk_relay_enter();
+    int d = rk_upgrade_detach(ws_serve_detached, ws_release, ws, sock, extra_in, extra_in_size, urh,
+                              (size_t)ws->app->cfg->server.thread_stack_kib * 1024);
+    if (d > 0) {
+        struct rk_req *r = req_cls;
+        if (r && r->route_ctx == ws)
+            r->route_ctx = NULL; /* the relay thread owns ws now */
+        return;
+    }
+    if (d < 0) {
+        rk_warn("websocket proxy to sandbox %s: cannot start the relay thread", ws->sandbox_id);
+        ws_close_client(sock, 1011, "Proxy error: out of resources");
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+    } else {
+        ws_serve(ws, sock, extra_in, extra_in_size, urh);
+    }
     rk_relay_leave();
 }
 
@@ -601,7 +641,7 @@ void rk_relay_ws_handler(struct rk_req *r)
         rk_reply_detail(r, 500, "out of memory");
         return;
     }
-    int vnc = strstr(r->route->name, "vnc") != NULL;
+    int vnc = (r->route->flags & RK_ROUTE_VNC) != 0;
     const char *fwd = "";
     char *chosen = NULL;
     if (ws_port(r, ws, vnc, &fwd) != 0)
@@ -619,6 +659,7 @@ void rk_relay_ws_handler(struct rk_req *r)
     struct rk_proxy_target pt;
     memset(&pt, 0, sizeof pt);
     rk_status st = RK_E_UNSUPPORTED;
+    rk_metrics_upstream_begin();
     if (app->plugin->ops.proxy_target)
         st = app->plugin->ops.proxy_target(app->plugin->inst, r->call, &t.ref, ws->port,
                                            RK_PROXY_WS, &pt);
@@ -641,37 +682,4 @@ void rk_relay_ws_handler(struct rk_req *r)
 accept:
     ws_accept(r, ws, ws->close_code ? NULL : chosen);
     free(chosen);
-}
-
-/* WS portforward: port check, gate, then refusal (no raw TCP tunnel yet). */
-void rk_relay_portforward_handler(struct rk_req *r)
-{
-    long long port = 0;
-    const char *q = rk_req_query(r, "port");
-    if (!q || rk_relay_parse_int(q, &port) != 0) {
-        rk_reply_detail(r, 400,
-                        q ? "Query parameter port must be an integer"
-                          : "Query parameter port is required");
-        return;
-    }
-    if (ws_check_handshake(r) != 0)
-        return;
-    struct ws_relay *ws = ws_new(r);
-    if (!ws) {
-        rk_reply_detail(r, 500, "out of memory");
-        return;
-    }
-    char err[256];
-    struct rk_target t;
-    if (rk_relay_check_port_ws(port, err, sizeof err) != 0) {
-        ws_fail(ws, 1008, "%s", err);
-    } else if (rk_dispatch(r->app, r->call, RK_OP_PORT_FORWARD, r->params[0], &t) != RK_OK) {
-        ws_fail(ws, 1011, "Proxy error: %s", rk_call_error_text(r->call));
-    } else {
-        /* A backend with raw TCP forwarding would tunnel it in binary frames;
-         * rock-admin does not implement that tunnel yet. */
-        rk_target_release(&t);
-        ws_fail(ws, 1011, "Proxy error: %s", "raw TCP port forwarding is not implemented");
-    }
-    ws_accept(r, ws, NULL);
 }

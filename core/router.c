@@ -29,6 +29,8 @@ const struct rk_route rk_routes[] = {
     GET_ROUTE("/livez", "livez", rk_route_livez, NULL, RK_SHAPE_NULL),
     GET_ROUTE("/readyz", "readyz", rk_route_readyz, NULL, RK_SHAPE_NULL),
     GET_ROUTE("/metrics", "metrics", rk_route_metrics, NULL, RK_SHAPE_NULL),
+    GET_ROUTE("/openapi.json", "openapi", rk_route_openapi, NULL, RK_SHAPE_NULL),
+    GET_ROUTE("/docs", "docs", rk_route_docs, NULL, RK_SHAPE_NULL),
     JSON_ROUTE("POST", P "/start_async", "start_async", rk_route_start_async,
                "async start sandbox failed", RK_SHAPE_START),
     JSON_ROUTE("POST", P "/start", "start", rk_route_start, "start sandbox failed", RK_SHAPE_START),

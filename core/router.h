@@ -35,7 +35,12 @@ struct rk_route {
     int websocket;            /* 1: matched only for Upgrade: websocket requests */
     const char *fail_message; /* route "message" on failures, e.g. "execute command failed" */
     int shape;                /* enum rk_shape: result object on 4000/5000 failures */
+    unsigned flags;           /* RK_ROUTE_* facts handlers branch on (never the name) */
 };
+
+/* Route flags. */
+#define RK_ROUTE_VNC 0x1u       /* relay to the fixed VNC port, no port selection */
+#define RK_ROUTE_PORT_PATH 0x2u /* /proxy/{id}/port/{port}/...: sub-path starts at "port/" */
 
 /** Result of matching a request line. */
 enum rk_match {

@@ -44,5 +44,7 @@ void rk_route_proxy_stub(struct rk_req *r);
 void rk_route_livez(struct rk_req *r);
 void rk_route_readyz(struct rk_req *r);
 void rk_route_metrics(struct rk_req *r);
+void rk_route_openapi(struct rk_req *r); /* GET /openapi.json (issue 16) */
+void rk_route_docs(struct rk_req *r);    /* GET /docs (issue 16) */
 
 #endif /* RK_ROUTES_H */

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "app.h"
+#include "archive.h"
 #include "config.h"
 #include "dispatch.h"
 #include "endpoint_cache.h"
@@ -78,17 +79,21 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
     double limit_cpus = rk_v_num(&v, body, "limit_cpus", 0, 0.0, NULL);
     const char *req_id = rk_v_str(&v, body, "sandbox_id", 0, NULL);
     int has_acm = 0;
-    int64_t acm = rk_v_int(&v, body, "auto_clear_time_minutes", 0,
-                           cfg->runtime.default_auto_clear_minutes, &has_acm);
+    int64_t acm =
+        rk_v_int_in(&v, body, "auto_clear_time_minutes", 0, cfg->runtime.default_auto_clear_minutes,
+                    INT64_MIN, RK_MAX_MINUTES, &has_acm);
     int has_st = 0;
-    double startup_timeout = rk_v_num(&v, body, "startup_timeout", 0, 600.0, &has_st);
+    double startup_timeout = rk_v_num_in(&v, body, "startup_timeout", 0, 600.0, -RK_MAX_SECONDS,
+                                         RK_MAX_SECONDS, &has_st);
     const char *disk = rk_v_str(&v, body, "disk", 0, "50G");
     int has_gpus = 0;
     double num_gpus = rk_v_num(&v, body, "num_gpus", 0, 0, &has_gpus);
     const char *accel = rk_v_str(&v, body, "accelerator_type", 0, NULL);
     int has_aas = 0, has_ads = 0;
-    int64_t aas = rk_v_int(&v, body, "auto_archive_seconds", 0, 0, &has_aas);
-    int64_t ads = rk_v_int(&v, body, "auto_delete_seconds", 0, 0, &has_ads);
+    int64_t aas =
+        rk_v_int_in(&v, body, "auto_archive_seconds", 0, 0, INT64_MIN, RK_MAX_SECONDS, &has_aas);
+    int64_t ads =
+        rk_v_int_in(&v, body, "auto_delete_seconds", 0, 0, INT64_MIN, RK_MAX_SECONDS, &has_ads);
     const char *pull = rk_v_str(&v, body, "pull", 0, "missing");
     rk_v_bool(&v, body, "use_kata_runtime", 0, 0);
     rk_v_str(&v, body, "registry_username", 0, NULL);
@@ -183,37 +188,32 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
     const char *ns = read_headers ? header_or(r, "X-Namespace", "default") : "default";
     const char *cluster = read_headers ? header_or(r, "X-Cluster", "default") : "default";
 
-    /* The pending record exists before the answer (Pitfall 8). */
+    /* The pending record exists before the answer (Pitfall 8). Another
+     * process may poll it; until create_deadline a missing backend sandbox
+     * means "create still running", not "failed". */
     int64_t now = rk_epoch_s();
-    char iso[32];
-    rk_iso_time(now, iso);
-    json_object *rec = json_object_new_object();
-    rk_rec_set_str(rec, "sandbox_id", id);
-    rk_rec_set_str(rec, "state", "pending");
-    rk_rec_set_str(rec, "image", image);
-    rk_rec_set_str(rec, "image_os", image_os);
-    json_object_object_add(rec, "cpus", json_object_new_double(cpus));
-    if (limit_cpus > 0)
-        json_object_object_add(rec, "limit_cpus", json_object_new_double(limit_cpus));
-    rk_rec_set_str(rec, "memory", mem_norm);
-    rk_rec_set_str(rec, "memory_requested", memory);
-    rk_rec_set_str(rec, "disk", disk);
-    json_object_object_add(rec, "num_gpus", has_gpus ? json_object_new_double(num_gpus) : NULL);
-    rk_rec_set_str(rec, "accelerator_type", accel);
-    rk_rec_set_str(rec, "user_id", user);
-    rk_rec_set_str(rec, "experiment_id", exp);
-    rk_rec_set_str(rec, "namespace", ns);
-    rk_rec_set_str(rec, "cluster_name", cluster);
-    json_object_object_add(rec, "env", json_object_new_object());
-    json_object_object_add(rec, "metadata", json_object_new_object());
-    rk_rec_set_str(rec, "create_time", iso);
-    json_object_object_add(rec, "auto_clear_time", json_object_new_int64(acm));
-    json_object_object_add(rec, "state_history", json_object_new_array());
-    rk_rec_set_backend(rec, app->plugin->desc->backend_tag, NULL);
-    /* Another process may poll this record; until this deadline a missing
-     * backend sandbox means "create still running", not "failed". */
-    int64_t create_window = (int64_t)(has_st ? startup_timeout : 600.0) + 120;
-    json_object_object_add(rec, "create_deadline", json_object_new_int64(now + create_window));
+    struct rk_rec_start rs = {
+        .sandbox_id = id,
+        .image = image,
+        .image_os = image_os,
+        .memory = mem_norm,
+        .memory_requested = memory,
+        .disk = disk,
+        .accelerator_type = accel,
+        .user_id = user,
+        .experiment_id = exp,
+        .namespace_name = ns,
+        .cluster_name = cluster,
+        .backend_tag = app->plugin->desc->backend_tag,
+        .cpus = cpus,
+        .limit_cpus = limit_cpus,
+        .has_gpus = has_gpus,
+        .num_gpus = num_gpus,
+        .now_s = now,
+        .auto_clear_minutes = acm,
+        .create_deadline_s = now + (int64_t)(has_st ? startup_timeout : 600.0) + 120,
+    };
+    json_object *rec = rk_rec_new_pending(&rs);
 
     char err[RK_STORE_ERRLEN];
     rk_store_rc rc = rk_store_create(app->store, id, rec, now + acm * 60, err, sizeof err);
@@ -332,6 +332,12 @@ static rk_status status_from_store(struct rk_req *r, const char *id, int include
             return st;
         }
     }
+    if (stored == RK_STATE_ARCHIVING)
+        rk_archive_recover(app, rec); /* an archive whose admin died resumes here */
+    json_object *acm;
+    if (rk_state_is_active(stored) && json_object_object_get_ex(rec, "auto_clear_time", &acm) &&
+        acm && json_object_get_int64(acm) > 0) /* a status poll is use too (renewal) */
+        rk_dispatch_renew(app, rec, rk_epoch_s() + json_object_get_int64(acm) * 60);
     json_object *cf;
     int create_failed =
         json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf);
@@ -366,14 +372,14 @@ static rk_status status_of(struct rk_req *r, const char *id, int include_all, js
         return rk_call_set_error(r->call, RK_E_NOT_FOUND, "Sandbox %s not found", id);
     }
     if (!rk_state_is_active(stored)) {
+        rk_archive_recover(app, rec); /* an archive whose admin died resumes here */
         /* Final states come from the record; no backend call (B112). */
         *out = rk_rec_status(rec, stored, 0);
         json_object_put(rec);
         return RK_OK;
     }
-    json_object_put(rec);
     struct rk_target t;
-    rk_status st = rk_dispatch(app, r->call, RK_OP_STATUS, id, &t);
+    rk_status st = rk_dispatch_record(app, r->call, RK_OP_STATUS, id, rec, &t);
     if (st != RK_OK)
         return st;
     enum rk_state shown;
@@ -410,7 +416,7 @@ void rk_route_is_alive(struct rk_req *r)
     const char *id = rk_req_query(r, "sandbox_id");
     json_object *st = NULL;
     json_object *o = json_object_new_object();
-    if (id && *id && status_of(r, id, 0, &st) == RK_OK) {
+    if (id && *id && rk_id_valid(id, strlen(id)) && status_of(r, id, 0, &st) == RK_OK) {
         json_object *alive = NULL, *host = NULL;
         json_object_object_get_ex(st, "is_alive", &alive);
         json_object_object_get_ex(st, "host_name", &host);
@@ -433,27 +439,44 @@ static rk_status buf_sink_write(void *ctx, enum rk_stream stream, const char *da
     return rk_buf_append(ctx, data, len) == 0 ? RK_OK : RK_E_TOO_LARGE;
 }
 
-struct transition_ctx {
-    enum rk_state to;
+/* A transition that only applies while the record is in one of two states
+ * (a concurrent delete or restart must not be undone). */
+struct guarded_ctx {
+    enum rk_state from_a, from_b, to;
     const char *event;
 };
 
-static int apply_transition(json_object *rec, void *ctx)
+static int apply_guarded(json_object *rec, void *ctx)
 {
-    struct transition_ctx *t = ctx;
-    rk_rec_transition(rec, t->to, t->event);
+    struct guarded_ctx *g = ctx;
+    enum rk_state st = rk_rec_state(rec);
+    if (st != g->from_a && st != g->from_b)
+        return 1;
+    rk_rec_transition(rec, g->to, g->event);
     return 0;
 }
 
-/* Persist a state transition atomically (logged on failure). */
-static void persist_transition(struct rk_app *app, const char *id, enum rk_state to,
-                               const char *event)
+/* Persist from_a|from_b -> to; returns the store rc (ABORTED: state changed). */
+static rk_store_rc guarded_transition(struct rk_app *app, const char *id, enum rk_state from_a,
+                                      enum rk_state from_b, enum rk_state to, const char *event)
 {
-    struct transition_ctx t = {to, event};
+    struct guarded_ctx g = {from_a, from_b, to, event};
     char err[RK_STORE_ERRLEN];
     rk_ep_cache_forget_sandbox(id); /* cached proxy endpoints die with the state change */
-    if (rk_store_update(app->store, id, apply_transition, &t, NULL, err, sizeof err) != RK_STORE_OK)
+    rk_store_rc rc = rk_store_update(app->store, id, apply_guarded, &g, NULL, err, sizeof err);
+    if (rc == RK_STORE_ERROR)
         rk_warn("sandbox %s: cannot record state %s: %s", id, rk_state_name(to), err);
+    return rc;
+}
+
+/* The backend no longer has the sandbox: from -> deleted ("vanished"). */
+static void mark_vanished(struct rk_app *app, const char *id, enum rk_state from)
+{
+    if (guarded_transition(app, id, from, from, RK_STATE_DELETED, "vanished") != RK_STORE_OK)
+        return;
+    char err[RK_STORE_ERRLEN];
+    if (rk_session_clear(app->store, id, err, sizeof err) != RK_STORE_OK)
+        rk_warn("sandbox %s: cannot clear its session mappings: %s", id, err);
 }
 
 /* ---- stop / delete / restart / archive / commit ------------------------------- */
@@ -496,17 +519,30 @@ static int delete_sandbox(struct rk_req *r, const char *id)
         json_object_put(rec);
         return 0;
     }
-    json_object_put(rec);
     struct rk_target t;
-    if (rk_dispatch(app, r->call, RK_OP_DELETE, id, &t) != RK_OK) {
+    if (rk_dispatch_record(app, r->call, RK_OP_DELETE, id, rec, &t) != RK_OK) {
         rk_reply_call_error(r);
         return -1;
     }
     enum rk_state st = t.ref.state;
     const char *event = st == RK_STATE_RUNNING ? "delete_running" : "delete";
+    if (st == RK_STATE_ARCHIVING) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call,
+                                       "Sandbox %s cannot be deleted: current state is "
+                                       "'archiving', must be stopped or archived first",
+                                       id));
+        rk_target_release(&t);
+        return -1;
+    }
+    if (st == RK_STATE_ARCHIVED && rk_archive_delete_snapshot(app, r->call, t.rec) != RK_OK) {
+        rk_reply_call_error(r); /* the record keeps its snapshot id for a retry */
+        rk_target_release(&t);
+        return -1;
+    }
     /* Pending is deleted like running (a deliberate deviation, §5.13) unless
      * the plugin says it cannot. */
-    if (st == RK_STATE_PENDING && !(app->plugin->desc->caps & RK_CAP_DELETE_PENDING)) {
+    if (st == RK_STATE_PENDING && !(app->plugin->caps & RK_CAP_DELETE_PENDING)) {
         rk_reply_error(r, RK_E_INVALID,
                        rk_arena_printf(r->call,
                                        "Sandbox %s cannot be deleted: current state is 'pending', "
@@ -543,7 +579,6 @@ static int state_op(struct rk_req *r, const char *id, enum rk_op op, enum rk_sta
                     enum rk_state from)
 {
     struct rk_app *app = r->app;
-    const struct rk_plugin *pl = app->plugin;
     struct rk_target t;
     if (rk_dispatch(app, r->call, op, id, &t) != RK_OK) {
         rk_reply_call_error(r);
@@ -557,18 +592,51 @@ static int state_op(struct rk_req *r, const char *id, enum rk_op op, enum rk_sta
         rk_target_release(&t);
         return -1;
     }
-    rk_status (*fn)(void *, struct rk_call *, const struct rk_sandbox_ref *) =
-        op == RK_OP_STOP      ? pl->ops.stop
-        : op == RK_OP_RESTART ? pl->ops.restart
-                              : pl->ops.archive;
-    rk_status st = fn(pl->inst, r->call, &t.ref);
-    rk_metrics_upstream(rk_op_info(op)->name, st);
+    rk_status st = rk_lifecycle_state_op(app, r->call, op, &t.ref, to);
     rk_target_release(&t);
     if (st != RK_OK) {
         rk_reply_call_error(r);
         return -1;
     }
-    persist_transition(app, id, to, rk_op_info(op)->name);
+    return 0;
+}
+
+/* Stop through the gate (ROCK: pending or running -> stopped). Already
+ * stopped is Success (SDK close() may call it twice); archiving, archived and
+ * deleted are refused by the state machine. Replies on failure. */
+static int stop_sandbox(struct rk_req *r, const char *id)
+{
+    struct rk_app *app = r->app;
+    const struct rk_plugin *pl = app->plugin;
+    struct rk_target t;
+    if (rk_dispatch(app, r->call, RK_OP_STOP, id, &t) != RK_OK) {
+        rk_reply_call_error(r);
+        return -1;
+    }
+    enum rk_state from = t.ref.state;
+    if (from == RK_STATE_STOPPED) {
+        rk_target_release(&t);
+        return 0;
+    }
+    if (from != RK_STATE_RUNNING && from != RK_STATE_PENDING) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call,
+                                       "Sandbox %s cannot be stopped: current state is '%s'", id,
+                                       rk_state_name(from)));
+        rk_target_release(&t);
+        return -1;
+    }
+    int t_up = t.ref.upstream_id != NULL;
+    rk_status st = pl->ops.stop(pl->inst, r->call, &t.ref);
+    rk_metrics_upstream("stop", st);
+    rk_target_release(&t);
+    if (st == RK_E_NOT_FOUND && t_up) /* the backend no longer has it */
+        mark_vanished(app, id, from);
+    if (st != RK_OK) {
+        rk_reply_call_error(r); /* otherwise the record stays as it was */
+        return -1;
+    }
+    guarded_transition(app, id, RK_STATE_RUNNING, RK_STATE_PENDING, RK_STATE_STOPPED, "stop");
     return 0;
 }
 
@@ -578,21 +646,76 @@ void rk_route_stop(struct rk_req *r)
     if (!id)
         return;
     struct rk_app *app = r->app;
-    if (!(app->plugin->desc->caps & RK_CAP_STOP) && app->cfg->runtime.stop_as_delete) {
-        /* Opt-in: unmodified SDK close() callers free their sandboxes. */
+    uint64_t caps = app->plugin->caps;
+    if (!(caps & RK_CAP_STOP) &&
+        ((caps & RK_CAP_STOP_DELETES) || app->cfg->runtime.stop_as_delete)) {
+        /* Opt-in: unmodified SDK close() callers free their sandboxes. The
+         * dispatch order holds: an unknown id is "not found", not Success. */
+        char err[RK_STORE_ERRLEN];
+        json_object *rec = NULL;
+        rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
+        json_object_put(rec);
+        if (rc == RK_STORE_NOT_FOUND) {
+            rk_reply_error(r, RK_E_NOT_FOUND, rk_arena_printf(r->call, "Sandbox %s not found", id));
+            return;
+        }
         if (delete_sandbox(r, id) == 0)
             rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s stopped", id)));
         return;
     }
-    if (state_op(r, id, RK_OP_STOP, RK_STATE_STOPPED, 0) == 0)
+    if (stop_sandbox(r, id) == 0)
         rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s stopped", id)));
 }
 
-/* Shared restart logic for both route forms. */
+/* Shared restart logic for both route forms: stopped -> pending (resume),
+ * archived -> pending (restore from the snapshot, RK_CAP_SNAPSHOT). The SDKs
+ * then poll get_status until is_alive, which the refresh reports once the
+ * backend says running (pending -> running, "alive"). */
 static void restart(struct rk_req *r, const char *id)
 {
-    if (state_op(r, id, RK_OP_RESTART, RK_STATE_PENDING, RK_STATE_STOPPED) == 0)
-        rk_reply_ok(r, start_result(id, NULL));
+    struct rk_app *app = r->app;
+    struct rk_target t;
+    if (rk_dispatch(app, r->call, RK_OP_RESTART, id, &t) != RK_OK) {
+        rk_reply_call_error(r);
+        return;
+    }
+    enum rk_state from = t.ref.state;
+    if (from == RK_STATE_ARCHIVED && (app->plugin->caps & RK_CAP_SNAPSHOT)) {
+        rk_status st = rk_restore_start(app, r->call, t.rec);
+        rk_target_release(&t);
+        if (st != RK_OK)
+            rk_reply_call_error(r);
+        else
+            rk_reply_ok(r, start_result(id, NULL));
+        return;
+    }
+    if (from != RK_STATE_STOPPED) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call,
+                                       "Sandbox %s cannot be restarted: current state is '%s'", id,
+                                       rk_state_name(from)));
+        rk_target_release(&t);
+        return;
+    }
+    const struct rk_plugin *pl = app->plugin;
+    int t_up = t.ref.upstream_id != NULL;
+    rk_status rs = pl->ops.restart(pl->inst, r->call, &t.ref);
+    rk_metrics_upstream("restart", rs);
+    rk_target_release(&t);
+    if (rs == RK_E_NOT_FOUND && t_up) /* e.g. its parked lifetime ran out */
+        mark_vanished(app, id, RK_STATE_STOPPED);
+    if (rs != RK_OK) {
+        rk_reply_call_error(r); /* otherwise the record stays stopped */
+        return;
+    }
+    guarded_transition(app, id, RK_STATE_STOPPED, RK_STATE_STOPPED, RK_STATE_PENDING, "restart");
+    /* Active again: the idle timer runs from now. */
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = NULL;
+    if (rk_store_get(app->store, id, &rec, err, sizeof err) == RK_STORE_OK)
+        rk_dispatch_touch(app, rec);
+    json_object_put(rec);
+    rk_reply_ok(r, start_result(id, NULL));
 }
 
 void rk_route_restart(struct rk_req *r)
@@ -607,9 +730,102 @@ void rk_route_restart_path(struct rk_req *r)
     restart(r, r->params[0]);
 }
 
+static int expect_stopped(json_object *rec, void *ctx)
+{
+    (void)ctx;
+    if (rk_rec_state(rec) != RK_STATE_STOPPED)
+        return 1;
+    json_object_object_del(rec, "archive_error");
+    /* The job's lease starts with the transition, so no reader takes over a
+     * job that has not started yet. */
+    json_object_object_add(rec, "job_lease", json_object_new_int64(rk_epoch_s() + 900));
+    rk_rec_transition(rec, RK_STATE_ARCHIVING, "archive");
+    return 0;
+}
+
+/* Archive by snapshot (RK_CAP_SNAPSHOT): stopped -> archiving now, the rest
+ * in the background (archive.c). A retry on an archiving record whose job
+ * lost its admin takes the job over. Replies. */
+/* 1 if key is in the comma-separated allow-list (spaces around items ignored). */
+static int key_allowed(const char *list, const char *key)
+{
+    if (!key || !*key)
+        return 0;
+    size_t klen = strlen(key);
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        const char *end = e;
+        while (end > p && end[-1] == ' ')
+            end--;
+        if ((size_t)(end - p) == klen && memcmp(p, key, klen) == 0)
+            return 1;
+        p = e;
+    }
+    return 0;
+}
+
+static void archive_by_snapshot(struct rk_req *r, const char *id)
+{
+    struct rk_app *app = r->app;
+    /* ROCK's order: disabled (no RK_CAP_SNAPSHOT) -> key allow-list -> id -> state. */
+    const char *keys = app->cfg->runtime.archive_keys;
+    if (keys && *keys && !key_allowed(keys, rk_req_header(r, "X-Key"))) {
+        rk_reply_error(r, RK_E_INVALID, "archive not allowed for this authorization key");
+        return;
+    }
+    struct rk_target t;
+    if (rk_dispatch(app, r->call, RK_OP_ARCHIVE, id, &t) != RK_OK) {
+        rk_reply_call_error(r);
+        return;
+    }
+    enum rk_state from = t.ref.state;
+    if (from == RK_STATE_ARCHIVING) {
+        rk_archive_recover(app, t.rec);
+        rk_target_release(&t);
+        rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s archiving", id)));
+        return;
+    }
+    rk_target_release(&t);
+    if (from != RK_STATE_STOPPED) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call,
+                                       "Sandbox %s cannot be archived: current state is '%s'", id,
+                                       rk_state_name(from)));
+        return;
+    }
+    char err[RK_STORE_ERRLEN];
+    rk_store_rc rc = rk_store_update(app->store, id, expect_stopped, NULL, NULL, err, sizeof err);
+    if (rc == RK_STORE_ABORTED || rc == RK_STORE_NOT_FOUND) {
+        rk_reply_error(
+            r, RK_E_INVALID,
+            rk_arena_printf(r->call, "Sandbox %s cannot be archived: its state changed", id));
+        return;
+    }
+    if (rc != RK_STORE_OK) {
+        rk_reply_error(r, RK_E_UNAVAILABLE,
+                       rk_arena_printf(r->call, "sandbox store unavailable: %s", err));
+        return;
+    }
+    if (rk_archive_start(app, r->call, id) != RK_OK) {
+        /* No job: the lease is unset, so the next read takes the job over. */
+        rk_reply_call_error(r);
+        return;
+    }
+    rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s archiving", id)));
+}
+
 void rk_route_archive(struct rk_req *r)
 {
     const char *id = r->params[0];
+    if (r->app->plugin->caps & RK_CAP_SNAPSHOT) {
+        archive_by_snapshot(r, id);
+        return;
+    }
     if (state_op(r, id, RK_OP_ARCHIVE, RK_STATE_ARCHIVING, RK_STATE_STOPPED) == 0)
         rk_reply_ok(r, json_object_new_string(rk_arena_printf(r->call, "%s archiving", id)));
 }
@@ -649,6 +865,7 @@ void rk_route_commit(struct rk_req *r)
         goto out;
     }
     const struct rk_plugin *pl = r->app->plugin;
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.commit(pl->inst, r->call, &t.ref, tag);
     rk_metrics_upstream("commit", st);
     rk_target_release(&t);
@@ -691,6 +908,7 @@ void rk_route_statistics(struct rk_req *r)
     struct rk_buf out = {.cap = 1 << 20};
     const struct rk_plugin *pl = r->app->plugin;
     struct rk_sink sink = {buf_sink_write, &out};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.statistics(pl->inst, r->call, &t.ref, &sink);
     rk_metrics_upstream("statistics", st);
     rk_target_release(&t);
@@ -783,11 +1001,65 @@ static int load_active(struct rk_req *r, json_object ***recs_out, size_t *n_out)
     return 0;
 }
 
+/* The list answer for items (taken) with total and has_more. */
+static void reply_list(struct rk_req *r, json_object *items, size_t total, int64_t page,
+                       int64_t page_size)
+{
+    json_object *res = json_object_new_object();
+    json_object_object_add(res, "code", NULL);
+    json_object_object_add(res, "exit_code", NULL);
+    json_object_object_add(res, "failure_reason", NULL);
+    json_object_object_add(res, "items", items);
+    json_object_object_add(res, "total", json_object_new_int64((int64_t)total));
+    json_object_object_add(res, "has_more",
+                           json_object_new_boolean(page * page_size < (int64_t)total));
+    rk_reply_ok(r, res);
+}
+
+/* Unfiltered list: one page of ids in list order from the store's index, then
+ * only those records (cost O(page), not O(all sandboxes)). */
+static void list_page(struct rk_req *r, int64_t page, int64_t page_size)
+{
+    char err[RK_STORE_ERRLEN];
+    char **ids = NULL;
+    size_t n = 0, total = 0;
+    size_t first = (size_t)((page - 1) * page_size);
+    if (rk_store_list_page(r->app->store, first, (size_t)page_size, &ids, &n, &total, err,
+                           sizeof err) != RK_STORE_OK) {
+        rk_reply_error(r, RK_E_UNAVAILABLE,
+                       rk_arena_printf(r->call, "sandbox store unavailable: %s", err));
+        return;
+    }
+    json_object **recs = calloc(n ? n : 1, sizeof *recs);
+    if (!recs)
+        abort();
+    if (n && rk_store_get_many(r->app->store, (const char *const *)ids, n, recs, err, sizeof err) !=
+                 RK_STORE_OK) {
+        rk_store_free_ids(ids, n);
+        free(recs);
+        rk_reply_error(r, RK_E_UNAVAILABLE,
+                       rk_arena_printf(r->call, "sandbox store unavailable: %s", err));
+        return;
+    }
+    rk_store_free_ids(ids, n);
+    json_object *items = json_object_new_array();
+    for (size_t i = 0; i < n; i++) {
+        if (recs[i] && rk_state_is_active(rk_rec_state(recs[i]))) {
+            json_object *st = rk_rec_status(recs[i], rk_rec_state(recs[i]), 1);
+            json_object_object_add(st, "rock_authorization_encrypted", NULL);
+            json_object_array_add(items, st);
+        }
+        json_object_put(recs[i]);
+    }
+    free(recs);
+    reply_list(r, items, total, page, page_size);
+}
+
 void rk_route_list(struct rk_req *r)
 {
     struct rk_v v;
     rk_v_init(&v, r->call, "query");
-    int64_t page = rk_v_qint(&v, r, "page", 1);
+    int64_t page = rk_sat_i64(rk_v_qint(&v, r, "page", 1), INT64_MIN, INT32_MAX);
     int64_t page_size = rk_v_qint(&v, r, "page_size", 500);
     if (!rk_v_ok(&v)) {
         rk_reply_invalid(r, rk_v_text(&v));
@@ -810,6 +1082,10 @@ void rk_route_list(struct rk_req *r)
     const char *keys[32], *vals[32];
     struct filter_ctx f = {r->call, keys, vals, 0};
     rk_req_query_each(r, collect_filter, &f);
+    if (f.n == 0) { /* no filter: read one page through the store's list index */
+        list_page(r, page, page_size);
+        return;
+    }
 
     json_object **recs;
     size_t n;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Small routes: hello, OSS token stub, host proxy refusal, admin proxy stub, health, metrics. */
+/* Small routes: hello, OSS token stub, host proxy refusal, admin proxy stub, health, metrics,
+ * the OpenAPI document and its /docs page. */
 #include <microhttpd.h>
 #include <string.h>
 
+#include "api_assets.h"
 #include "app.h"
 #include "envelope.h"
 #include "host.h"
@@ -84,6 +86,28 @@ void rk_route_metrics(struct rk_req *r)
         out.len, out.data ? out.data : (void *)"", MHD_RESPMEM_MUST_COPY);
     rk_buf_free(&out);
     MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+    r->outcome = "success";
+    rk_req_reply_mhd(r, 200, resp);
+}
+
+void rk_route_openapi(struct rk_req *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        rk_openapi_json_len, (void *)rk_openapi_json, MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    r->outcome = "success";
+    rk_req_reply_mhd(r, 200, resp);
+}
+
+void rk_route_docs(struct rk_req *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        rk_docs_html_len, (void *)rk_docs_html, MHD_RESPMEM_PERSISTENT);
+    MHD_add_response_header(resp, "Content-Type", "text/html; charset=utf-8");
+    /* The page is self-contained: its inline script may fetch only this origin. */
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; "
+                            "style-src 'unsafe-inline'; connect-src 'self'");
     r->outcome = "success";
     rk_req_reply_mhd(r, 200, resp);
 }

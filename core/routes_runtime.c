@@ -31,10 +31,6 @@
 #include "util.h"
 #include "validate.h"
 
-/* Extra time the admin grants a command beyond its own timeout before it
- * abandons the upstream call itself. */
-#define RK_CMD_DEADLINE_MARGIN_MS 30000
-
 /* The plugin's display name ("OpenSandbox") for user-facing texts. */
 static const char *display_name(const struct rk_req *r)
 {
@@ -127,22 +123,29 @@ static void timeout_repr(int has, double s, char out[64])
         snprintf(out, 64, "None");
 }
 
-/* Bound the admin's own wait for a command to its timeout plus a margin. */
-static void set_command_deadline(struct rk_call *call, int64_t timeout_ms)
+/*
+ * Command timeouts have one owner, the core: it sets the call's deadline to
+ * the command's timeout plus runtime.command_timeout_margin (time for the
+ * backend to report its own kill), and the plugin only honours that deadline
+ * (host->deadline_ms). A command timed out when the plugin says the backend
+ * killed it for time (res.timed_out), or when the plugin stopped because this
+ * deadline passed.
+ */
+static void set_command_deadline(struct rk_req *r, int64_t timeout_ms)
 {
-    rk_call_set_deadline(call,
-                         timeout_ms ? rk_now_ms() + timeout_ms + RK_CMD_DEADLINE_MARGIN_MS : 0);
+    int64_t margin_ms = (int64_t)r->app->cfg->runtime.command_timeout_margin_s * 1000;
+    rk_call_set_deadline(r->call, timeout_ms ? rk_now_ms() + timeout_ms + margin_ms : 0);
 }
 
-/* 1 if the plugin's status means the command ran out of time. */
-static int is_timeout(struct rk_call *call, rk_status st, int64_t timeout_ms, int64_t started_ms)
+/* 1 if the plugin's outcome means the command ran out of time. */
+static int is_timeout(struct rk_call *call, rk_status st, const struct rk_exec_res *res)
 {
+    if (st == RK_OK)
+        return res->timed_out;
     if (st == RK_E_TIMEOUT)
         return 1;
-    /* Our own deadline fired (the plugin saw a cancelled call). */
-    return st == RK_E_CANCELLED && timeout_ms &&
-           rk_now_ms() - started_ms >= timeout_ms + RK_CMD_DEADLINE_MARGIN_MS &&
-           rk_call_cancelled(call);
+    /* The plugin saw our deadline as a cancelled call. */
+    return st == RK_E_CANCELLED && rk_call_deadline_passed(call);
 }
 
 /* The sandbox's stored env overlaid by the request's (B54/B80): sandbox keys
@@ -336,13 +339,13 @@ void rk_route_execute(struct rk_req *r)
     req.env = env_overlay(r->call, t.rec, env, &req.env_len);
     struct rk_sink sink = {.write = collector_write, .ctx = &col};
     struct rk_exec_res res = {0};
-    int64_t started = rk_now_ms();
-    set_command_deadline(r->call, req.timeout_ms);
+    set_command_deadline(r, req.timeout_ms);
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.exec(pl->inst, r->call, &t.ref, &req, &sink, &res);
     rk_metrics_upstream("exec", st);
 
     char tbuf[64];
-    if ((st == RK_OK && res.timed_out) || is_timeout(r->call, st, req.timeout_ms, started)) {
+    if (is_timeout(r->call, st, &res)) {
         /* B51: checked before output mapping and before `check`. */
         timeout_repr(has_timeout, timeout_s, tbuf);
         char msg[128];
@@ -479,6 +482,7 @@ void rk_route_create_session(struct rk_req *r)
         opts.startup_source_len = nsrc;
     }
     struct rk_session_opened opened = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.session_open(pl->inst, r->call, &t.ref, &opts, &opened);
     rk_metrics_upstream("session_open", st);
     if (st == RK_OK && !opened.session_id)
@@ -501,6 +505,7 @@ void rk_route_create_session(struct rk_req *r)
                 ? rk_arena_printf(r->call, "%s session reservation expired before commit",
                                   display_name(r))
                 : rk_arena_printf(r->call, "session registry commit failed: %s", err);
+        rk_metrics_upstream_begin();
         rk_status cst = pl->ops.session_close(pl->inst, r->call, &t.ref, opened.session_id);
         rk_metrics_upstream("session_close", cst);
         if (cst != RK_OK)
@@ -587,12 +592,12 @@ void rk_route_run_in_session(struct rk_req *r)
 
     struct rk_sink sink = {.write = collector_write, .ctx = &col};
     struct rk_exec_res res = {0};
-    int64_t started = rk_now_ms();
-    set_command_deadline(r->call, req.timeout_ms);
+    set_command_deadline(r, req.timeout_ms);
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.session_run(pl->inst, r->call, &t.ref, session_id, &req, &sink, &res);
     rk_metrics_upstream("session_run", st);
 
-    if ((st == RK_OK && res.timed_out) || is_timeout(r->call, st, req.timeout_ms, started)) {
+    if (is_timeout(r->call, st, &res)) {
         char tbuf[64], msg[128];
         timeout_repr(has_timeout, timeout_s, tbuf);
         snprintf(msg, sizeof msg, "Timeout (%ss) exceeded while running session command", tbuf);
@@ -673,6 +678,7 @@ void rk_route_close_session(struct rk_req *r)
     if (lookup_session(r, t.ref.sandbox_id, name, &session_id) != RK_OK)
         goto release;
     const struct rk_plugin *pl = r->app->plugin;
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.session_close(pl->inst, r->call, &t.ref, session_id);
     rk_metrics_upstream("session_close", st);
     if (st != RK_OK) {
@@ -724,6 +730,7 @@ void rk_route_read_file(struct rk_req *r)
     }
     const struct rk_plugin *pl = r->app->plugin;
     struct rk_sink sink = {.write = collector_write, .ctx = &col};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.file_read(pl->inst, r->call, &t.ref, path, &sink);
     rk_metrics_upstream("file_read", st);
     if (st != RK_OK) {
@@ -808,6 +815,7 @@ void rk_route_write_file(struct rk_req *r)
     /* B57-B59: keep an existing file's mode, 0644 for a new one; a failed
      * lookup aborts without writing. */
     struct rk_file_info info = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.file_stat(pl->inst, r->call, &t.ref, path, &info);
     rk_metrics_upstream("file_stat", st);
     if (st != RK_OK) {
@@ -816,6 +824,7 @@ void rk_route_write_file(struct rk_req *r)
     }
     unsigned mode = info.exists ? (info.mode & 07777) : 0644;
     struct rk_source src = {.read = mem_source_read, .ctx = &ms, .size = (long long)ms.left};
+    rk_metrics_upstream_begin();
     st = pl->ops.file_write(pl->inst, r->call, &t.ref, path, mode, &src);
     rk_metrics_upstream("file_write", st);
     if (st != RK_OK) {

@@ -40,6 +40,19 @@ struct rk_redis_cfg {
     int op_timeout_ms;      /* per command */
     int pool_size;          /* max concurrent connections */
     const char *key_prefix; /* e.g. "rock:"; NULL means "rock:" */
+    /* High availability (issue 14). With sentinels set, host/port are ignored:
+     * the master is discovered with SENTINEL get-master-addr-by-name, its
+     * ROLE is verified, and it is re-discovered after a connection loss, a
+     * -READONLY reply or a failed ROLE check. */
+    const char *sentinels;              /* "host:port,host:port,..."; NULL or "" = fixed host */
+    const char *master_name;            /* required with sentinels */
+    const char *username;               /* ACL user for AUTH; NULL or "" = default user */
+    const char *password_file;          /* read the password from this file (first line) */
+    const char *sentinel_username;      /* AUTH for sentinels; NULL or "" = none */
+    const char *sentinel_password;      /* never logged */
+    const char *sentinel_password_file; /* read the sentinel password from this file */
+    int min_replicas_ack;               /* WAIT for this many replicas after writes; 0 = off */
+    int wait_timeout_ms;                /* bound of each WAIT; default 1000 */
 };
 
 struct rk_store;
@@ -53,6 +66,14 @@ struct rk_store *rk_store_open_memory(void);
 /** Open the Redis store. Does not connect yet (connections are lazy and
  *  re-established with backoff); use rk_store_ping to check reachability. */
 struct rk_store *rk_store_open_redis(const struct rk_redis_cfg *cfg);
+
+/** Keep deleted records (state "deleted") queryable for seconds, then let
+ *  them expire; 0 keeps them forever. Both backends; default 7 days
+ *  (RK_STORE_DEFAULT_RETENTION_S). Call before the store is used. */
+void rk_store_set_deleted_retention(struct rk_store *st, int64_t seconds);
+
+/** Default retention of deleted records: 7 days. */
+#define RK_STORE_DEFAULT_RETENTION_S (7 * 24 * 3600)
 
 /** Close and free a store. */
 void rk_store_close(struct rk_store *st);
@@ -96,6 +117,17 @@ rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update
  *  of malloc'd strings; free with rk_store_free_ids. */
 rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
                                  size_t errlen);
+
+/** One page of active ids in list order (create_time, then id): at most
+ *  limit ids starting at offset; *total_out receives the number of active
+ *  records. Redis reads an index (no scan of the records): the cost is one
+ *  round trip and O(log N + limit). */
+rk_store_rc rk_store_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                               size_t *n_out, size_t *total_out, char *err, size_t errlen);
+
+/** Number of active records per state (Redis: per-state index sets, SCARD). */
+rk_store_rc rk_store_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                  char *err, size_t errlen);
 
 /** Free an id array from rk_store_list_active / rk_store_expired. */
 void rk_store_free_ids(char **ids, size_t n);

@@ -3,6 +3,8 @@
  * error counter, and helpers shared by the memory and Redis backends. */
 #include "store_common.h"
 
+#include "metrics.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -19,6 +21,53 @@ void rk_store_base_init(struct rk_store *st, const struct rk_store_ops *ops, int
     st->ops = ops;
     st->shared = shared;
     atomic_init(&st->errors, 0);
+    st->deleted_retention_s = RK_STORE_DEFAULT_RETENTION_S;
+}
+
+/* Set the retention of deleted records (0 = forever). */
+void rk_store_set_deleted_retention(struct rk_store *st, int64_t seconds)
+{
+    if (st)
+        st->deleted_retention_s = seconds > 0 ? seconds : 0;
+}
+
+/* True if the record's "state" is "deleted". */
+bool rk_store_rec_deleted(json_object *rec)
+{
+    json_object *state = NULL;
+    return rec && json_object_object_get_ex(rec, "state", &state) &&
+           json_object_is_type(state, json_type_string) &&
+           strcmp(json_object_get_string(state), "deleted") == 0;
+}
+
+/* Read the first line of a secret file. */
+char *rk_store_read_secret_file(const char *path, char *msg, size_t msglen)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(msg, msglen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        snprintf(msg, msglen, "cannot read %s", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    char *s = strdup(buf);
+    explicit_bzero(buf, sizeof buf);
+    if (!s)
+        snprintf(msg, msglen, "out of memory");
+    else if (!*s) {
+        free(s);
+        s = NULL;
+        snprintf(msg, msglen, "%s is empty", path);
+    }
+    return s;
 }
 
 /* Format an error message into err and return RK_STORE_ERROR. */
@@ -164,13 +213,33 @@ static void err_reset(char *err, size_t errlen)
         err[0] = '\0';
 }
 
-/* Count an error result; pass any rc through. */
-static rk_store_rc counted(struct rk_store *st, rk_store_rc rc)
+/* Start of this thread's current backend call (CLOCK_MONOTONIC ns). */
+static _Thread_local int64_t call_start_ns;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Count an error result and observe the round trip since call_start_ns
+ * under the operation named by the calling function ("rk_store_get" ->
+ * "get", "rk_session_reserve" -> "session_reserve"); pass any rc through. */
+static rk_store_rc counted_call(struct rk_store *st, const char *fn, rk_store_rc rc)
 {
     if (rc == RK_STORE_ERROR)
         atomic_fetch_add(&st->errors, 1);
+    const char *op = strncmp(fn, "rk_store_", 9) == 0 ? fn + 9
+                     : strncmp(fn, "rk_", 3) == 0     ? fn + 3
+                                                      : fn;
+    rk_metrics_store(op, (double)(mono_ns() - call_start_ns) / 1e9);
     return rc;
 }
+
+/* counted(st, st->ops->x(...)): the comma operator starts the clock before
+ * the backend call is evaluated. */
+#define counted(st, rc) (call_start_ns = mono_ns(), counted_call((st), __func__, (rc)))
 
 /* Validate a name-like argument (non-empty, bounded). */
 static bool name_ok(const char *s)
@@ -277,6 +346,55 @@ rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n
     if (!st || !ids_out || !n_out)
         return invalid(st, "argument", err, errlen);
     return counted(st, st->ops->list_active(st, ids_out, n_out, err, errlen));
+}
+
+/* A page of active ids in list order. */
+rk_store_rc rk_store_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                               size_t *n_out, size_t *total_out, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (ids_out)
+        *ids_out = NULL;
+    if (n_out)
+        *n_out = 0;
+    if (total_out)
+        *total_out = 0;
+    if (!st || !ids_out || !n_out || !total_out)
+        return invalid(st, "argument", err, errlen);
+    return counted(st,
+                   st->ops->list_page(st, offset, limit, ids_out, n_out, total_out, err, errlen));
+}
+
+/* Active records per state. */
+rk_store_rc rk_store_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                  char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (pending_out)
+        *pending_out = 0;
+    if (running_out)
+        *running_out = 0;
+    if (!st || !pending_out || !running_out)
+        return invalid(st, "argument", err, errlen);
+    return counted(st, st->ops->count_states(st, pending_out, running_out, err, errlen));
+}
+
+/* "<create_time>\x01<id>". */
+char *rk_store_list_key(json_object *rec, const char *id)
+{
+    json_object *v = NULL;
+    const char *t = "";
+    if (rec && json_object_object_get_ex(rec, "create_time", &v) &&
+        json_object_is_type(v, json_type_string))
+        t = json_object_get_string(v);
+    size_t lt = strlen(t), li = strlen(id);
+    char *k = malloc(lt + li + 2);
+    if (!k)
+        return NULL;
+    memcpy(k, t, lt);
+    k[lt] = '\x01';
+    memcpy(k + lt + 1, id, li + 1);
+    return k;
 }
 
 /* Free an id array. */

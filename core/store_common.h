@@ -55,6 +55,11 @@ struct rk_store_ops {
     rk_store_rc (*set_mark)(struct rk_store *st, const char *value, char *err, size_t errlen);
     rk_store_rc (*lease)(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
                          char *err, size_t errlen);
+    /* issue 14: indexed list pages and per-state counts */
+    rk_store_rc (*list_page)(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                             size_t *n_out, size_t *total_out, char *err, size_t errlen);
+    rk_store_rc (*count_states)(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                char *err, size_t errlen);
 };
 
 /** Common head of every backend's store object (first member). */
@@ -62,6 +67,7 @@ struct rk_store {
     const struct rk_store_ops *ops;
     int shared;
     atomic_uint_least64_t errors;
+    int64_t deleted_retention_s; /* 0 = keep deleted records forever */
 };
 
 /** Initialise the common head. */
@@ -73,6 +79,18 @@ rk_store_rc rk_store_fail(char *err, size_t errlen, const char *fmt, ...)
 
 /** 1 if rec's "state" is "pending" or "running". */
 bool rk_store_rec_active(json_object *rec);
+
+/** 1 if rec's "state" is "deleted" (subject to the retention). */
+bool rk_store_rec_deleted(json_object *rec);
+
+/** Read a secret from the first line of path into a malloc'd string (trailing
+ *  CR/LF stripped); NULL with msg filled on failure. The message never
+ *  contains the secret. */
+char *rk_store_read_secret_file(const char *path, char *msg, size_t msglen);
+
+/** Sort key of a record in list order: "<create_time>\x01<id>" (malloc'd;
+ *  byte order equals the list order: create_time, then id). */
+char *rk_store_list_key(json_object *rec, const char *id);
 
 /** Fill out with RK_STORE_TOKEN_HEX random lowercase hex characters + NUL; -1 on failure. */
 int rk_store_new_token(char out[RK_STORE_TOKEN_HEX + 1]);

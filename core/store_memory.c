@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* In-process store: string-keyed hash tables guarded by one mutex. Records are
- * deep copies, so callers never share json objects with the store. */
+ * deep copies, so callers never share json objects with the store. Deleted
+ * records are kept for the deleted retention, then purged: a FIFO of
+ * (id, purge time) in deletion order, popped lazily on every write, so the
+ * cost is O(purged) and reads of a purged-but-not-popped record already see
+ * it gone. */
 #include "store_common.h"
 
 #include <pthread.h>
@@ -28,6 +32,14 @@ struct mem_rec {
     json_object *rec;
     int64_t expire;
     bool active;
+    int64_t purge_at_ms; /* deleted: gone at this epoch ms; 0 = kept */
+};
+
+/* A deleted record due to be purged (FIFO in deletion order). */
+struct purge_ent {
+    struct purge_ent *next;
+    int64_t at_ms;
+    char id[];
 };
 
 /* The memory store. */
@@ -38,6 +50,7 @@ struct mem_store {
     struct mem_map sessions;      /* sandbox id -> struct mem_map (name -> char *value) */
     struct mem_map claims;        /* name -> int64_t deadline ms */
     char mark[RK_STORE_MARK_MAX]; /* the reconciler's mark */
+    struct purge_ent *purge_head, *purge_tail;
 };
 
 /* FNV-1a hash of a string. */
@@ -210,10 +223,62 @@ static rk_store_rc oom(char *err, size_t errlen)
     return rk_store_fail(err, errlen, "store: out of memory");
 }
 
+/* 1 if the record's retention has run out at now_ms. */
+static bool rec_purged(const struct mem_rec *r, int64_t now_ms)
+{
+    return r->purge_at_ms > 0 && r->purge_at_ms <= now_ms;
+}
+
+/* Set the record's purge time from its state and queue it when deleted
+ * (caller holds the lock). Best effort on OOM: the record is then kept. */
+static void schedule_purge(struct mem_store *m, const char *id, struct mem_rec *r)
+{
+    r->purge_at_ms = 0;
+    if (m->base.deleted_retention_s <= 0 || !rk_store_rec_deleted(r->rec))
+        return;
+    size_t len = strlen(id);
+    struct purge_ent *p = malloc(sizeof *p + len + 1);
+    if (!p)
+        return;
+    p->next = NULL;
+    p->at_ms = rk_store_now_ms() + m->base.deleted_retention_s * 1000;
+    memcpy(p->id, id, len + 1);
+    r->purge_at_ms = p->at_ms;
+    if (m->purge_tail)
+        m->purge_tail->next = p;
+    else
+        m->purge_head = p;
+    m->purge_tail = p;
+}
+
+/* Drop records whose retention ran out (caller holds the lock). A queue entry
+ * whose record was re-created or re-deleted since no longer matches. */
+static void purge_due(struct mem_store *m)
+{
+    int64_t now = rk_store_now_ms();
+    while (m->purge_head && m->purge_head->at_ms <= now) {
+        struct purge_ent *p = m->purge_head;
+        struct mem_ent *e = map_find(&m->records, p->id);
+        if (e && ((struct mem_rec *)e->val)->purge_at_ms == p->at_ms) {
+            map_del(&m->records, p->id);
+            map_del(&m->sessions, p->id);
+        }
+        m->purge_head = p->next;
+        if (!m->purge_head)
+            m->purge_tail = NULL;
+        free(p);
+    }
+}
+
 /* Free the memory store. */
 static void mem_close(struct rk_store *st)
 {
     struct mem_store *m = mem(st);
+    while (m->purge_head) {
+        struct purge_ent *p = m->purge_head;
+        m->purge_head = p->next;
+        free(p);
+    }
     map_free(&m->records);
     map_free(&m->sessions);
     map_free(&m->claims);
@@ -235,7 +300,7 @@ static rk_store_rc get_locked(struct mem_store *m, const char *id, json_object *
                               size_t errlen)
 {
     struct mem_ent *e = map_find(&m->records, id);
-    if (!e)
+    if (!e || rec_purged(e->val, rk_store_now_ms()))
         return RK_STORE_NOT_FOUND;
     *out = view_of(e->val);
     return *out ? RK_STORE_OK : oom(err, errlen);
@@ -290,12 +355,15 @@ static rk_store_rc mem_create(struct rk_store *st, const char *id, json_object *
     r->expire = r->active && expire_time > 0 ? expire_time : 0;
     rk_store_rc rc = RK_STORE_OK;
     pthread_mutex_lock(&m->mu);
+    purge_due(m);
     struct mem_ent *e = map_find(&m->records, id);
     if (e && ((struct mem_rec *)e->val)->active) {
         free_rec(r);
         rc = RK_STORE_EXISTS;
-    } else if (map_put(&m->records, id, r) != 0) {
-        rc = oom(err, errlen);
+    } else {
+        schedule_purge(m, id, r);
+        if (map_put(&m->records, id, r) != 0)
+            rc = oom(err, errlen);
     }
     pthread_mutex_unlock(&m->mu);
     return rc;
@@ -308,6 +376,7 @@ static rk_store_rc mem_update(struct rk_store *st, const char *id, rk_store_upda
     struct mem_store *m = mem(st);
     rk_store_rc rc = RK_STORE_OK;
     pthread_mutex_lock(&m->mu);
+    purge_due(m);
     struct mem_ent *e = map_find(&m->records, id);
     if (!e) {
         pthread_mutex_unlock(&m->mu);
@@ -333,6 +402,8 @@ static rk_store_rc mem_update(struct rk_store *st, const char *id, rk_store_upda
         r->active = rk_store_rec_active(r->rec);
         if (!r->active)
             r->expire = 0;
+        if (!rk_store_rec_deleted(r->rec) || r->purge_at_ms == 0)
+            schedule_purge(m, id, r); /* keeps the first deletion time */
         if (out) {
             *out = view_of(r);
             if (!*out)
@@ -411,6 +482,7 @@ static rk_store_rc mem_expired(struct rk_store *st, int64_t now, size_t max, cha
 {
     struct mem_store *m = mem(st);
     pthread_mutex_lock(&m->mu);
+    purge_due(m);
     rk_store_rc rc = collect_active(m, now < 0 ? 0 : now, max, ids_out, n_out, err, errlen);
     pthread_mutex_unlock(&m->mu);
     return rc;
@@ -675,6 +747,92 @@ static rk_store_rc mem_lease(struct rk_store *st, const char *name, const char *
     return RK_STORE_OK;
 }
 
+/* One active record's list key and id, for sorting a page. */
+struct page_ent {
+    char *key; /* rk_store_list_key */
+    const char *id;
+};
+
+/* Byte order of list keys. */
+static int page_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct page_ent *)a)->key, ((const struct page_ent *)b)->key);
+}
+
+/* Sort every active record by list key and copy ids [offset, offset+limit). */
+static rk_store_rc mem_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                                 size_t *n_out, size_t *total_out, char *err, size_t errlen)
+{
+    struct mem_store *m = mem(st);
+    rk_store_rc rc = RK_STORE_OK;
+    pthread_mutex_lock(&m->mu);
+    struct page_ent *all = calloc(m->records.count ? m->records.count : 1, sizeof *all);
+    size_t n = 0;
+    for (size_t b = 0; all && b < m->records.nbuckets; b++)
+        for (struct mem_ent *e = m->records.buckets[b]; e; e = e->next) {
+            struct mem_rec *r = e->val;
+            if (!r->active)
+                continue;
+            all[n].id = e->key;
+            all[n].key = rk_store_list_key(r->rec, e->key);
+            if (!all[n].key)
+                rc = oom(err, errlen);
+            n++;
+        }
+    if (!all)
+        rc = oom(err, errlen);
+    char **ids = NULL;
+    size_t k = 0;
+    if (rc == RK_STORE_OK) {
+        qsort(all, n, sizeof *all, page_cmp);
+        size_t first = offset < n ? offset : n;
+        size_t want = n - first < limit ? n - first : limit;
+        ids = calloc(want ? want : 1, sizeof *ids);
+        if (!ids)
+            rc = oom(err, errlen);
+        for (; ids && k < want; k++)
+            if (!(ids[k] = strdup(all[first + k].id))) {
+                rc = oom(err, errlen);
+                break;
+            }
+    }
+    pthread_mutex_unlock(&m->mu);
+    for (size_t i = 0; all && i < n; i++)
+        free(all[i].key);
+    free(all);
+    if (rc != RK_STORE_OK) {
+        rk_store_free_ids(ids, k);
+        return rc;
+    }
+    *ids_out = ids;
+    *n_out = k;
+    *total_out = n;
+    return RK_STORE_OK;
+}
+
+/* Count active records by state. */
+static rk_store_rc mem_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                    char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    struct mem_store *m = mem(st);
+    pthread_mutex_lock(&m->mu);
+    for (size_t b = 0; b < m->records.nbuckets; b++)
+        for (struct mem_ent *e = m->records.buckets[b]; e; e = e->next) {
+            struct mem_rec *r = e->val;
+            json_object *v = NULL;
+            if (!r->active || !json_object_object_get_ex(r->rec, "state", &v))
+                continue;
+            if (strcmp(json_object_get_string(v), "pending") == 0)
+                (*pending_out)++;
+            else
+                (*running_out)++;
+        }
+    pthread_mutex_unlock(&m->mu);
+    return RK_STORE_OK;
+}
+
 static const struct rk_store_ops mem_ops = {
     .close = mem_close,
     .ping = mem_ping,
@@ -696,6 +854,8 @@ static const struct rk_store_ops mem_ops = {
     .get_touch = mem_get_touch,
     .lease = mem_lease,
     .set_mark = mem_set_mark,
+    .list_page = mem_list_page,
+    .count_states = mem_count_states,
 };
 
 /* Open the in-process store. */

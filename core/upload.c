@@ -28,8 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app.h"
+#include "budget.h"
 #include "bytepipe.h"
 #include "config.h"
 #include "dispatch.h"
@@ -41,6 +43,7 @@
 #include "plugin_loader.h"
 #include "routes.h"
 #include "util.h"
+#include "validate.h"
 
 /* What the bytes of the current multipart part are used for. */
 enum part_kind {
@@ -94,6 +97,9 @@ struct upload {
     /* first local failure (too large, spool error, ...) */
     rk_status fail_st;
     char fail_msg[256];
+    int busy;              /* the failure is a full spool budget: answer 503 */
+    int gate_failed;       /* the early gate refused the sandbox (error on r->call) */
+    int64_t spool_charged; /* bytes taken from rk_spool_budget */
 };
 
 const char *rk_upload_basename(const char *path)
@@ -154,11 +160,13 @@ static void *upload_worker(void *arg)
     rk_status st = rk_dispatch(app, u->wcall, RK_OP_UPLOAD, u->w_sid, &t);
     if (st == RK_OK) {
         struct rk_file_info info = {0};
+        rk_metrics_upstream_begin();
         st = pl->ops.file_stat(pl->inst, u->wcall, &t.ref, u->w_path, &info);
         rk_metrics_upstream("file_stat", st);
         if (st == RK_OK) {
             unsigned mode = info.exists ? (info.mode & 07777) : 0644;
             struct rk_source src = {.read = pipe_source_read, .ctx = u, .size = -1};
+            rk_metrics_upstream_begin();
             st = pl->ops.file_write(pl->inst, u->wcall, &t.ref, u->w_path, mode, &src);
             rk_metrics_upstream("file_write", st);
             if (st == RK_OK && !u->eof_seen)
@@ -227,6 +235,35 @@ static int fields_ready(const struct upload *u)
     return u->target.seen && u->sandbox.seen && n > 0;
 }
 
+/* 1 if the sandbox_id field arrived and breaks the identifier rule. */
+static int sandbox_id_invalid(const struct upload *u)
+{
+    size_t n;
+    const char *s = stripped_sandbox(u, &n);
+    return u->sandbox.seen && n > 0 && !rk_id_valid(s, n);
+}
+
+/* The file arrives before target_path but after sandbox_id: run the dispatch
+ * gate now, so no byte is spooled for a sandbox that does not pass it.
+ * Returns 0 when the sandbox passed. */
+static int early_gate(struct upload *u)
+{
+    size_t n;
+    const char *s = stripped_sandbox(u, &n);
+    char *sid = rk_strdup_printf("%.*s", (int)n, s);
+    struct rk_target t;
+    rk_status st = sid ? rk_dispatch(u->r->app, u->r->call, RK_OP_UPLOAD, sid, &t) : RK_E_NOMEM;
+    free(sid);
+    if (st != RK_OK) {
+        if (rk_call_error_code(u->r->call) == RK_OK)
+            rk_call_set_error(u->r->call, st, "%s", rk_status_name(st));
+        u->gate_failed = 1;
+        return -1;
+    }
+    rk_target_release(&t);
+    return 0;
+}
+
 /* Finish the current part. */
 static void end_part(struct upload *u)
 {
@@ -258,16 +295,19 @@ static void begin_part(struct upload *u, const char *key)
         if (u->file_seen)
             return;
         u->file_seen = 1;
-        if (u->fail_st != RK_OK) {
+        if (u->fail_st != RK_OK || u->gate_failed || sandbox_id_invalid(u)) {
             u->cur_kind = PART_FILE_DISCARD;
         } else if (fields_ready(u)) {
             u->cur_kind = start_worker(u) == 0 ? PART_FILE_PIPE : PART_FILE_DISCARD;
         } else if (u->target.seen && u->sandbox.seen) {
             /* Blank sandbox_id: validation fails anyway. */
             u->cur_kind = PART_FILE_DISCARD;
+        } else if (u->sandbox.seen && early_gate(u) != 0) {
+            u->cur_kind = PART_FILE_DISCARD;
         } else {
             /* The file came before target_path/sandbox_id: spool it to an
-             * unlinked temporary file and stream it once the body is done. */
+             * unlinked temporary file and stream it once the body is done.
+             * Bounded by server.max_upload_bytes and the total spool budget. */
             u->spool = tmpfile();
             if (!u->spool) {
                 upload_fail(u, RK_E_INTERNAL, "cannot create a temporary file for the upload: %s",
@@ -326,9 +366,23 @@ static void file_data(struct upload *u, const char *data, size_t size)
          * stopped; drain the rest and report its result at the end. */
         if (rk_bytepipe_write(u->pipe, data, size) != 0)
             u->cur_kind = PART_FILE_DISCARD;
-    } else if (fwrite(data, 1, size, u->spool) != size) {
-        upload_fail(u, RK_E_INTERNAL, "cannot spool the upload: %s", strerror(errno));
+    } else if (rk_budget_take(&rk_spool_budget, (int64_t)size) != 0) {
+        upload_fail(u, RK_E_UNAVAILABLE,
+                    "the upload spool budget of %lld bytes is in use (server.max_spool_bytes)",
+                    (long long)rk_spool_budget.limit);
+        u->busy = 1;
         u->cur_kind = PART_FILE_DISCARD;
+        /* Give the disk back at once rather than at the end of the request. */
+        if (u->spool && ftruncate(fileno(u->spool), 0) == 0) {
+            rk_budget_give(&rk_spool_budget, u->spool_charged);
+            u->spool_charged = 0;
+        }
+    } else {
+        u->spool_charged += (int64_t)size;
+        if (fwrite(data, 1, size, u->spool) != size) {
+            upload_fail(u, RK_E_INTERNAL, "cannot spool the upload: %s", strerror(errno));
+            u->cur_kind = PART_FILE_DISCARD;
+        }
     }
 }
 
@@ -389,6 +443,7 @@ static void upload_free(struct rk_req *r)
     rk_call_free(u->wcall);
     if (u->spool)
         fclose(u->spool);
+    rk_budget_give(&rk_spool_budget, u->spool_charged);
     free(u->target.buf);
     free(u->sandbox.buf);
     free(u->cur_key);
@@ -464,6 +519,8 @@ static void form_problems(const struct upload *u, struct rk_buf *text)
         rk_buf_printf(text, "%sbody.sandbox_id: Field required", sep);
     else if (n == 0)
         rk_buf_printf(text, "%sbody.sandbox_id: String should have at least 1 character", sep);
+    else if (sandbox_id_invalid(u))
+        rk_buf_printf(text, "%sbody.sandbox_id: %s", sep, RK_ID_RULE_MSG);
 }
 
 void rk_route_upload(struct rk_req *r)
@@ -493,6 +550,8 @@ void rk_route_upload(struct rk_req *r)
         join_worker(u);
         if (u->fail_st == RK_E_INVALID)
             rk_reply_invalid(r, u->fail_msg);
+        else if (u->busy)
+            rk_req_reply_busy(r, u->fail_msg);
         else
             rk_reply_error(r, u->fail_st, u->fail_msg);
         return;
@@ -508,6 +567,10 @@ void rk_route_upload(struct rk_req *r)
         return;
     }
     rk_buf_free(&problems);
+    if (u->gate_failed) {
+        rk_reply_call_error(r);
+        return;
+    }
 
     if (!u->thread_started) {
         /* The file was spooled: stream it now that the fields are known. */

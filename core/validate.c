@@ -11,6 +11,46 @@
 #include "host.h"
 #include "http_server.h"
 
+int rk_id_valid(const char *s, size_t len)
+{
+    if (!s || len == 0 || len > RK_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+int rk_session_name_valid(const char *s, size_t len)
+{
+    if (!s || len == 0 || len > RK_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+/* Apply the identifier rules to a non-empty value of an identifier field. An
+ * empty value keeps the route's own handling (Field required / not found). */
+static int id_ok(struct rk_v *v, const char *key, const char *s, size_t len)
+{
+    if (len == 0)
+        return 1;
+    if (strcmp(key, "sandbox_id") == 0 && !rk_id_valid(s, len)) {
+        rk_v_problem(v, key, RK_ID_RULE_MSG);
+        return 0;
+    }
+    if (strcmp(key, "session") == 0 && !rk_session_name_valid(s, len)) {
+        rk_v_problem(v, key, RK_SESSION_RULE_MSG);
+        return 0;
+    }
+    return 1;
+}
+
 void rk_v_init(struct rk_v *v, struct rk_call *call, const char *loc)
 {
     memset(v, 0, sizeof *v);
@@ -113,6 +153,8 @@ const char *rk_v_str(struct rk_v *v, json_object *obj, const char *key, unsigned
             return def;
         }
     }
+    if (!id_ok(v, key, s, len))
+        return def;
     return rk_arena_strndup(v->call, s, len);
 }
 
@@ -248,8 +290,81 @@ json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, uns
             rk_v_problem(v, sub, "Input should be a valid string");
             return NULL;
         }
+        if (strcmp(key, "sandbox_ids") == 0 && json_object_get_string_len(item) > 0 &&
+            !rk_id_valid(json_object_get_string(item), (size_t)json_object_get_string_len(item))) {
+            char sub[256];
+            snprintf(sub, sizeof sub, "%s.%zu", key, i);
+            rk_v_problem(v, sub, RK_ID_RULE_MSG);
+            return NULL;
+        }
     }
     return val;
+}
+
+/* Value of one hex digit or -1. */
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decode s[0..n) ('+' = space) into out (at least n + 1 bytes); returns the
+ * length. Decoded NUL bytes are kept, so *has_nul tells if there was one. */
+static size_t form_decode(const char *s, size_t n, char *out, int *has_nul)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        if (s[i] == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 &&
+            (lo = hexval(s[i + 2])) >= 0) {
+            out[o++] = (char)(hi * 16 + lo);
+            i += 2;
+        } else {
+            out[o++] = s[i] == '+' ? ' ' : s[i];
+        }
+    }
+    out[o] = '\0';
+    *has_nul = memchr(out, '\0', o) != NULL;
+    return o;
+}
+
+/* 1 if the raw query gives key a value holding an encoded NUL byte (the
+ * decoded C string would silently end there). */
+static int query_value_has_nul(struct rk_req *r, const char *key)
+{
+    const char *q = rk_req_raw_query(r);
+    int found = 0;
+    while (*q && !found) {
+        size_t seg = strcspn(q, "&");
+        const char *eq = memchr(q, '=', seg);
+        size_t klen = eq ? (size_t)(eq - q) : seg;
+        char *k = malloc(klen + 1);
+        if (!k)
+            return 1;
+        int knul, vnul = 0;
+        size_t kl = form_decode(q, klen, k, &knul);
+        if (!knul && kl == strlen(key) && memcmp(k, key, kl) == 0 && eq) {
+            size_t vlen = seg - klen - 1;
+            char *val = malloc(vlen + 1);
+            if (!val) {
+                free(k);
+                return 1;
+            }
+            form_decode(eq + 1, vlen, val, &vnul);
+            free(val);
+            found = vnul;
+        }
+        free(k);
+        q += seg;
+        if (*q == '&')
+            q++;
+    }
+    return found;
 }
 
 const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigned flags)
@@ -258,6 +373,10 @@ const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigne
     if (!s) {
         if (flags & RK_V_REQUIRED)
             rk_v_problem(v, key, "Field required");
+        return NULL;
+    }
+    if (query_value_has_nul(r, key)) {
+        rk_v_problem(v, key, "String should not contain NUL characters");
         return NULL;
     }
     size_t len = strlen(s);
@@ -273,6 +392,8 @@ const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigne
             return NULL;
         }
     }
+    if (!id_ok(v, key, s, len))
+        return NULL;
     return rk_arena_strndup(v->call, s, len);
 }
 
@@ -303,4 +424,65 @@ int64_t rk_v_qint(struct rk_v *v, struct rk_req *r, const char *key, int64_t def
         return def;
     }
     return x;
+}
+
+/* The problem text for a value outside [lo, hi]. */
+static void range_problem(struct rk_v *v, const char *key, int has_lo, int has_hi, const char *lo,
+                          const char *hi)
+{
+    char msg[160];
+    if (has_lo && has_hi)
+        snprintf(msg, sizeof msg, "Input should be in the range [%s, %s]", lo, hi);
+    else if (has_hi)
+        snprintf(msg, sizeof msg, "Input should be less than or equal to %s", hi);
+    else
+        snprintf(msg, sizeof msg, "Input should be greater than or equal to %s", lo);
+    rk_v_problem(v, key, msg);
+}
+
+int64_t rk_v_irange(struct rk_v *v, const char *key, int64_t x, int64_t lo, int64_t hi)
+{
+    if (x >= lo && x <= hi)
+        return x;
+    char l[32], h[32];
+    snprintf(l, sizeof l, "%lld", (long long)lo);
+    snprintf(h, sizeof h, "%lld", (long long)hi);
+    range_problem(v, key, lo != INT64_MIN, hi != INT64_MAX, l, h);
+    return x < lo ? lo : hi;
+}
+
+double rk_v_frange(struct rk_v *v, const char *key, double x, double lo, double hi)
+{
+    if (x >= lo && x <= hi)
+        return x;
+    char l[32], h[32];
+    snprintf(l, sizeof l, "%g", lo);
+    snprintf(h, sizeof h, "%g", hi);
+    range_problem(v, key, isfinite(lo), isfinite(hi), l, h);
+    return !(x >= lo) ? (isfinite(lo) ? lo : 0) : hi;
+}
+
+int64_t rk_v_int_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int64_t def,
+                    int64_t lo, int64_t hi, int *present)
+{
+    int has = 0;
+    int64_t x = rk_v_int(v, obj, key, flags, def, &has);
+    if (present)
+        *present = has;
+    return has ? rk_v_irange(v, key, x, lo, hi) : x;
+}
+
+double rk_v_num_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags, double def,
+                   double lo, double hi, int *present)
+{
+    int has = 0;
+    double x = rk_v_num(v, obj, key, flags, def, &has);
+    if (present)
+        *present = has;
+    return has ? rk_v_frange(v, key, x, lo, hi) : x;
+}
+
+int64_t rk_sat_i64(int64_t x, int64_t lo, int64_t hi)
+{
+    return x < lo ? lo : x > hi ? hi : x;
 }

@@ -10,8 +10,12 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     build-essential autoconf automake libtool libtool-bin pkg-config \
     libmicrohttpd-dev libcurl4-openssl-dev libhiredis-dev libjson-c-dev libyaml-dev \
-    libltdl-dev libcmocka-dev redis-server redis-tools python3 curl ca-certificates \
-    abigail-tools >/dev/null
+    libltdl-dev libcmocka-dev libgnutls28-dev redis-server redis-tools redis-sentinel haproxy \
+    python3 curl ca-certificates openssl abigail-tools clang >/dev/null
+# Debian packaging (debian/, tests/packaging) and promtool (Debian's prometheus
+# package ships it) for the metrics check.
+$SUDO apt-get install -y -qq --no-install-recommends \
+    debhelper dh-autoreconf dpkg-dev lintian prometheus >/dev/null
 # Node.js >= 20 runs the OpenSandbox SDK conformance test; keep a newer one if present.
 if ! command -v node >/dev/null 2>&1; then
     $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null

@@ -3,7 +3,11 @@
 #   1. install dependencies (apt, npm);
 #   2. build and run `make check` with -Werror;
 #   3. build and run `make check` again under AddressSanitizer + UBSan;
-#   4. `make distcheck` (tarball builds, installs and passes its own check).
+#   4. build under ThreadSanitizer and run the unit tests and the
+#      concurrency-heavy integration tests (TSAN_TESTS below);
+#   5. the libFuzzer targets (tests/fuzz) for a fixed number of runs each;
+#   6. as root on CI: build, lintian, install and purge the Debian packages;
+#   7. `make distcheck` (tarball builds, installs and passes its own check).
 # Before the builds: the operator ABI check (scripts/abi-check.sh --self-test:
 # abidiff of include/rock-admin/operator.h against abi/operator-1.0.abi, and
 # proof that the check fails on incompatible changes and on an append without
@@ -49,8 +53,12 @@ run_check() { # name, configure args...
         tail -n 60 "$dir/build.out"
         return 1
     }
-    echo "==> [$name] make check"
-    if make -C "$dir" -j"$jobs" check >"$dir/check.out" 2>&1; then rc=0; else rc=1; fi
+    echo "==> [$name] make check${CHECK_TESTS:+ TESTS=$CHECK_TESTS}"
+    if [ -n "${CHECK_TESTS:-}" ]; then
+        if make -C "$dir" -j"$jobs" check TESTS="$CHECK_TESTS" >"$dir/check.out" 2>&1; then
+            rc=0
+        else rc=1; fi
+    elif make -C "$dir" -j"$jobs" check >"$dir/check.out" 2>&1; then rc=0; else rc=1; fi
     grep -E '^(PASS|FAIL|ERROR|SKIP|XFAIL|XPASS):' "$dir/check.out" || true
     if [ $rc != 0 ]; then
         for log in $(find "$dir/tests" -name '*.log' ! -name test-suite.log); do
@@ -83,6 +91,77 @@ set -- $(count "$top/_build/sanitizers")
 sp=$1 sf=$2
 summary="$summary; sanitizers: $sp passed, $sf failed"
 
+# ThreadSanitizer (a third build, ~1 min to build and ~3 min to test on 2
+# cores). It runs every unit test and the integration tests where threads
+# share state: test_multiprocess (two daemons, one store), test_ops (drain
+# with eight requests in flight), test_sessions (concurrent session creates
+# across processes), test_proxy (HTTP/WebSocket relay threads, client
+# disconnects), test_opensandbox and test_proxy_opensandbox (the libcurl
+# plugin under concurrent requests), test_security and test_tls (SIGHUP
+# reloads in a serving daemon, TLS relay threads). Left out as single-threaded
+# API conformance: test_api, test_cli, test_abi. The harness fails a test when
+# the daemon's output has a ThreadSanitizer report.
+TSAN_TESTS="unit/test_config unit/test_store unit/test_decode unit/test_loader unit/test_core \
+unit/test_relay unit/test_rkutil integration/test_multiprocess.py integration/test_ops.py \
+integration/test_sessions.py integration/test_proxy.py integration/test_opensandbox.py \
+integration/test_proxy_opensandbox.py integration/test_security.py integration/test_tls.py \
+unit/test_security"
+TSAN_CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer"
+export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1"
+CHECK_TESTS="$TSAN_TESTS"
+run_check tsan CFLAGS="$TSAN_CFLAGS" LDFLAGS="-fsanitize=thread" || status=1
+CHECK_TESTS=""
+unset TSAN_OPTIONS
+set -- $(count "$top/_build/tsan")
+tp=$1 tf=$2
+summary="$summary; tsan: $tp passed, $tf failed"
+
+# libFuzzer targets (tests/fuzz, issue 10): clang build of the core with
+# ASan/UBSan, then every target for a fixed number of executions from the
+# checked-in seed corpus (ROCK_FUZZ_RUNS, default 20000).
+echo "==> [fuzz] configure --enable-fuzzing CC=clang"
+fz="$top/_build/fuzz"
+rm -rf "$fz"
+mkdir -p "$fz"
+if (cd "$fz" && "$top/configure" --enable-werror --enable-fuzzing CC=clang \
+        CFLAGS="$ASAN_FLAGS" LDFLAGS="-fsanitize=address,undefined" >configure.out 2>&1) &&
+    make -C "$fz/core" -j"$jobs" >"$fz/build.out" 2>&1 &&
+    make -C "$fz/tests/fuzz" -j"$jobs" >>"$fz/build.out" 2>&1; then
+    if ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+        sh tests/fuzz/run-fuzzers.sh "$fz" "${ROCK_FUZZ_RUNS:-20000}"; then
+        summary="$summary; fuzz: ok"
+        fp=1 ff=0
+    else
+        summary="$summary; fuzz: FAILED"
+        status=1
+        fp=0 ff=1
+    fi
+else
+    cat "$fz/configure.out" | tail -n 20
+    tail -n 60 "$fz/build.out" 2>/dev/null || true
+    summary="$summary; fuzz: build FAILED"
+    status=1
+    fp=0 ff=1
+fi
+
+# Debian packages (issue 16): build, lintian, install, check, purge. It
+# installs packages system-wide, so only as root on a throwaway machine (CI).
+pp=0 pf=0
+if [ "$(id -u)" = 0 ] && { [ "${CI:-}" = true ] || [ "${ROCK_TEST_DEB:-0}" = 1 ]; }; then
+    echo "==> Debian packages (dpkg-buildpackage, lintian, apt-get install, purge)"
+    if ROCK_SIM="$top/_build/normal/tests/opensandbox-sim/opensandbox-sim" \
+        sh tests/packaging/deb-roundtrip.sh >"$top/_build/deb.out" 2>&1; then
+        grep -E '^(==>|deb-roundtrip:|check-installed:)' "$top/_build/deb.out" || true
+        summary="$summary; packages: ok"
+        pp=1
+    else
+        tail -n 80 "$top/_build/deb.out"
+        summary="$summary; packages: FAILED"
+        status=1
+        pf=1
+    fi
+fi
+
 if [ "${ROCK_SKIP_DISTCHECK:-0}" != 1 ]; then
     echo "==> make distcheck"
     if make -C "$top/_build/normal" -j"$jobs" distcheck >"$top/_build/distcheck.out" 2>&1; then
@@ -99,5 +178,5 @@ else
 fi
 
 echo "$summary"
-echo "$((ap + np + sp + dp)) passed, $((af + nf + sf + df)) failed"
+echo "$((ap + np + sp + tp + fp + pp + dp)) passed, $((af + nf + sf + tf + ff + pf + df)) failed"
 exit $status

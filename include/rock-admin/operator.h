@@ -32,8 +32,10 @@
  *     size into a zero-filled copy of its own layout and never reads the
  *     plugin's memory past that size, so fields a plugin does not know read as
  *     0 / NULL. Zero must therefore always mean "absent, 1.0 behaviour".
- *   - The host table is the core's: test members appended after 1.0 with
- *     RK_HOST_HAS() before calling them (an older core lacks them).
+ *   - The host table is the core's and at least as new as the plugin's
+ *     minor (newer plugins are refused); RK_HOST_HAS() checks a member's
+ *     presence (table size) and that it is set: use it for members appended
+ *     after 1.0 when one source is built against several SDKs.
  *   - Structs the core passes in (specs, requests, refs) may grow at the end;
  *     a plugin reads only the fields it knows. Structs the plugin fills (out
  *     parameters) are zero-filled by the core at the core's size, and the core
@@ -88,10 +90,28 @@
  *                       RK_CAP_SESSION_INTERACTIVE (appended to
  *                       rk_session_req: flags, expect, expect_len; to
  *                       rk_exec_res: expect_string), RK_CAP_PORT_FORWARD
- *                       (see its comment).
+ *                       (the core tunnels the portforward WebSocket to the
+ *                       tcp://host:port that proxy_target returns for
+ *                       RK_PROXY_TCP).
  *                     - ops.list + RK_CAP_LIST: enumerate this deployment's
  *                       sandboxes in one paged pass, so a reconciler learns
  *                       state without a status call per request.
+ *                     - appended to rk_proxy_target: header_flags, so a
+ *                       plugin marks endpoint headers as backend
+ *                       credentials (RK_PROXY_HEADER_CREDENTIAL) the core
+ *                       never puts on a client-controlled proxied request;
+ *                       unmarked headers are routing headers, as in 1.0.
+ *                     Lifecycle (issue 12):
+ *                     - ops.configured_caps + RK_CAP_CONFIGURED: the configured
+ *                       instance narrows its descriptor's caps after init()
+ *                       (e.g. a deployment option turns stop off).
+ *                     - RK_CAP_STOP_DELETES (no entry point): /stop destroys.
+ *                     - ops.snapshot_create/snapshot_get/snapshot_delete/
+ *                       restore_snapshot + RK_CAP_SNAPSHOT, struct rk_snapshot:
+ *                       archive and restore by backend snapshots, driven by
+ *                       the core's state machine.
+ *                     - ops.renew + RK_CAP_RENEW: keep the backend's own
+ *                       expiry ahead of the core's idle deadline.
  *   1.0 (2026-11-29)  First public ABI: descriptor, ops table, host table,
  *                     declarative config schema, capability bits.
  */
@@ -180,7 +200,7 @@ typedef enum rk_status {
 #define RK_CAP_SESSION_INTERACTIVE (1ull << 5) /**< interactive/expect in session_run (>= 1.1) */
 #define RK_CAP_PROXY_HTTP (1ull << 6)          /**< ops.proxy_target, kind HTTP */
 #define RK_CAP_PROXY_WS (1ull << 7)            /**< ops.proxy_target, kind WS */
-#define RK_CAP_PORT_FORWARD (1ull << 8)        /**< ops.proxy_target, kind TCP (see below) */
+#define RK_CAP_PORT_FORWARD (1ull << 8)        /**< ops.proxy_target, kind TCP (tunnel, 1.1) */
 #define RK_CAP_STOP (1ull << 9)                /**< ops.stop */
 #define RK_CAP_RESTART (1ull << 10)            /**< ops.restart */
 #define RK_CAP_ARCHIVE (1ull << 11)            /**< ops.archive */
@@ -191,11 +211,17 @@ typedef enum rk_status {
 #define RK_CAP_SCHEDULER (1ull << 16)          /**< the backend uses a worker scheduler (no op) */
 /** Every bit ABI 1.0 knows. */
 #define RK_CAP_ALL_1_0 ((1ull << 17) - 1)
-/* 1.1 capability bits: append new bits here (next free: 1ull << 18) and add
+/* 1.1 capability bits: append new bits here (next free: 1ull << 22) and add
  * them to RK_CAP_ALL. */
-#define RK_CAP_LIST (1ull << 17) /**< ops.list (ABI 1.1) */
+#define RK_CAP_LIST (1ull << 17)         /**< ops.list */
+#define RK_CAP_CONFIGURED (1ull << 18)   /**< ops.configured_caps */
+#define RK_CAP_STOP_DELETES (1ull << 19) /**< /stop destroys the sandbox (no entry point) */
+#define RK_CAP_SNAPSHOT (1ull << 20)     /**< ops.snapshot_create/get/delete, restore_snapshot */
+#define RK_CAP_RENEW (1ull << 21)        /**< ops.renew */
 /** Every bit this header knows; a plugin setting any other bit is refused. */
-#define RK_CAP_ALL (RK_CAP_ALL_1_0 | RK_CAP_LIST)
+#define RK_CAP_ALL                                                                                 \
+    (RK_CAP_ALL_1_0 | RK_CAP_LIST | RK_CAP_CONFIGURED | RK_CAP_STOP_DELETES | RK_CAP_SNAPSHOT |    \
+     RK_CAP_RENEW)
 
 /** Descriptor flags. */
 #define RK_OPF_THREADSAFE 0x1u /**< required in ABI 1 */
@@ -408,11 +434,42 @@ struct rk_session_req {
 /** What kind of relay a proxy target is for. */
 enum rk_proxy_kind { RK_PROXY_HTTP = 1, RK_PROXY_WS = 2, RK_PROXY_TCP = 3 };
 
+/**
+ * header_flags bit (ABI 1.1): this endpoint header is a backend credential
+ * (e.g. OpenSandbox's OPENSANDBOX-EGRESS-AUTH). The core drops it, and any
+ * client header of the same name, from every proxied request, since those
+ * requests are controlled by the client. Headers without the bit are routing
+ * headers: they reach the upstream and override the client's.
+ */
+#define RK_PROXY_HEADER_CREDENTIAL 0x1u
+
 /** Where the core relays proxied traffic (arena). */
 struct rk_proxy_target {
-    const char *base_url; /**< http(s)://host[:port][/path][?query]; the core appends the path */
+    /** HTTP/WS: http(s)://host[:port][/path][?query]; the core appends the path.
+     *  TCP (port forwarding): tcp://host:port or tcp://[v6]:port, which the core
+     *  connects to and tunnels the WebSocket's data frames through; headers are
+     *  not used. */
+    const char *base_url;
     const struct rk_kv *headers; /**< headers that must reach the upstream, override the client's */
     size_t headers_len;
+    /** ABI 1.1: NULL (every header is a routing header), or headers_len
+     *  RK_PROXY_HEADER_* bit sets, one per header. The core zeroes the struct
+     *  before the call, so a 1.0 plugin leaves it NULL. */
+    const uint32_t *header_flags;
+};
+
+/** Lifecycle of a backend snapshot (ABI 1.1). */
+enum rk_snapshot_state {
+    RK_SNAPSHOT_CREATING = 1, /**< accepted, capture in progress */
+    RK_SNAPSHOT_READY = 2,    /**< usable by restore_snapshot() */
+    RK_SNAPSHOT_FAILED = 3,   /**< capture failed; reason says why */
+};
+
+/** A backend snapshot (arena; ABI 1.1). */
+struct rk_snapshot {
+    const char *snapshot_id;      /**< backend snapshot id */
+    enum rk_snapshot_state state; /**< current state */
+    const char *reason;           /**< failure detail or NULL */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -566,6 +623,34 @@ struct rk_operator_ops {
      *  backend does not report is gone. Returns RK_OK only after a complete
      *  pass (a partial list must not be taken as "the others vanished"). */
     rk_status (*list)(void *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
+
+    /** RK_CAP_CONFIGURED. Capabilities the configured instance offers, called
+     *  once right after init(); the core uses desc->caps & this value. Lets a
+     *  deployment option (e.g. OpenSandbox stop_mode) enable or refuse an
+     *  operation whose entry point the plugin always carries. */
+    uint64_t (*configured_caps)(void *inst);
+    /** RK_CAP_SNAPSHOT. Start a snapshot of a stopped sandbox (the plugin
+     *  brings the source into whatever state its backend needs) and return
+     *  once the backend accepted it: out->snapshot_id is required. The core
+     *  polls snapshot_get(), then destroys the source (success) or stops it
+     *  again (failure). */
+    rk_status (*snapshot_create)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                                 struct rk_snapshot *out);
+    /** RK_CAP_SNAPSHOT. Current state of a snapshot; a missing one is RK_E_NOT_FOUND. */
+    rk_status (*snapshot_get)(void *inst, struct rk_call *call, const char *snapshot_id,
+                              struct rk_snapshot *out);
+    /** RK_CAP_SNAPSHOT. Delete a snapshot; "already gone" is RK_OK. */
+    rk_status (*snapshot_delete)(void *inst, struct rk_call *call, const char *snapshot_id);
+    /** RK_CAP_SNAPSHOT. Create a sandbox from a snapshot (like create(); the
+     *  spec carries the ROCK id and the stored resources). */
+    rk_status (*restore_snapshot)(void *inst, struct rk_call *call,
+                                  const struct rk_create_spec *spec, const char *snapshot_id,
+                                  struct rk_created *out);
+    /** RK_CAP_RENEW. The core's idle deadline of the sandbox is now
+     *  idle_deadline (epoch seconds): make the backend keep it at least that
+     *  long. Called on activity; the plugin rate-limits upstream calls. */
+    rk_status (*renew)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                       int64_t idle_deadline);
 };
 
 /* ------------------------------------------------------------------------ */

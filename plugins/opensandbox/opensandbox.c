@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "os_internal.h"
 
@@ -28,7 +29,12 @@ static void op_fini(void *inst)
 static rk_status op_create(void *inst, struct rk_call *call, const struct rk_create_spec *spec,
                            struct rk_created *out)
 {
-    return os_lc_create(inst, call, spec, out);
+    struct os_inst *in = inst;
+    rk_status s = os_lc_create(in, call, spec, out);
+    if (s == RK_OK && in->renew_margin_s > 0 && spec->idle_timeout_s > 0 && out->upstream_id)
+        os_renew_note(in, out->upstream_id,
+                      (int64_t)time(NULL) + spec->idle_timeout_s + in->renew_margin_s);
+    return s;
 }
 
 /** ops.status. */
@@ -108,6 +114,59 @@ static rk_status op_list(void *inst, struct rk_call *call, rk_list_fn fn, void *
     return os_lc_list(inst, call, fn, ctx);
 }
 
+/** ops.stop (stop_mode pause). */
+static rk_status op_stop(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref)
+{
+    return os_lc_pause(inst, call, ref);
+}
+
+/** ops.restart (stop_mode pause). */
+static rk_status op_restart(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref)
+{
+    return os_lc_resume(inst, call, ref);
+}
+
+/** ops.configured_caps (ABI 1.1). */
+static uint64_t op_configured_caps(void *inst)
+{
+    return os_configured_caps(inst);
+}
+
+/** ops.snapshot_create (archive_enabled). */
+static rk_status op_snapshot_create(void *inst, struct rk_call *call,
+                                    const struct rk_sandbox_ref *ref, struct rk_snapshot *out)
+{
+    return os_snapshot_create(inst, call, ref, out);
+}
+
+/** ops.snapshot_get. */
+static rk_status op_snapshot_get(void *inst, struct rk_call *call, const char *snapshot_id,
+                                 struct rk_snapshot *out)
+{
+    return os_snapshot_get(inst, call, snapshot_id, out);
+}
+
+/** ops.snapshot_delete. */
+static rk_status op_snapshot_delete(void *inst, struct rk_call *call, const char *snapshot_id)
+{
+    return os_snapshot_delete(inst, call, snapshot_id);
+}
+
+/** ops.restore_snapshot. */
+static rk_status op_restore_snapshot(void *inst, struct rk_call *call,
+                                     const struct rk_create_spec *spec, const char *snapshot_id,
+                                     struct rk_created *out)
+{
+    return os_restore_snapshot(inst, call, spec, snapshot_id, out);
+}
+
+/** ops.renew (renew_margin > 0). */
+static rk_status op_renew(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                          int64_t idle_deadline)
+{
+    return os_renew(inst, call, ref, idle_deadline);
+}
+
 static const struct rk_operator_ops os_ops = {
     .struct_size = sizeof(struct rk_operator_ops),
     .init = op_init,
@@ -124,6 +183,14 @@ static const struct rk_operator_ops os_ops = {
     .session_close = op_session_close,
     .proxy_target = op_proxy_target,
     .list = op_list,
+    .stop = op_stop,
+    .restart = op_restart,
+    .configured_caps = op_configured_caps,
+    .snapshot_create = op_snapshot_create,
+    .snapshot_get = op_snapshot_get,
+    .snapshot_delete = op_snapshot_delete,
+    .restore_snapshot = op_restore_snapshot,
+    .renew = op_renew,
 };
 
 static const struct rk_cap_msg os_unsupported[] = {
@@ -138,6 +205,7 @@ static const struct rk_cap_msg os_unsupported[] = {
     {RK_CAP_RESTORE, "restore not supported on OpenSandboxOperator"},
     {RK_CAP_COMMIT, "commit not supported on OpenSandboxOperator"},
     {RK_CAP_STATISTICS, "OpenSandbox backend does not support get_sandbox_statistics"},
+    {RK_CAP_SNAPSHOT, "archive not supported on OpenSandboxOperator"},
     {0, NULL},
 };
 
@@ -150,10 +218,13 @@ RK_OPERATOR_EXPORT = {
     .name = "opensandbox",
     .backend_tag = "opensandbox",
     .display_name = "OpenSandbox",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .flags = RK_OPF_THREADSAFE,
     .caps = RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE | RK_CAP_SESSION |
-            RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING | RK_CAP_LIST,
+            RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING | RK_CAP_LIST |
+            /* ABI 1.1: narrowed by opensandbox.stop_mode / archive_enabled / renew_margin */
+            RK_CAP_CONFIGURED | RK_CAP_STOP | RK_CAP_RESTART | RK_CAP_STOP_DELETES |
+            RK_CAP_SNAPSHOT | RK_CAP_RENEW,
     .config = os_config_keys,
     .unsupported = os_unsupported,
     .ops = &os_ops,

@@ -9,6 +9,7 @@
 #include "os_internal.h"
 
 static const char *const os_protocols[] = {"http", "https", NULL};
+static const char *const os_stop_modes[] = {"refuse", "delete", "pause", NULL};
 
 /** Schema of the plugin's YAML section; the core validates types and flags. */
 const struct rk_cfg_key os_config_keys[] = {
@@ -32,9 +33,21 @@ const struct rk_cfg_key os_config_keys[] = {
     {"sandbox_timeout", RK_CFG_INT, 0, "86400", NULL, NULL,
      "OpenSandbox lifetime backstop in seconds sent on create (0 = none, else >= 60)"},
     {"command_timeout_margin", RK_CFG_INT, 0, "30", NULL, NULL,
-     "seconds added to a command timeout for the admin-side deadline"},
+     "seconds added to a session's startup_timeout for the init deadline (commands: "
+     "runtime.command_timeout_margin)"},
     {"max_file_bytes", RK_CFG_INT, RK_CFGF_POSITIVE, "67108864", NULL, NULL,
      "largest file read_file returns, in bytes"},
+    {"allow_reserved_ports", RK_CFG_BOOL, 0, "false", NULL, NULL,
+     "let the service proxy reach execd (44772) and the egress sidecar (18080)"},
+    /* Lifecycle deployment options (issue 12). */
+    {"stop_mode", RK_CFG_ENUM, 0, "refuse", os_stop_modes, NULL,
+     "/stop: refuse (ROCK's refusal), delete (kill), pause (OpenSandbox pause; restart resumes)"},
+    {"archive_enabled", RK_CFG_BOOL, 0, "false", NULL, NULL,
+     "archive stopped sandboxes into OpenSandbox snapshots; restart restores them"},
+    {"renew_margin", RK_CFG_INT, 0, "0", NULL, NULL,
+     "seconds OpenSandbox's expiry is kept ahead of the idle deadline (0 = fixed sandbox_timeout)"},
+    {"state_wait", RK_CFG_INT, RK_CFGF_POSITIVE, "60", NULL, NULL,
+     "longest wait in seconds for OpenSandbox to reach Paused/Running during stop and archive"},
     {NULL, 0, 0, NULL, NULL, NULL, NULL},
 };
 
@@ -78,8 +91,10 @@ void os_config_free(struct os_inst *inst)
     if (!inst)
         return;
     os_ep_cache_free(inst);
+    os_renew_cache_free(inst);
     os_share_free(inst);
     pthread_mutex_destroy(&inst->ep_lock);
+    pthread_mutex_destroy(&inst->renew_lock);
     free(inst->endpoint);
     free(inst->protocol);
     if (inst->api_key) {
@@ -136,6 +151,30 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
         host->cfg_problem(cfg, "max_file_bytes", "must be positive");
         bad = 1;
     }
+    const char *stop_mode = host->cfg_str(cfg, "stop_mode");
+    int mode = OS_STOP_REFUSE;
+    if (stop_mode && !strcmp(stop_mode, "delete"))
+        mode = OS_STOP_DELETE;
+    else if (stop_mode && !strcmp(stop_mode, "pause"))
+        mode = OS_STOP_PAUSE;
+    int archive_enabled = host->cfg_bool(cfg, "archive_enabled") ? 1 : 0;
+    if (archive_enabled && mode != OS_STOP_PAUSE) {
+        /* Only a stopped sandbox can be archived, and only pause makes one. */
+        host->cfg_problem(cfg, "archive_enabled", "needs opensandbox.stop_mode: pause");
+        bad = 1;
+    }
+    int64_t renew_margin = host->cfg_int(cfg, "renew_margin");
+    if (renew_margin != 0 && (renew_margin < 10 || renew_margin > 7 * 86400)) {
+        host->cfg_problem(cfg, "renew_margin",
+                          "must be 0 (no renewal) or between 10 and 604800 seconds");
+        bad = 1;
+    }
+    if (renew_margin != 0 && sandbox_timeout == 0) {
+        host->cfg_problem(cfg, "renew_margin",
+                          "renewal needs an OpenSandbox expiry (sandbox_timeout must not be 0)");
+        bad = 1;
+    }
+    int64_t state_wait = host->cfg_int(cfg, "state_wait");
     if (bad)
         return RK_E_INVALID;
 
@@ -159,6 +198,12 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
     inst->sandbox_timeout_s = sandbox_timeout;
     inst->margin_s = margin;
     inst->max_file_bytes = max_file;
+    inst->allow_reserved_ports = host->cfg_bool(cfg, "allow_reserved_ports") ? 1 : 0;
+    inst->stop_mode = mode;
+    inst->archive_enabled = archive_enabled;
+    inst->renew_margin_s = renew_margin;
+    inst->state_wait_s = state_wait > 0 ? state_wait : 60;
+    pthread_mutex_init(&inst->renew_lock, NULL);
     if (!inst->endpoint || !inst->protocol || (key && *key && !inst->api_key) ||
         (prefix && !inst->registry_prefix)) {
         os_config_free(inst);

@@ -103,8 +103,13 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
 {
     const struct rk_host *h = inst->host;
     memset(out, 0, sizeof(*out));
-    int64_t limit =
-        opts->timeout_ms > 0 ? opts->timeout_ms + inst->margin_s * 1000 : OS_NO_TIMEOUT_DEADLINE_MS;
+    /* Commands: the core owns the deadline (timeout + runtime.command_timeout_margin)
+     * and sets it on the call; the transfer only honours it (os_xfer_perform).
+     * Session init runs without a call deadline (the session must be closed
+     * after a timeout), so it keeps its own bound. */
+    int64_t limit = h->deadline_ms(call) > 0 ? 0
+                    : opts->timeout_ms > 0   ? opts->timeout_ms + inst->margin_s * 1000
+                                             : OS_NO_TIMEOUT_DEADLINE_MS;
     struct run_ctx rc;
     struct os_endpoint ep;
     struct os_xfer x;
@@ -176,7 +181,7 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
             interrupt_command(inst, &ep, rc.st.init_id);
         goto out;
     } else if (x.timed_out) {
-        /* Our own deadline (command timeout + margin) expired. */
+        /* The transfer's own bound expired (session init: no call deadline). */
         out->timed_out = 1;
         if (!opts->session)
             interrupt_command(inst, &ep, rc.st.init_id);

@@ -15,6 +15,8 @@
 
 /** Port execd listens on inside every sandbox. */
 #define OS_EXECD_PORT 44772
+/** OpenSandbox's egress sidecar API port (its token: OPENSANDBOX-EGRESS-AUTH). */
+#define OS_EGRESS_PORT 18080
 /** Largest JSON body buffered from the lifecycle server or execd. */
 #define OS_MAX_JSON_BODY (4u * 1024u * 1024u)
 /** Largest single event line accepted from an execd stream. */
@@ -57,6 +59,12 @@ int64_t os_mode_to_decimal(unsigned mode);
 char *os_error_detail(long http_status, const char *body, size_t len);
 char *os_join_url(const char *protocol, const char *endpoint, const char *path);
 int os_contains_ci(const char *hay, const char *needle);
+/** Percent-encode every byte but RFC 3986 unreserved ones (A-Z a-z 0-9 - . _ ~). */
+char *os_query_escape(const char *s);
+/** The value of a `metadata=` list filter matching key=value exactly: each part is
+ *  escaped on its own (OpenSandbox parses the filter with parse_qsl), then the
+ *  whole filter is escaped again for the outer query string. */
+char *os_metadata_filter(const char *key, const char *value);
 char *os_session_init_command(const struct rk_kv *env, size_t env_len, const char *const *sources,
                               size_t sources_len);
 
@@ -122,6 +130,7 @@ struct os_inst {
     int64_t sandbox_timeout_s;
     int64_t margin_s;
     int64_t max_file_bytes;
+    int allow_reserved_ports; /**< proxy may reach OS_EXECD_PORT / OS_EGRESS_PORT */
     pthread_mutex_t ep_lock;
     struct os_ep_entry *ep_head;
     size_t ep_count;
@@ -131,6 +140,14 @@ struct os_inst {
     pthread_mutex_t pool_lock; /**< guards the idle easy-handle pool */
     void **pool;               /**< idle CURL * handles, each with its own live connections */
     size_t pool_len;
+    /* ABI 1.1 deployment options */
+    int stop_mode;          /**< enum os_stop_mode */
+    int archive_enabled;    /**< opensandbox.archive_enabled */
+    int64_t renew_margin_s; /**< opensandbox.renew_margin (0 = no renewal) */
+    int64_t state_wait_s;   /**< opensandbox.state_wait: bound for Paused/Running waits */
+    pthread_mutex_t renew_lock;
+    struct os_renew_entry *renew_head; /**< last expiry set per sandbox (bounded) */
+    size_t renew_count;
 };
 
 /** Most idle easy handles kept for reuse (each keeps its connections open). */
@@ -211,8 +228,49 @@ void os_ep_cache_free(struct os_inst *inst);
 rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
                           const struct rk_sandbox_ref *ref, int port, enum rk_proxy_kind kind,
                           struct rk_proxy_target *out);
+/** Refuse proxying to execd / egress ports unless allow_reserved_ports (os_proxy.c). */
+rk_status os_proxy_check_port(struct os_inst *inst, struct rk_call *call, int port);
+/** Mark endpoint headers that are backend credentials (ABI 1.1 header_flags; os_proxy.c). */
+rk_status os_proxy_mark_credentials(struct os_inst *inst, struct rk_call *call,
+                                    struct rk_proxy_target *out);
 rk_status os_need_upstream_id(struct os_inst *inst, struct rk_call *call,
                               const struct rk_sandbox_ref *ref, const char **osid);
+
+struct json_object;
+rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *method,
+                        const char *path, const char *json_body, struct os_xfer *x);
+struct json_object *os_lc_body_json(const struct os_xfer *x);
+const char *os_lc_jstr(struct json_object *o, const char *key);
+rk_status os_lc_fail(struct os_inst *inst, struct rk_call *call, rk_status s, rk_status code,
+                     const char *op, const char *osid, const struct os_xfer *x);
+
+/* ------------------------------------------------------------------------ */
+/* Deployment options: pause/resume, snapshots, renewal (ABI 1.1)            */
+/* ------------------------------------------------------------------------ */
+
+/** opensandbox.stop_mode */
+enum os_stop_mode { OS_STOP_REFUSE = 0, OS_STOP_DELETE = 1, OS_STOP_PAUSE = 2 };
+
+uint64_t os_configured_caps(struct os_inst *inst);
+char *os_sbx_path(const char *osid, const char *suffix);
+rk_status os_lc_pause(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref);
+rk_status os_lc_resume(struct os_inst *inst, struct rk_call *call,
+                       const struct rk_sandbox_ref *ref);
+rk_status os_lc_wait_state(struct os_inst *inst, struct rk_call *call, const char *osid,
+                           const char *want, const char *op);
+rk_status os_snapshot_create(struct os_inst *inst, struct rk_call *call,
+                             const struct rk_sandbox_ref *ref, struct rk_snapshot *out);
+rk_status os_snapshot_get(struct os_inst *inst, struct rk_call *call, const char *snapshot_id,
+                          struct rk_snapshot *out);
+rk_status os_snapshot_delete(struct os_inst *inst, struct rk_call *call, const char *snapshot_id);
+rk_status os_restore_snapshot(struct os_inst *inst, struct rk_call *call,
+                              const struct rk_create_spec *spec, const char *snapshot_id,
+                              struct rk_created *out);
+rk_status os_renew(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                   int64_t idle_deadline);
+void os_renew_note(struct os_inst *inst, const char *osid, int64_t expires_at);
+rk_status os_renew_parked(struct os_inst *inst, struct rk_call *call, const char *osid);
+void os_renew_cache_free(struct os_inst *inst);
 
 /* ------------------------------------------------------------------------ */
 /* execd operations (os_execd.c, os_files.c, os_session.c)                   */

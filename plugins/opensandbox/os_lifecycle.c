@@ -134,10 +134,7 @@ static rk_status lc_find(struct os_inst *inst, struct rk_call *call, const char 
     *out = NULL;
     *out_n = 0;
     struct os_sb sb = {0};
-    os_sb_printf(&sb, "%s=%s", OS_META_ROCK_ID, rock_id);
-    char *filter = os_sb_take(&sb);
-    char *enc = filter ? os_escape(filter) : NULL;
-    free(filter);
+    char *enc = os_metadata_filter(OS_META_ROCK_ID, rock_id);
     if (!enc)
         return inst->host->set_error(call, RK_E_NOMEM, "opensandbox %s failed: out of memory", op);
     struct lc_found *list = NULL;
@@ -289,8 +286,11 @@ static char *create_body(struct os_inst *inst, const struct rk_create_spec *spec
                            json_object_new_string(MD_OR_DEFAULT(spec->namespace_name)));
 #undef MD_OR_DEFAULT
     json_object_object_add(root, "metadata", md);
-    if (inst->sandbox_timeout_s > 0)
-        json_object_object_add(root, "timeout", json_object_new_int64(inst->sandbox_timeout_s));
+    int64_t timeout = inst->sandbox_timeout_s;
+    if (inst->renew_margin_s > 0 && spec->idle_timeout_s > 0) /* lifetime by renewal */
+        timeout = spec->idle_timeout_s + inst->renew_margin_s;
+    if (timeout > 0)
+        json_object_object_add(root, "timeout", json_object_new_int64(timeout));
     json_object_object_add(root, "secureAccess", json_object_new_boolean(0));
     const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
                                                              JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -343,6 +343,12 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
          * handled by looking the sandbox up by its ROCK id instead). */
         os_xfer_fresh_connection(&x);
         os_xfer_json(&x, body);
+        /* Never on a pooled connection: libcurl silently re-sends a request
+         * whose reused connection died before any reply byte, which would
+         * create a second sandbox; a lost reply must surface as an error so
+         * adopt_lost() finds the one that was made. */
+        curl_easy_setopt(x.curl, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(x.curl, CURLOPT_FORBID_REUSE, 1L);
         s = os_xfer_perform(&x);
     }
     free(body);
@@ -671,7 +677,10 @@ rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
                                      "release");
     if (port < 1 || port > 65535)
         return inst->host->set_error(call, RK_E_INVALID, "invalid port %d", port);
-    rk_status s = os_need_upstream_id(inst, call, ref, &osid);
+    rk_status s = os_proxy_check_port(inst, call, port);
+    if (s != RK_OK)
+        return s;
+    s = os_need_upstream_id(inst, call, ref, &osid);
     if (s != RK_OK)
         return s;
     struct os_endpoint ep;
@@ -681,7 +690,7 @@ rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
     out->base_url = ep.base;
     out->headers = ep.headers;
     out->headers_len = ep.headers_len;
-    return RK_OK;
+    return os_proxy_mark_credentials(inst, call, out);
 }
 
 /**
@@ -752,4 +761,50 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
     }
     return h->set_error(call, RK_E_UPSTREAM, "opensandbox list failed: more than %d pages",
                         OS_RECONCILE_MAX_PAGES);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Shared lifecycle helpers for os_pause.c / os_snapshot.c / os_renew.c      */
+/* ------------------------------------------------------------------------ */
+
+/** Perform one lifecycle request (JSON body optional); x must be cleaned up. */
+rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *method,
+                        const char *path, const char *json_body, struct os_xfer *x)
+{
+    rk_status s = lc_xfer(x, inst, call, method, path);
+    if (s == RK_OK && json_body)
+        os_xfer_json(x, json_body);
+    if (s == RK_OK && !strcmp(method, "POST")) {
+        /* Not idempotent (snapshot, restore): no silent re-send by libcurl on
+         * a pooled connection that died (see os_lc_create). */
+        curl_easy_setopt(x->curl, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(x->curl, CURLOPT_FORBID_REUSE, 1L);
+    }
+    if (s == RK_OK)
+        s = os_xfer_perform(x);
+    return s;
+}
+
+/** The buffered response as a JSON object (new reference) or NULL. */
+json_object *os_lc_body_json(const struct os_xfer *x)
+{
+    return body_json(x);
+}
+
+/** String member of a JSON object or NULL. */
+const char *os_lc_jstr(json_object *o, const char *key)
+{
+    return jstr(o, key);
+}
+
+/** Record the failure of a lifecycle request: no answer (s != RK_OK) or a non-2xx one. */
+rk_status os_lc_fail(struct os_inst *inst, struct rk_call *call, rk_status s, rk_status code,
+                     const char *op, const char *osid, const struct os_xfer *x)
+{
+    if (s != RK_OK)
+        return xfer_fail(
+            inst, call,
+            (s == RK_E_CANCELLED || s == RK_E_TIMEOUT || s == RK_E_NOMEM) ? s : RK_E_UNAVAILABLE,
+            op, osid, x);
+    return http_fail(inst, call, code, op, osid, x);
 }

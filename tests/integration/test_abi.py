@@ -92,7 +92,9 @@ def log_call_lines_carry_the_request_id():
     m = wait_until(lambda: re.search(r"testop: id=abi-test-rid-1 testop created t-" + sid,
                                      a.output()), 20, 0.1, "log_call line")
     assert m, a.output()
-    assert re.search(r"access id=abi-test-rid-1 ", a.output()), a.output()
+    # The access line is written when the request completes.
+    assert wait_until(lambda: re.search(r"access id=abi-test-rid-1 ", a.output()), 20, 0.1,
+                      "access log line")
 
 
 def refused_at_startup(operator):

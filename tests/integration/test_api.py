@@ -104,7 +104,7 @@ def validation_errors_are_http_200_envelopes():
     st, js = a.api("POST", "/execute", {"command": "echo"})
     assert st == 200 and js["status"] == "Failed" and js["message"] == "invalid parameter"
     assert js["error"] == "body.sandbox_id: Field required" and js["result"] is None, js
-    st, js = a.api("POST", "/execute", "{not json")
+    st, js = a.api("POST", "/execute", "{not json", headers={"Content-Type": "application/json"})
     assert js["message"] == "invalid parameter" and "JSON decode error" in js["error"], js
     st, js = a.api("GET", "/get_status", query={"sandbox_id": "  "})
     assert js["error"] == "query.sandbox_id: String should have at least 1 character", js

@@ -454,7 +454,8 @@ def execute_semantics():
 def file_semantics():
     """read_file with invalid UTF-8 under strict/replace, write_file keeps the
     mode of an existing file, new files get 644, missing parents, missing file."""
-    admin, sim, redis, _ = setup()
+    # The simulator has no upload cap by default (like execd); the 413 case below needs one.
+    admin, sim, redis, _ = setup(sim_extra=["--max-upload-mb", "64"])
     sid = start_alive(admin)
     d = tmpdir("rock-os-rw-")
     bad = os.path.join(d, "bad.bin")
@@ -724,7 +725,7 @@ def stream_cut():
     """execd closes the command stream without a terminal event: execute is
     Failed 5000 "... stream ended ...", and the next command works; a stalled
     stream ends at the admin's deadline as a timeout."""
-    admin, sim, redis, _ = setup(command_timeout_margin=2)
+    admin, sim, redis, _ = setup(admin_cfg={"runtime": {"command_timeout_margin": 2}})
     sid = start_alive(admin)
     faults(sim, {"cut_stream_after": 2})
     st, js = execute(admin, sid, "echo a; echo b; echo c; sleep 0.3; echo d")
@@ -736,7 +737,7 @@ def stream_cut():
     faults(sim)
     assert run_ok(admin, sid, "echo ok")["stdout"] == "ok\n"
     # a stalled stream (no events, no pings): the admin's own deadline (timeout +
-    # command_timeout_margin) ends it as the ROCK timeout failure
+    # runtime.command_timeout_margin) ends it as the ROCK timeout failure
     faults(sim, {"stall_stream_after": 1})
     t0 = time.time()
     st, js = execute(admin, sid, "echo a; sleep 1; echo b; sleep 10", timeout=2)

@@ -227,8 +227,10 @@ def setup(use_server_proxy=False, redis=None, sim=None):
     """redis + simulator (execd header on) + rock-admin(opensandbox)."""
     redis = redis or Redis()
     sim = sim or Sim(api_key=API_KEY, extra=["--execd-header", "%s:%s" % SIM_HDR])
+    # allow_reserved_ports: these tests reach execd (44772) through the proxy to see that routing
+    # headers arrive; the default refusal is tested in test_security.py.
     cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY,
-                           "use_server_proxy": use_server_proxy}}
+                           "use_server_proxy": use_server_proxy, "allow_reserved_ports": True}}
     admin = Admin(operator="opensandbox", config=cfg, redis=redis)
     return admin, sim, redis
 

@@ -163,6 +163,8 @@ def yaml_dump(cfg, indent=0):
             lines.append("%s%s: null" % (pad, k))
         elif isinstance(v, (int, float)):
             lines.append("%s%s: %s" % (pad, k, v))
+        elif isinstance(v, list):  # a flow sequence (JSON is valid YAML)
+            lines.append("%s%s: %s" % (pad, k, json.dumps([str(x) for x in v])))
         else:
             lines.append("%s%s: %s" % (pad, k, json.dumps(str(v))))
     return "\n".join(l for l in lines if l != "")
@@ -206,7 +208,8 @@ class Admin(Process):
 
     # HTTP helpers -------------------------------------------------------------
     def request(self, method, path, body=None, headers=None, raw=False):
-        return http_request("127.0.0.1", self.port, method, path, body, headers, raw=raw)
+        return http_request("127.0.0.1", self.port, method, path, body, headers, raw=raw,
+                            record=True)
 
     def api(self, method, route, body=None, query=None, headers=None):
         """Call a ROCK route; returns (http_status, parsed JSON)."""
@@ -239,8 +242,38 @@ class Admin(Process):
         wait_until(alive, timeout, 0.1, "sandbox %s alive" % sid)
 
 
-def http_request(host, port, method, path, body=None, headers=None, raw=False, timeout=120):
-    """One HTTP request on a fresh connection; returns (status, json|bytes)."""
+# ---- response recording (issue 16, opt-in) ----------------------------------
+# With ROCK_RECORD_RESPONSES=DIR every response rock-admin gives to
+# Admin.request() is appended to DIR/<test>.jsonl; tests/api/openapi-responses.js
+# later validates them all against api/openapi.json.
+RECORD_DIR = os.environ.get("ROCK_RECORD_RESPONSES", "")
+RECORD_MAX_BODY = 1 << 20
+_record_file = None
+
+
+def _record_response(method, path, status, headers, payload):
+    global _record_file
+    if not RECORD_DIR:
+        return
+    if _record_file is None:
+        os.makedirs(RECORD_DIR, exist_ok=True)
+        name = os.path.splitext(os.path.basename(sys.argv[0] or "test"))[0]
+        _record_file = open(os.path.join(RECORD_DIR, name + ".jsonl"), "w")
+    rec = {"method": method, "path": path, "status": status,
+           "content_type": headers.get("Content-Type", ""),
+           "truncated": len(payload) > RECORD_MAX_BODY}
+    try:
+        rec["body"] = payload[:RECORD_MAX_BODY].decode("utf-8")
+    except UnicodeDecodeError:
+        rec["body"] = None  # binary (relayed) bodies are not validated
+    _record_file.write(json.dumps(rec) + "\n")
+    _record_file.flush()
+
+
+def http_request(host, port, method, path, body=None, headers=None, raw=False, timeout=120,
+                 record=False):
+    """One HTTP request on a fresh connection; returns (status, json|bytes).
+    record=True: a rock-admin response, recorded when ROCK_RECORD_RESPONSES is set."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     h = dict(headers or {})
     data = None
@@ -256,6 +289,8 @@ def http_request(host, port, method, path, body=None, headers=None, raw=False, t
     resp = conn.getresponse()
     payload = resp.read()
     conn.close()
+    if record:
+        _record_response(method, path, resp.status, dict(resp.getheaders()), payload)
     if raw:
         return resp.status, payload, dict(resp.getheaders())
     try:
@@ -286,7 +321,7 @@ def cleanup():
 
 def stop_admins():
     """Stop every rock-admin of the test with SIGTERM and assert a clean exit:
-    status 0 and no sanitizer report (leaks, memory errors, UB)."""
+    status 0 and no sanitizer report (leaks, memory errors, UB, data races)."""
     problems = []
     while _admins:
         a = _admins.pop()
@@ -294,7 +329,8 @@ def stop_admins():
             continue
         rc = a.stop()
         out = a.output()
-        bad = [m for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:") if m in out]
+        bad = [m for m in ("AddressSanitizer", "LeakSanitizer", "ThreadSanitizer",
+                           "runtime error:") if m in out]
         if rc != 0 or bad:
             problems.append("rock-admin exited with %s %s:\n%s" % (rc, bad, out[-6000:]))
     if problems:

@@ -2,6 +2,7 @@
 
 import http.client
 import json
+import os
 import socket
 import sys
 import threading
@@ -37,6 +38,163 @@ def events_of(raw):
             except ValueError:
                 pass
     return out
+
+
+def state_of(sid):
+    """Current status.state of a sandbox."""
+    st, js = lc("GET", f"/sandboxes/{sid}")
+    return js["status"]["state"] if st == 200 else None
+
+
+def wait_for(pred, timeout=10.0):
+    """Poll pred() until it is true; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(0.05)
+
+
+def snap_state(snap_id):
+    """status.state of a snapshot (None if it does not answer 200)."""
+    st, js = lc("GET", f"/snapshots/{snap_id}")
+    return js["status"]["state"] if st == 200 else None
+
+
+def pause_and_snapshot_switches():
+    """One check per pause/resume and snapshot fault switch."""
+    sid = create()["id"]
+    wait_running(sid)
+
+    # 13. A deployment without pause (Kubernetes runtime): 501 for pause and resume.
+    faults(pause_unsupported=True)
+    s1, j1 = lc("POST", f"/sandboxes/{sid}/pause")
+    s2, j2 = lc("POST", f"/sandboxes/{sid}/resume")
+    check(s1 == 501 and j1["code"] == "SANDBOX::API_NOT_SUPPORTED" and "not supported" in
+          j1["message"] and s2 == 501 and state_of(sid) == "Running",
+          f"pause_unsupported: 501 SANDBOX::API_NOT_SUPPORTED, still Running ({s1} {j1}, {s2})")
+
+    # 14. Pause failing in the runtime.
+    faults(pause_fail=True)
+    st, js = lc("POST", f"/sandboxes/{sid}/pause")
+    check(st == 500 and js["code"] == "DOCKER::SANDBOX_PAUSE_FAILED" and
+          state_of(sid) == "Running", f"pause_fail: 500 DOCKER::SANDBOX_PAUSE_FAILED ({st} {js})")
+    st, _, _ = execd(sid, "GET", "/ping")
+    check(st == 200, "pause_fail: execd still answers")
+
+    # 15. Slow pause / resume show Pausing / Resuming.
+    faults(pause_delay_ms=800, resume_delay_ms=800)
+    st, _ = lc("POST", f"/sandboxes/{sid}/pause")
+    check(st == 202 and state_of(sid) == "Pausing", "pause_delay_ms: Pausing first")
+    st, js = lc("POST", f"/sandboxes/{sid}/resume")
+    check(st == 409 and js["code"] == "DOCKER::SANDBOX_NOT_PAUSED",
+          f"resume while Pausing -> 409 ({st} {js})")
+    check(wait_for(lambda: state_of(sid) == "Paused"), "pause_delay_ms: then Paused")
+    st, _ = lc("POST", f"/sandboxes/{sid}/resume")
+    check(st == 202 and state_of(sid) == "Resuming", "resume_delay_ms: Resuming first")
+    check(wait_for(lambda: state_of(sid) == "Running"), "resume_delay_ms: then Running")
+
+    # 16. Resume failing in the runtime: stays Paused.
+    faults(resume_fail=True)
+    lc("POST", f"/sandboxes/{sid}/pause")
+    st, js = lc("POST", f"/sandboxes/{sid}/resume")
+    check(st == 500 and js["code"] == "DOCKER::SANDBOX_RESUME_FAILED" and
+          state_of(sid) == "Paused", f"resume_fail: 500, still Paused ({st} {js})")
+
+    # 17. execd of a paused sandbox: hangs (frozen), or 502 at once with paused_execd_refuse.
+    faults(paused_execd_refuse=True)
+    st, _, data = execd(sid, "GET", "/ping")
+    check(st == 502 and json.loads(data)["code"] == "GENERAL::UNKNOWN_ERROR",
+          "paused_execd_refuse: execd of a paused sandbox -> 502")
+    st, _, _ = request("GET", f"/sandboxes/{sid}/proxy/44772/ping")
+    check(st == 502, "paused_execd_refuse: server proxy -> 502 too")
+    faults()
+    check(fails_at_transport(lambda: execd(sid, "GET", "/ping", timeout=1)),
+          "paused sandbox: execd does not answer (the request hangs)")
+    held = {}
+
+    def held_ping():
+        held["st"] = execd(sid, "GET", "/ping", timeout=20)[0]
+
+    th = threading.Thread(target=held_ping)
+    th.start()
+    wait_for(lambda: th.is_alive(), 2)
+    st, _ = lc("POST", f"/sandboxes/{sid}/resume")
+    th.join(20)
+    check(st == 202 and held.get("st") == 200, f"a held execd request completes after resume "
+          f"({st} {held})")
+
+    # 18. Snapshots not supported by the runtime.
+    faults(snapshot_unsupported=True)
+    st, js = lc("POST", f"/sandboxes/{sid}/snapshots", body={})
+    check(st == 501 and js["code"] == "SNAPSHOT::NOT_IMPLEMENTED",
+          f"snapshot_unsupported: 501 SNAPSHOT::NOT_IMPLEMENTED ({st} {js})")
+
+    # 19. Snapshot capture failing: Failed with snapshot_runtime_failed; not restorable.
+    faults(snapshot_fail=True)
+    st, snap = lc("POST", f"/sandboxes/{sid}/snapshots", body={"name": "bad"})
+    check(st == 202 and wait_for(lambda: snap_state(snap["id"]) == "Failed"),
+          "snapshot_fail: the snapshot ends Failed")
+    _, js = lc("GET", f"/snapshots/{snap['id']}")
+    check(js["status"]["reason"] == "snapshot_runtime_failed", f"snapshot_fail reason ({js})")
+    st, js = lc("POST", "/sandboxes", body={"snapshotId": snap["id"], "resourceLimits": {}})
+    check(st == 409 and js["code"] == "SNAPSHOT::NOT_READY", f"restore of a Failed snapshot "
+          f"-> 409 SNAPSHOT::NOT_READY ({st} {js})")
+    st, _ = lc("DELETE", f"/snapshots/{snap['id']}")
+    check(st == 204, "a Failed snapshot can be deleted")
+
+    # 20. Slow snapshot: Creating for a while; not deletable or restorable meanwhile.
+    faults(snapshot_delay_ms=1500)
+    st, snap = lc("POST", f"/sandboxes/{sid}/snapshots")
+    check(st == 202 and snap_state(snap["id"]) == "Creating", "snapshot_delay_ms: Creating")
+    st, js = lc("DELETE", f"/snapshots/{snap['id']}")
+    check(st == 409 and js["code"] == "SNAPSHOT::INVALID_STATE",
+          f"delete while Creating -> 409 SNAPSHOT::INVALID_STATE ({st} {js})")
+    st, js = lc("POST", "/sandboxes", body={"snapshotId": snap["id"], "resourceLimits": {}})
+    check(st == 409 and js["code"] == "SNAPSHOT::NOT_READY", "restore while Creating -> 409")
+    check(wait_for(lambda: snap_state(snap["id"]) == "Ready"), "snapshot_delay_ms: then Ready")
+
+    # 21. Restore failing: 500, no sandbox left behind.
+    faults(restore_fail=True)
+    _, before = lc("GET", "/sandboxes?pageSize=200")
+    st, js = lc("POST", "/sandboxes", body={"snapshotId": snap["id"], "resourceLimits": {}})
+    _, after = lc("GET", "/sandboxes?pageSize=200")
+    check(st == 500 and js["code"] == "DOCKER::SANDBOX_START_FAILED" and
+          after["pagination"]["totalItems"] == before["pagination"]["totalItems"],
+          f"restore_fail: 500 DOCKER::SANDBOX_START_FAILED, nothing created ({st} {js})")
+    faults()
+    st, js = lc("POST", "/sandboxes", body={"snapshotId": snap["id"], "resourceLimits": {}})
+    check(st == 202 and js.get("snapshotId") == snap["id"], "restore works once cleared")
+    lc("DELETE", f"/sandboxes/{js['id']}")
+    lc("DELETE", f"/sandboxes/{sid}")
+
+    # A stream of a command in a paused sandbox ends when the sandbox is deleted.
+    victim = create()["id"]
+    wait_running(victim)
+    out = {}
+
+    def streamer():
+        out["raw"], out["eof"] = raw_stream(f"/sandboxes/{victim}/execd/command",
+                                            {"command": "touch started; sleep 60"},
+                                            read_timeout=30)
+
+    th = threading.Thread(target=streamer)
+    th.start()
+    root = os.environ["SIM_ROOT"]
+    wait_for(lambda: os.path.exists(f"{root}/{victim}/started"))
+    lc("POST", f"/sandboxes/{victim}/pause")
+    lc("DELETE", f"/sandboxes/{victim}")
+    th.join(20)
+    types = [e.get("type") for e in events_of(out.get("raw", b""))]
+    check(not th.is_alive() and out.get("eof") and types[-1:] == ["error"],
+          f"deleting a paused sandbox ends its open command streams (got {types})")
+
+    st, _, data = request("GET", "/_sim/faults")
+    keys = set(json.loads(data))
+    check({"pause_unsupported", "pause_fail", "resume_fail", "pause_delay_ms", "resume_delay_ms",
+           "paused_execd_refuse", "snapshot_unsupported", "snapshot_fail", "snapshot_delay_ms",
+           "restore_fail"} <= keys, "GET /_sim/faults lists the pause/snapshot switches")
 
 
 def main():
@@ -184,6 +342,8 @@ def main():
     check(s2 == 404, "vanish: delete 404s too")
     st, _, _ = request("POST", "/_sim/sandboxes/nope/vanish")
     check(st == 404, "vanish of an unknown sandbox -> 404")
+
+    pause_and_snapshot_switches()
 
     st, _, data = request("DELETE", "/_sim/faults")
     check(st == 200, "DELETE /_sim/faults resets everything")

@@ -5,6 +5,7 @@
 const assert = require("node:assert/strict");
 const http = require("node:http");
 const net = require("node:net");
+const fs = require("node:fs");
 const path = require("node:path");
 
 const nm = process.env.ROCK_TEST_NODE_MODULES;
@@ -61,16 +62,25 @@ function freePort() {
   });
 }
 
-function httpGet(url) {
+function httpGet(url, timeoutMs) {
   return new Promise((resolve, reject) => {
-    http
+    const req = http
       .get(url, (res) => {
         const chunks = [];
         res.on("data", (c) => chunks.push(c));
         res.on("end", () => resolve({ status: res.statusCode, body: Buffer.concat(chunks) }));
       })
       .on("error", reject);
+    if (timeoutMs) req.setTimeout(timeoutMs, () => req.destroy(new Error("timed out")));
   });
+}
+
+async function waitFor(pred, ms) {
+  const deadline = Date.now() + ms;
+  while (!(await pred())) {
+    if (Date.now() > deadline) throw new Error(`condition not met within ${ms} ms: ${pred}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 async function waitHttp(url, ms) {
@@ -288,7 +298,7 @@ async function main() {
 
   log("endpoints: execd (with header), application port (host loopback)");
   const ep = await sbx.getEndpoint(44772);
-  assert.equal(ep.endpoint, `${HOSTPORT}/sandboxes/${sbx.id}/execd`);
+  assert.equal(ep.endpoint, `${HOSTPORT}/sandboxes/${sbx.id}/execd/proxy/44772`);
   assert.deepEqual(ep.headers, { [EXECD_HEADER]: EXECD_VALUE });
   const appPort = await freePort();
   const appEp = await sbx.getEndpoint(appPort);
@@ -345,18 +355,69 @@ async function main() {
   assert.ok(renewed.expiresAt.getTime() > info.expiresAt.getTime() + 1000 * 1000);
   assert.equal((await sbx.getInfo()).expiresAt.getTime(), renewed.expiresAt.getTime());
 
-  log("pause / resume");
+  log("pause / resume: processes stop, execd does not answer, everything carries on after");
   for (let i = 0; i < 50; i++) {
     if ((await other.getInfo()).status.state === "Running") break;
     await new Promise((r) => setTimeout(r, 100));
   }
+  const tick = path.join(ROOT, other.id, "tick");
+  const bg = await other.commands.run("while :; do echo t >> tick; sleep 0.05; done",
+    { background: true });
+  const tickSize = () => (fs.existsSync(tick) ? fs.statSync(tick).size : 0);
+  await waitFor(() => tickSize() > 0, 10000);
   await other.pause();
   assert.equal((await mgr.getSandboxInfo(other.id)).status.state, "Paused");
-  await expectReject(other.pause(), 409, "DOCKER::SANDBOX_NOT_RUNNING");
+  await new Promise((r) => setTimeout(r, 200)); // a write already in flight may still land
+  const frozenAt = tickSize();
+  await new Promise((r) => setTimeout(r, 500));
+  assert.equal(tickSize(), frozenAt, "a paused sandbox's processes must not run");
+  const oep = await other.getEndpoint(44772);
+  await assert.rejects(httpGet(`http://${oep.endpoint}/ping`, 1000), "paused execd must not answer");
+  await expectReject(other.pause(), 500, "DOCKER::SANDBOX_PAUSE_FAILED");
   const resumed = await other.resume({ readyTimeoutSeconds: 10 });
   assert.equal((await resumed.getInfo()).status.state, "Running");
   ex = await resumed.commands.run("echo resumed");
   assert.deepEqual(texts(ex.logs.stdout), ["resumed"]);
+  await waitFor(() => tickSize() > frozenAt, 10000);
+  assert.equal((await resumed.commands.getCommandStatus(bg.id)).running, true);
+  await expectReject(mgr.resumeSandbox(other.id), 409, "DOCKER::SANDBOX_NOT_PAUSED");
+
+  log("metrics");
+  const metrics = await resumed.getMetrics();
+  assert.ok(metrics.cpuCount >= 1 && metrics.memoryTotalMiB > 0, JSON.stringify(metrics));
+  assert.ok(metrics.cpuUsedPercentage >= 0 && metrics.cpuUsedPercentage <= 100);
+  assert.ok(metrics.memoryUsedMiB > 0 && metrics.memoryUsedMiB <= metrics.memoryTotalMiB);
+  assert.ok(Math.abs(metrics.timestamp - Date.now()) < 60000);
+
+  log("snapshots: create, poll until Ready, list, restore into a new sandbox, delete");
+  await resumed.files.writeFiles([{ path: path.join(ROOT, other.id, "keep.txt"), data: "kept" }]);
+  let snap = await mgr.createSnapshot(other.id, { name: "conformance" });
+  assert.equal(snap.sandboxId, other.id);
+  assert.equal(snap.name, "conformance");
+  assert.equal(snap.status.state, "Creating");
+  for (let i = 0; i < 100 && snap.status.state === "Creating"; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    snap = await mgr.getSnapshot(snap.id);
+  }
+  assert.equal(snap.status.state, "Ready");
+  assert.ok(snap.createdAt instanceof Date);
+  const snaps = await mgr.listSnapshots({ sandboxId: other.id });
+  assert.deepEqual(snaps.items.map((x) => x.id), [snap.id]);
+  const restored = await Sandbox.create({
+    connectionConfig: conn(),
+    snapshotId: snap.id,
+    readyTimeoutSeconds: 10,
+  });
+  assert.equal((await restored.getInfo()).snapshotId, snap.id);
+  assert.equal(await restored.files.readFile(path.join(ROOT, restored.id, "keep.txt")), "kept");
+  await expectReject(mgr.deleteSnapshot(snap.id), 409, "SNAPSHOT::DELETE_CONFLICT");
+  await restored.kill();
+  await restored.close();
+  await mgr.deleteSnapshot(snap.id);
+  await expectReject(mgr.getSnapshot(snap.id), 404, "SNAPSHOT::NOT_FOUND");
+  await resumed.pause();
+  await expectReject(mgr.createSnapshot(other.id), 409, "SNAPSHOT::INVALID_SOURCE_STATE");
+  await mgr.resumeSandbox(other.id);
 
   log("kill");
   await resumed.kill();

@@ -29,6 +29,29 @@ enum sim_state {
     SIM_PAUSED,
     SIM_TERMINATED,
     SIM_FAILED,
+    SIM_PAUSING,  /* pause accepted, processes stopped, Paused at transition_due_ms */
+    SIM_RESUMING, /* resume accepted, processes still stopped until transition_due_ms */
+};
+
+/* Snapshot states, as the server's SnapshotState (Creating -> Ready | Failed). */
+enum sim_snap_state {
+    SIM_SNAP_CREATING,
+    SIM_SNAP_READY,
+    SIM_SNAP_FAILED,
+};
+
+/* A snapshot: a copy of a sandbox directory under <root>/.snapshots/<id>. */
+struct sim_snapshot {
+    struct sim_snapshot *next;
+    char id[37];
+    char sandbox_id[37];
+    char *name;
+    char *dir;
+    json_object *entrypoint; /* the source's entrypoint, restored with the snapshot */
+    enum sim_snap_state state;
+    char reason[64];
+    char message[256];
+    int64_t created_ms, transition_ms;
 };
 
 /* Kinds of processes the simulator runs. */
@@ -56,7 +79,9 @@ struct sim_cmd {
     int out_fd, err_fd, state_fd;
     int64_t started_ms, finished_ms, deadline_ms, timeout_ms;
     bool running, timed_out, consumer_gone;
-    int exit_code; /* -1 when killed by a signal */
+    bool frozen;      /* its sandbox is paused: the stream sends nothing (no pings) */
+    bool state_ready; /* session state dump complete (set before the terminal event) */
+    int exit_code;    /* -1 when killed by a signal */
     int term_signal;
     struct sim_event *head, *tail;
     size_t queued;
@@ -86,6 +111,7 @@ struct sim_sandbox {
     json_object *image, *entrypoint, *metadata, *env, *platform;
     char *snapshot_id;
     int64_t seq, created_ms, ready_ms, expires_ms, transition_ms;
+    int64_t transition_due_ms; /* Pausing -> Paused / Resuming -> Running */
     enum sim_state state;
     char reason[64];
     char message[128];
@@ -103,13 +129,17 @@ struct sim_global {
     char root[4096];
     char *api_key;
     char *execd_header_name, *execd_header_value;
+    char *egress_token; /* --egress-token: OPENSANDBOX-EGRESS-AUTH the egress API requires */
     int64_t ready_delay_ms;
     int64_t max_timeout_s;
     int max_sandboxes;
     size_t max_upload;
+    bool no_pause;      /* --no-pause: pause/resume answer 501 (Kubernetes runtime) */
+    bool no_snapshots;  /* --no-snapshots: snapshot creation answers 501 */
     pthread_mutex_t mu; /* protects sandboxes and everything hanging off them */
     struct sim_sandbox *sandboxes;
     int nsandboxes;
+    struct sim_snapshot *snapshots; /* newest first; protected by mu */
     int64_t seq;
     _Atomic int shutting_down;
     pthread_mutex_t threads_mu;
@@ -140,6 +170,11 @@ struct sim_faults {
     int64_t cut_stream_after; /* events; -1 = off */
     int64_t stall_stream_after;
     int64_t drop_create_reply_count;
+    /* Pause/resume and snapshot switches (issue 12). */
+    bool pause_unsupported, pause_fail, resume_fail, paused_execd_refuse;
+    int64_t pause_delay_ms, resume_delay_ms;
+    bool snapshot_unsupported, snapshot_fail, restore_fail;
+    int64_t snapshot_delay_ms;
 };
 
 /* sim_util.c */
@@ -186,6 +221,25 @@ void sim_expire_locked(int64_t now);
 void sim_free_all(void);
 void sim_kill_everything(void);
 
+/* sim_pause.c */
+void sim_signal_all_locked(struct sim_sandbox *sb, int sig);
+enum MHD_Result sim_pause_handle(struct MHD_Connection *c, struct sim_sandbox *sb, bool pause,
+                                 int64_t now);
+bool sim_wait_unpaused(const char *id);
+const char *sim_state_name(enum sim_state st);
+
+/* sim_snapshot.c */
+enum MHD_Result sim_snapshot_create(struct MHD_Connection *c, struct sim_req *r,
+                                    const char *sandbox_id);
+enum MHD_Result sim_snapshots_handle(struct MHD_Connection *c, struct sim_req *r, const char *path);
+int sim_snapshot_restore(const char *snap_id, const char *dest_dir, json_object **entrypoint,
+                         unsigned *status, const char **code, char *msg, size_t msgn);
+void sim_snapshots_free_all(void);
+int sim_copy_tree(const char *src, const char *dst, char *err, size_t errn);
+
+/* sim_metrics.c */
+enum MHD_Result sim_metrics_handle(struct MHD_Connection *c, const char *path);
+
 /* sim_execd.c */
 enum MHD_Result sim_execd_handle(struct MHD_Connection *c, struct sim_req *r, const char *id,
                                  const char *path);
@@ -206,6 +260,7 @@ void sim_free_env(char **envp);
 /* sim_files.c */
 enum MHD_Result sim_files_handle(struct MHD_Connection *c, struct sim_req *r,
                                  struct sim_sandbox *sb, const char *path, const char *dir);
+int sim_remove_all(const char *path);
 
 /* sim_faults.c */
 void sim_faults_get(struct sim_faults *out);

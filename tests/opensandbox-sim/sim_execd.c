@@ -376,7 +376,7 @@ static void sim_session_harvest(struct sim_session *s)
     if (!cmd)
         return;
     pthread_mutex_lock(&cmd->mu);
-    if (cmd->done && cmd->state) {
+    if (cmd->state_ready && cmd->state) {
         char *mark = strstr(cmd->state, "\n__SIM_PWD__\n");
         if (mark) {
             *mark = 0;
@@ -548,6 +548,10 @@ enum MHD_Result sim_execd_handle(struct MHD_Connection *c, struct sim_req *r, co
         } else {
             ret = sim_reply_text(c, 404, "404 page not found");
         }
+    } else if ((strcmp(path, "/metrics") == 0 || strcmp(path, "/metrics/watch") == 0) &&
+               strcmp(m, "GET") == 0) {
+        pthread_mutex_unlock(&g_sim.mu);
+        return sim_metrics_handle(c, path);
     } else if (strncmp(path, "/files", 6) == 0 || strncmp(path, "/directories", 12) == 0) {
         char *dir = sim_strdup(sb->dir);
         pthread_mutex_unlock(&g_sim.mu);
@@ -571,6 +575,11 @@ enum MHD_Result sim_egress_handle(struct MHD_Connection *c, struct sim_req *r, c
     if (!found)
         return sim_reply_error(c, 502, "GENERAL::UNKNOWN_ERROR",
                                "Could not connect to the backend sandbox: no such sandbox");
+    /* components/egress/policy_server.go authorize(): OPENSANDBOX-EGRESS-AUTH must equal the
+     * sidecar's token when one is set; otherwise http.Error(w, "unauthorized", 401). */
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "OPENSANDBOX-EGRESS-AUTH");
+    if (g_sim.egress_token && (!auth || strcmp(auth, g_sim.egress_token) != 0))
+        return sim_reply_text(c, 401, "unauthorized\n");
     if (strcmp(path, "/policy") == 0 && strcmp(r->method, "GET") == 0)
         return sim_reply_json(
             c, 200,

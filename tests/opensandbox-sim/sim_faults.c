@@ -118,6 +118,18 @@ static json_object *sim_faults_json(void)
     json_object_object_add(o, "stall_stream_after", json_object_new_int64(f.stall_stream_after));
     json_object_object_add(o, "drop_create_reply",
                            json_object_new_int64(f.drop_create_reply_count));
+    json_object_object_add(o, "pause_unsupported", json_object_new_boolean(f.pause_unsupported));
+    json_object_object_add(o, "pause_fail", json_object_new_boolean(f.pause_fail));
+    json_object_object_add(o, "resume_fail", json_object_new_boolean(f.resume_fail));
+    json_object_object_add(o, "pause_delay_ms", json_object_new_int64(f.pause_delay_ms));
+    json_object_object_add(o, "resume_delay_ms", json_object_new_int64(f.resume_delay_ms));
+    json_object_object_add(o, "paused_execd_refuse",
+                           json_object_new_boolean(f.paused_execd_refuse));
+    json_object_object_add(o, "snapshot_unsupported",
+                           json_object_new_boolean(f.snapshot_unsupported));
+    json_object_object_add(o, "snapshot_fail", json_object_new_boolean(f.snapshot_fail));
+    json_object_object_add(o, "snapshot_delay_ms", json_object_new_int64(f.snapshot_delay_ms));
+    json_object_object_add(o, "restore_fail", json_object_new_boolean(f.restore_fail));
     return o;
 }
 
@@ -143,7 +155,17 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
               sim_get_int(o, "refuse_ms", 0, &refuse) &&
               sim_get_int(o, "cut_stream_after", -1, &f.cut_stream_after) &&
               sim_get_int(o, "stall_stream_after", -1, &f.stall_stream_after) &&
-              sim_get_int(o, "drop_create_reply", 0, &dcr);
+              sim_get_int(o, "drop_create_reply", 0, &dcr) &&
+              sim_get_bool(o, "pause_unsupported", &f.pause_unsupported) &&
+              sim_get_bool(o, "pause_fail", &f.pause_fail) &&
+              sim_get_bool(o, "resume_fail", &f.resume_fail) &&
+              sim_get_int(o, "pause_delay_ms", 0, &f.pause_delay_ms) &&
+              sim_get_int(o, "resume_delay_ms", 0, &f.resume_delay_ms) &&
+              sim_get_bool(o, "paused_execd_refuse", &f.paused_execd_refuse) &&
+              sim_get_bool(o, "snapshot_unsupported", &f.snapshot_unsupported) &&
+              sim_get_bool(o, "snapshot_fail", &f.snapshot_fail) &&
+              sim_get_int(o, "snapshot_delay_ms", 0, &f.snapshot_delay_ms) &&
+              sim_get_bool(o, "restore_fail", &f.restore_fail);
     json_object_object_foreach(o, key, val)
     {
         (void)val;
@@ -151,7 +173,11 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
             "lifecycle_latency_ms", "execd_latency_ms",   "lifecycle_status",
             "execd_status",         "status_count",       "drop_lifecycle",
             "drop_execd",           "drop_count",         "refuse_ms",
-            "cut_stream_after",     "stall_stream_after", "drop_create_reply"};
+            "cut_stream_after",     "stall_stream_after", "drop_create_reply",
+            "pause_unsupported",    "pause_fail",         "resume_fail",
+            "pause_delay_ms",       "resume_delay_ms",    "paused_execd_refuse",
+            "snapshot_unsupported", "snapshot_fail",      "snapshot_delay_ms",
+            "restore_fail"};
         bool found = false;
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             found = found || strcmp(known[i], key) == 0;
@@ -159,7 +185,8 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
             ok = false;
     }
     json_object_put(o);
-    if (!ok || (lst && (lst < 100 || lst > 599)) || (est && (est < 100 || est > 599)))
+    if (!ok || (lst && (lst < 100 || lst > 599)) || (est && (est < 100 || est > 599)) ||
+        f.pause_delay_ms < 0 || f.resume_delay_ms < 0 || f.snapshot_delay_ms < 0)
         return sim_reply_error(c, 400, "INVALID_REQUEST_BODY", "unknown key or wrong type");
     f.lifecycle_status = (int)lst;
     f.execd_status = (int)est;

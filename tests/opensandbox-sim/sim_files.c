@@ -475,7 +475,7 @@ static enum MHD_Result sim_upload(struct MHD_Connection *c, struct sim_req *r, c
 }
 
 /* Recursively remove path (like os.RemoveAll); 0 on success or if absent. */
-static int sim_remove_all(const char *path)
+int sim_remove_all(const char *path)
 {
     struct stat st;
     if (lstat(path, &st) != 0)
@@ -519,14 +519,75 @@ static enum MHD_Result sim_delete(struct MHD_Connection *c, const char *dir, boo
     return sim_reply_empty(c, 200);
 }
 
-/* POST /directories {"<path>": {"mode":755,...}} and POST /files/permissions (same shape). */
+/* Owner/group change like execd's SetFileOwnership (components/execd/pkg/web/controller,
+ * filesystem helpers): empty names are left alone; an unknown user or group is an error; then
+ * chown. 0 on success, else -1 with a Go-style message in err. */
+static int sim_set_ownership(const char *abs, const char *owner, const char *group, char *err,
+                             size_t errn)
+{
+    if ((!owner || !*owner) && (!group || !*group))
+        return 0;
+    uid_t uid = (uid_t)-1;
+    gid_t gid = (gid_t)-1;
+    if (owner && *owner) {
+        struct passwd *pw = getpwnam(owner);
+        if (!pw) {
+            snprintf(err, errn, "failed to lookup user %s: user: unknown user %s", owner, owner);
+            return -1;
+        }
+        uid = pw->pw_uid;
+    }
+    if (group && *group) {
+        struct group *gr = getgrnam(group);
+        if (!gr) {
+            snprintf(err, errn, "failed to lookup group %s: group: unknown group %s", group, group);
+            return -1;
+        }
+        gid = gr->gr_gid;
+    }
+    if (chown(abs, uid, gid) != 0) {
+        snprintf(err, errn, "chown %s: %s", abs, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* POST /directories {"<path>": {"mode":755,"owner","group"}} and POST /files/permissions (same
+ * shape, execd's map[string]model.Permission): mode as octal digits (0 = leave the mode),
+ * then owner and group (ChmodFile / MakeDir + SetFileOwnership). */
 static enum MHD_Result sim_path_map(struct MHD_Connection *c, struct sim_req *r, const char *dir,
                                     bool mkdirs)
 {
     json_object *body = json_tokener_parse(r->body);
-    if (!body || !json_object_is_type(body, json_type_object)) {
+    bool ok = body && json_object_is_type(body, json_type_object);
+    if (ok) {
+        json_object_object_foreach(body, k0, v0)
+        {
+            (void)k0;
+            json_object *fv;
+            if (!json_object_is_type(v0, json_type_object)) {
+                ok = false;
+                break;
+            }
+            if (json_object_object_get_ex(v0, "mode", &fv) &&
+                !json_object_is_type(fv, json_type_null) && !json_object_is_type(fv, json_type_int))
+                ok = false;
+            if (json_object_object_get_ex(v0, "owner", &fv) &&
+                !json_object_is_type(fv, json_type_null) &&
+                !json_object_is_type(fv, json_type_string))
+                ok = false;
+            if (json_object_object_get_ex(v0, "group", &fv) &&
+                !json_object_is_type(fv, json_type_null) &&
+                !json_object_is_type(fv, json_type_string))
+                ok = false;
+        }
+    }
+    if (!ok) {
         json_object_put(body);
-        return sim_reply_error(c, 400, "INVALID_REQUEST_BODY", "expected a JSON object");
+        return sim_reply_error(
+            c, 400, "INVALID_REQUEST_BODY",
+            "error parsing request, MAYBE invalid body format. expected "
+            "{\"<path>\": {\"mode\": int, \"owner\": string, \"group\": string}}");
     }
     enum MHD_Result ret = MHD_YES;
     bool failed = false;
@@ -534,22 +595,35 @@ static enum MHD_Result sim_path_map(struct MHD_Connection *c, struct sim_req *r,
     {
         if (failed)
             break;
-        json_object *mv;
+        json_object *mv, *ov, *gv;
         int64_t digits = 0;
-        if (json_object_is_type(v, json_type_object) && json_object_object_get_ex(v, "mode", &mv) &&
-            json_object_is_type(mv, json_type_int))
+        if (json_object_object_get_ex(v, "mode", &mv) && json_object_is_type(mv, json_type_int))
             digits = json_object_get_int64(mv);
+        const char *owner =
+            json_object_object_get_ex(v, "owner", &ov) && json_object_is_type(ov, json_type_string)
+                ? json_object_get_string(ov)
+                : NULL;
+        const char *group =
+            json_object_object_get_ex(v, "group", &gv) && json_object_is_type(gv, json_type_string)
+                ? json_object_get_string(gv)
+                : NULL;
         int mode = sim_mode_from_digits(digits);
         char *abs = sim_fpath(dir, k);
-        int rc = mode < 0 ? -1 : 0;
-        if (rc == 0 && mkdirs)
-            rc = sim_mkdir_p(abs, mode > 0 ? (mode_t)mode : 0755);
-        if (rc == 0 && mode > 0)
-            rc = chmod(abs, (mode_t)mode);
+        char err[4200] = "";
+        int rc =
+            mode < 0 ? (snprintf(err, sizeof err, "invalid mode %lld", (long long)digits), -1) : 0;
+        if (rc == 0 && mkdirs && sim_mkdir_p(abs, mode > 0 ? (mode_t)mode : 0755) != 0)
+            rc = -1, snprintf(err, sizeof err, "mkdir %.4096s: %s", abs, strerror(errno));
+        if (rc == 0 && mode > 0 && chmod(abs, (mode_t)mode) != 0)
+            rc = -1, snprintf(err, sizeof err, "chmod %.4096s: %s", abs, strerror(errno));
+        if (rc == 0)
+            rc = sim_set_ownership(abs, owner, group, err, sizeof err);
         if (rc != 0) {
-            char msg[4200];
-            snprintf(msg, sizeof msg, "%s %.4096s: %s", mkdirs ? "mkdir" : "chmod", abs,
-                     mode < 0 ? "invalid mode" : strerror(errno));
+            char msg[4400];
+            if (mkdirs)
+                snprintf(msg, sizeof msg, "%s", err);
+            else
+                snprintf(msg, sizeof msg, "error changing permissions for %.100s. %s", k, err);
             ret = sim_reply_error(c, 500, "RUNTIME_ERROR", msg);
             failed = true;
         }

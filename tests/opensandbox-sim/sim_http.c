@@ -113,7 +113,7 @@ enum MHD_Result sim_accept_policy(void *cls, const struct sockaddr *addr, sockle
 static size_t sim_body_limit(const char *url)
 {
     if (strstr(url, "/files/upload") || strstr(url, "/proxy/"))
-        return g_sim.max_upload;
+        return g_sim.max_upload ? g_sim.max_upload : SIZE_MAX; /* 0: no cap, like execd */
     return SIM_MAX_JSON_BODY;
 }
 
@@ -132,6 +132,33 @@ static const char *sim_split_sandbox(const char *p, char *id, size_t idn, const 
     const char *k_end = strchr(kind, '/');
     *rest = k_end ? k_end : kind + strlen(kind);
     return kind;
+}
+
+/* Route "<port>/rest" of a proxy path (the server proxy /sandboxes/<id>/proxy/<port>, and
+ * execd's own reverse proxy /proxy/<port> that the Docker provider's bridge-mode endpoints
+ * `<host>:<mapped port>/proxy/<port>` point at): 44772 is execd, 18080 the egress stand-in,
+ * anything else is relayed to 127.0.0.1:<port>. */
+static enum MHD_Result sim_port_route(struct MHD_Connection *c, struct sim_req *r, const char *id,
+                                      const char *ps)
+{
+    char *end;
+    long port = strtol(ps, &end, 10);
+    if (end == ps || port < 1 || port > 65535 || (*end && *end != '/'))
+        return sim_reply_error(c, 400, "GENERAL::UNKNOWN_ERROR", "invalid port");
+    if (port == SIM_EXECD_PORT)
+        return sim_execd_handle(c, r, id, end);
+    if (port == SIM_EGRESS_PORT)
+        return sim_egress_handle(c, r, id, end);
+    pthread_mutex_lock(&g_sim.mu);
+    struct sim_sandbox *sb = sim_find_locked(id);
+    enum sim_state state = sb ? sim_effective_state(sb, sim_now_ms()) : SIM_TERMINATED;
+    pthread_mutex_unlock(&g_sim.mu);
+    if (!sb)
+        return sim_reply_error(c, 404, "DOCKER::SANDBOX_NOT_FOUND", "sandbox not found");
+    if (state != SIM_RUNNING)
+        return sim_reply_error(c, 502, "GENERAL::UNKNOWN_ERROR",
+                               "Could not connect to the backend sandbox: not running");
+    return sim_proxy_relay(c, r, (int)port, end);
 }
 
 /* Route a complete request. */
@@ -158,32 +185,17 @@ static enum MHD_Result sim_dispatch(struct MHD_Connection *c, struct sim_req *r)
     int st;
     if (sim_fault_take_status(execd, &st))
         return sim_reply_error(c, (unsigned)st, "SIM::INJECTED_FAULT", "injected failure");
+    if (execd && !sim_wait_unpaused(id))
+        return sim_reply_error(c, 502, "GENERAL::UNKNOWN_ERROR",
+                               "Could not connect to the backend sandbox: sandbox is paused");
+    if (execd && strncmp(kind, "execd", 5) == 0 && strncmp(rest, "/proxy/", 7) == 0)
+        return sim_port_route(c, r, id, rest + 7); /* execd's own /proxy/<port> route */
     if (execd && strncmp(kind, "execd", 5) == 0)
         return sim_execd_handle(c, r, id, rest);
     if (execd && strncmp(kind, "egress", 6) == 0)
         return sim_egress_handle(c, r, id, rest);
-    if (execd) {
-        /* Server proxy: /sandboxes/<id>/proxy/<port>/rest */
-        const char *ps = kind + 6;
-        char *end;
-        long port = strtol(ps, &end, 10);
-        if (end == ps || port < 1 || port > 65535 || (*end && *end != '/'))
-            return sim_reply_error(c, 400, "GENERAL::UNKNOWN_ERROR", "invalid port");
-        if (port == SIM_EXECD_PORT)
-            return sim_execd_handle(c, r, id, end);
-        if (port == SIM_EGRESS_PORT)
-            return sim_egress_handle(c, r, id, end);
-        pthread_mutex_lock(&g_sim.mu);
-        struct sim_sandbox *sb = sim_find_locked(id);
-        enum sim_state state = sb ? sim_effective_state(sb, sim_now_ms()) : SIM_TERMINATED;
-        pthread_mutex_unlock(&g_sim.mu);
-        if (!sb)
-            return sim_reply_error(c, 404, "DOCKER::SANDBOX_NOT_FOUND", "sandbox not found");
-        if (state != SIM_RUNNING)
-            return sim_reply_error(c, 502, "GENERAL::UNKNOWN_ERROR",
-                                   "Could not connect to the backend sandbox: not running");
-        return sim_proxy_relay(c, r, (int)port, end);
-    }
+    if (execd)
+        return sim_port_route(c, r, id, kind + 6); /* server proxy /sandboxes/<id>/proxy/<port> */
     return sim_lifecycle_handle(c, r, p);
 }
 
@@ -208,7 +220,7 @@ enum MHD_Result sim_access_handler(void *cls, struct MHD_Connection *c, const ch
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (r->too_large || r->len + n > r->limit) {
+        if (r->too_large || n > r->limit - r->len) {
             r->too_large = true;
             return MHD_YES;
         }

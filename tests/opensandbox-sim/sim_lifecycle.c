@@ -9,8 +9,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char *const sim_state_names[] = {"Pending", "Running", "Paused", "Terminated",
-                                              "Failed"};
+static const char *const sim_state_names[] = {"Pending", "Running", "Paused",  "Terminated",
+                                              "Failed",  "Pausing", "Resuming"};
+
+/* The API name of a state ("Running", "Paused", ...). */
+const char *sim_state_name(enum sim_state st)
+{
+    return sim_state_names[st];
+}
 
 /* Find a sandbox by id; caller holds g_sim.mu. */
 struct sim_sandbox *sim_find_locked(const char *id)
@@ -67,6 +73,15 @@ enum sim_state sim_effective_state(struct sim_sandbox *sb, int64_t now)
         sb->transition_ms = sb->ready_ms;
         snprintf(sb->reason, sizeof sb->reason, "CONTAINER_RUNNING");
         sb->message[0] = 0;
+    }
+    if ((sb->state == SIM_PAUSING || sb->state == SIM_RESUMING) && now >= sb->transition_due_ms) {
+        bool resume = sb->state == SIM_RESUMING;
+        if (resume)
+            sim_signal_all_locked(sb, SIGCONT);
+        sb->state = resume ? SIM_RUNNING : SIM_PAUSED;
+        sb->transition_ms = sb->transition_due_ms;
+        snprintf(sb->reason, sizeof sb->reason, "%s",
+                 resume ? "CONTAINER_RUNNING" : "CONTAINER_PAUSED");
     }
     if (sb->expires_ms > 0 && now >= sb->expires_ms && sb->state != SIM_TERMINATED &&
         sb->state != SIM_FAILED) {
@@ -396,6 +411,28 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         }
     }
 
+    /* Restore from a snapshot: it must exist and be Ready (see sim_snapshot.c). */
+    json_object *snap_entry = NULL;
+    if (snap) {
+        unsigned sst;
+        const char *scode;
+        char smsg[256];
+        if (sim_snapshot_restore(json_object_get_string(snap), NULL, &snap_entry, &sst, &scode,
+                                 smsg, sizeof smsg) != 0) {
+            ret = sim_reply_error(c, sst, scode, smsg);
+            goto out;
+        }
+        struct sim_faults f;
+        sim_faults_get(&f);
+        if (f.restore_fail) {
+            json_object_put(snap_entry);
+            ret = sim_reply_error(c, 500, "DOCKER::SANDBOX_START_FAILED",
+                                  "Failed to start sandbox container: injected failure "
+                                  "(opensandbox-sim)");
+            goto out;
+        }
+    }
+
     /* Valid: create it. */
     struct sim_sandbox *sb = calloc(1, sizeof *sb);
     if (!sb)
@@ -409,8 +446,25 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         snprintf(msg, sizeof msg, "cannot create sandbox directory: %s", strerror(errno));
         free(sb->dir);
         free(sb);
+        json_object_put(snap_entry);
         ret = sim_reply_error(c, 500, "DOCKER::SANDBOX_CREATE_FAILED", msg);
         goto out;
+    }
+    if (snap) {
+        unsigned sst;
+        const char *scode;
+        char smsg[640];
+        json_object_put(snap_entry);
+        if (sim_snapshot_restore(json_object_get_string(snap), sb->dir, &snap_entry, &sst, &scode,
+                                 smsg, sizeof smsg) != 0) {
+            sim_remove_all(sb->dir);
+            free(sb->dir);
+            free(sb);
+            ret = sim_reply_error(c, sst, scode, smsg);
+            goto out;
+        }
+        if (!entry && snap_entry)
+            entry = snap_entry; /* the server restores the snapshot's entrypoint */
     }
     if (image) {
         sb->image = json_object_new_object();
@@ -421,7 +475,9 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         sb->snapshot_id = sim_strdup(json_object_get_string(snap));
     if (entry) {
         sb->entrypoint = json_object_get(entry);
+        json_object_put(snap_entry);
     } else {
+        json_object_put(snap_entry);
         sb->entrypoint = json_object_new_array();
         const char *dflt[] = {"tail", "-f", "/dev/null"};
         for (int i = 0; i < 3; i++)
@@ -440,7 +496,7 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
     pthread_mutex_lock(&g_sim.mu);
     if (g_sim.nsandboxes >= g_sim.max_sandboxes) {
         pthread_mutex_unlock(&g_sim.mu);
-        rmdir(sb->dir);
+        sim_remove_all(sb->dir);
         sim_sandbox_free(sb);
         ret = sim_reply_error(c, 409, "SANDBOX::QUOTA_EXCEEDED",
                               "opensandbox-sim: too many sandboxes (see --max-sandboxes)");
@@ -503,7 +559,40 @@ static bool sim_parse_uint(const char *s, long *out)
     return true;
 }
 
-/* True if the sandbox metadata contains every k=v pair of the filter string. */
+/* Value of a hex digit or -1. */
+static int sim_hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode s in place, '+' as a space (what parse_qsl does to each part). */
+static void sim_qs_unquote(char *s)
+{
+    char *o = s;
+    for (; *s; s++) {
+        int hi, lo;
+        if (*s == '+') {
+            *o++ = ' ';
+        } else if (*s == '%' && (hi = sim_hexval(s[1])) >= 0 && (lo = sim_hexval(s[2])) >= 0) {
+            *o++ = (char)(hi * 16 + lo);
+            s += 2;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o = 0;
+}
+
+/* True if the sandbox metadata contains every k=v pair of the filter string.
+ * Like OpenSandbox's list_sandboxes (server/src/api/lifecycle.py), the filter is
+ * split with parse_qsl: split on '&', then on the first '=', then each part is
+ * percent-decoded, so an escaped '&' or '=' inside a value stays in the value. */
 static bool sim_meta_match(struct sim_sandbox *sb, const char *filter)
 {
     char *copy = sim_strdup(filter);
@@ -512,6 +601,8 @@ static bool sim_meta_match(struct sim_sandbox *sb, const char *filter)
     for (char *tok = strtok_r(copy, "&", &save); tok && ok; tok = strtok_r(NULL, "&", &save)) {
         char *eq = strchr(tok, '=');
         *eq = 0;
+        sim_qs_unquote(tok);
+        sim_qs_unquote(eq + 1);
         json_object *v;
         ok = sb->metadata && json_object_object_get_ex(sb->metadata, tok, &v) &&
              strcmp(json_object_get_string(v), eq + 1) == 0;
@@ -620,10 +711,11 @@ static enum MHD_Result sim_endpoint(struct MHD_Connection *c, struct sim_sandbox
     sim_host_for(c, host, sizeof host);
     if (proxy)
         snprintf(ep, sizeof ep, "%s/sandboxes/%s/proxy/%ld", host, sb->id, port);
-    else if (port == SIM_EXECD_PORT)
-        snprintf(ep, sizeof ep, "%s/sandboxes/%s/execd", host, sb->id);
-    else if (port == SIM_EGRESS_PORT)
-        snprintf(ep, sizeof ep, "%s/sandboxes/%s/egress", host, sb->id);
+    else if (port == SIM_EXECD_PORT || port == SIM_EGRESS_PORT)
+        /* Docker bridge mode answers `<host>:<execd's mapped port>/proxy/<port>` (execd's own
+         * reverse proxy; services/docker/networking.py _resolve_host_mapped_endpoint); here
+         * `<H>/sandboxes/<id>/execd` stands for that per-sandbox execd address. */
+        snprintf(ep, sizeof ep, "%s/sandboxes/%s/execd/proxy/%ld", host, sb->id, port);
     else
         snprintf(ep, sizeof ep, "127.0.0.1:%ld", port);
     json_object *o = json_object_new_object();
@@ -634,19 +726,25 @@ static enum MHD_Result sim_endpoint(struct MHD_Connection *c, struct sim_sandbox
                                json_object_new_string(g_sim.execd_header_value));
         json_object_object_add(o, "headers", h);
     }
+    /* OpenSandbox returns the egress sidecar's token with its endpoint (the Go SDK's e2e test
+     * reads Headers["OPENSANDBOX-EGRESS-AUTH"] from GetEndpoint(18080)). */
+    if (port == SIM_EGRESS_PORT && g_sim.egress_token) {
+        json_object *h = json_object_new_object();
+        json_object_object_add(h, "OPENSANDBOX-EGRESS-AUTH",
+                               json_object_new_string(g_sim.egress_token));
+        json_object_object_add(o, "headers", h);
+    }
     return sim_reply_json(c, 200, o);
 }
 
-/* Send sig to every process group of the sandbox (pause/resume); caller holds g_sim.mu. */
-static void sim_signal_all_locked(struct sim_sandbox *sb, int sig)
-{
-    for (int i = 0; i < sb->ncmds; i++)
-        sim_cmd_kill(sb->cmds[i], sig);
-    for (int i = 0; i < sb->npgids; i++)
-        kill(-sb->pgids[i], sig);
-}
-
-/* POST /sandboxes/<id>/renew-expiration. */
+/* POST /sandboxes/<id>/renew-expiration, as DockerSandboxService.renew_expiration in
+ * alibaba/OpenSandbox server/opensandbox_server/services/docker/docker_service.py:
+ * 404 for an unknown sandbox; validators.ensure_future_expiration: 400
+ * DOCKER::INVALID_EXPIRATION "New expiration time must be in the future." (a time without
+ * offset counts as UTC; an earlier time than the current expiry is accepted); a sandbox created
+ * without timeout (manual cleanup) is 409 DOCKER::INVALID_EXPIRATION. Paused sandboxes can be
+ * renewed. The real Docker provider removes expired sandboxes (then 404); the simulator keeps
+ * them as Terminated and answers 409 DOCKER::SANDBOX_NOT_RUNNING for them. */
 static enum MHD_Result sim_renew(struct MHD_Connection *c, struct sim_req *r, const char *id)
 {
     json_object *body = json_tokener_parse(r->body), *v;
@@ -661,17 +759,23 @@ static enum MHD_Result sim_renew(struct MHD_Connection *c, struct sim_req *r, co
     }
     json_object_put(body);
     int64_t now = sim_now_ms();
+    char msg[160];
     pthread_mutex_lock(&g_sim.mu);
     struct sim_sandbox *sb = sim_find_locked(id);
+    enum sim_state st = sb ? sim_effective_state(sb, now) : SIM_TERMINATED;
     enum MHD_Result ret;
     if (!sb) {
-        ret = sim_reply_error(c, 404, "DOCKER::SANDBOX_NOT_FOUND", "sandbox not found");
-    } else if (sim_effective_state(sb, now) == SIM_TERMINATED ||
-               sim_effective_state(sb, now) == SIM_FAILED) {
-        ret = sim_reply_error(c, 409, "DOCKER::SANDBOX_NOT_RUNNING", "sandbox is not running");
-    } else if (when <= now || (sb->expires_ms > 0 && when <= sb->expires_ms)) {
-        ret = sim_reply_error(c, 400, "SANDBOX::INVALID_EXPIRATION",
-                              "expiresAt must be in the future and after the current expiry");
+        snprintf(msg, sizeof msg, "Sandbox %s not found", id);
+        ret = sim_reply_error(c, 404, "DOCKER::SANDBOX_NOT_FOUND", msg);
+    } else if (when <= now) {
+        ret = sim_reply_error(c, 400, "DOCKER::INVALID_EXPIRATION",
+                              "New expiration time must be in the future.");
+    } else if (sb->expires_ms == 0) {
+        snprintf(msg, sizeof msg, "Sandbox %s does not have automatic expiration enabled.", id);
+        ret = sim_reply_error(c, 409, "DOCKER::INVALID_EXPIRATION", msg);
+    } else if (st == SIM_TERMINATED || st == SIM_FAILED) {
+        ret = sim_reply_error(c, 409, "DOCKER::SANDBOX_NOT_RUNNING",
+                              "Sandbox is not in a running state.");
     } else {
         sb->expires_ms = when;
         char ts[64];
@@ -745,6 +849,8 @@ enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r
     if (sim_auth_fails(c, &ret))
         return ret;
     const char *m = r->method;
+    if (strcmp(path, "/snapshots") == 0 || strncmp(path, "/snapshots/", 11) == 0)
+        return sim_snapshots_handle(c, r, path);
     if (strcmp(path, "/sandboxes") == 0) {
         if (strcmp(m, "POST") == 0)
             return sim_create(c, r);
@@ -764,6 +870,8 @@ enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r
     const char *sub = e ? e : "";
     if (strcmp(sub, "/renew-expiration") == 0 && strcmp(m, "POST") == 0)
         return sim_renew(c, r, id);
+    if (strcmp(sub, "/snapshots") == 0 && strcmp(m, "POST") == 0)
+        return sim_snapshot_create(c, r, id);
     int64_t now = sim_now_ms();
     pthread_mutex_lock(&g_sim.mu);
     struct sim_sandbox *sb = sim_find_locked(id);
@@ -800,20 +908,7 @@ enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r
         return ret;
     }
     if ((strcmp(sub, "/pause") == 0 || strcmp(sub, "/resume") == 0) && strcmp(m, "POST") == 0) {
-        bool pause = strcmp(sub, "/pause") == 0;
-        enum sim_state st = sim_effective_state(sb, now);
-        if (pause && st != SIM_RUNNING) {
-            ret = sim_reply_error(c, 409, "DOCKER::SANDBOX_NOT_RUNNING", "sandbox is not running");
-        } else if (!pause && st != SIM_PAUSED) {
-            ret = sim_reply_error(c, 409, "DOCKER::SANDBOX_NOT_PAUSED", "sandbox is not paused");
-        } else {
-            sim_signal_all_locked(sb, pause ? SIGSTOP : SIGCONT);
-            sb->state = pause ? SIM_PAUSED : SIM_RUNNING;
-            sb->transition_ms = now;
-            snprintf(sb->reason, sizeof sb->reason, "%s",
-                     pause ? "CONTAINER_PAUSED" : "CONTAINER_RUNNING");
-            ret = sim_reply_empty(c, 202);
-        }
+        ret = sim_pause_handle(c, sb, strcmp(sub, "/pause") == 0, now);
         pthread_mutex_unlock(&g_sim.mu);
         return ret;
     }

@@ -25,9 +25,13 @@ static void sim_usage(FILE *f)
                "  --api-key KEY            require OPEN-SANDBOX-API-KEY on the lifecycle API\n"
                "  --ready-delay-ms N       Pending -> Running delay (default 300)\n"
                "  --execd-header NAME:VAL  execd requires this header; discovery returns it\n"
+               "  --egress-token TOKEN     egress API requires OPENSANDBOX-EGRESS-AUTH: TOKEN;\n"
+               "                           discovery of port 18080 returns it\n"
                "  --max-sandboxes N        live sandbox cap (default 64)\n"
                "  --max-timeout-s N        largest accepted sandbox timeout (default 86400)\n"
-               "  --max-upload-mb N        request body cap for uploads/proxy (default 64)\n"
+               "  --max-upload-mb N        request body cap for uploads/proxy (default 0 = none)\n"
+               "  --no-pause               pause/resume answer 501 (like a Kubernetes runtime)\n"
+               "  --no-snapshots           snapshot creation answers 501 (runtime without it)\n"
                "Prints 'opensandbox-sim ready on http://HOST:PORT' when ready; SIGTERM/SIGINT\n"
                "kill every process it started and exit 0. Fault control API: /_sim/faults.\n");
 }
@@ -52,12 +56,20 @@ static void sim_parse_args(int argc, char **argv)
     g_sim.ready_delay_ms = 300;
     g_sim.max_sandboxes = 64;
     g_sim.max_timeout_s = 86400;
-    g_sim.max_upload = 64u * 1024 * 1024;
+    g_sim.max_upload = 0; /* no cap: the real execd and server proxy have none */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             sim_usage(stdout);
             exit(0);
+        }
+        if (!strcmp(a, "--no-pause")) {
+            g_sim.no_pause = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-snapshots")) {
+            g_sim.no_snapshots = true;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "opensandbox-sim: unknown option or missing value: %s\n", a);
@@ -80,6 +92,9 @@ static void sim_parse_args(int argc, char **argv)
             g_sim.max_timeout_s = sim_opt_num(a, v);
         } else if (!strcmp(a, "--max-upload-mb")) {
             g_sim.max_upload = (size_t)sim_opt_num(a, v) * 1024 * 1024;
+        } else if (!strcmp(a, "--egress-token")) {
+            free(g_sim.egress_token);
+            g_sim.egress_token = sim_strdup(v);
         } else if (!strcmp(a, "--execd-header")) {
             const char *colon = strchr(v, ':');
             if (!colon || colon == v) {
@@ -185,8 +200,10 @@ int main(int argc, char **argv)
     sim_wait_threads();
     pthread_join(janitor, NULL);
     sim_free_all();
+    sim_snapshots_free_all();
     free(g_sim.api_key);
     free(g_sim.execd_header_name);
     free(g_sim.execd_header_value);
+    free(g_sim.egress_token);
     return 0;
 }

@@ -230,6 +230,12 @@ static void sim_go_duration(int64_t ms, char *out, size_t n)
 static void sim_cmd_finish(struct sim_cmd *cmd)
 {
     int64_t now = sim_now_ms();
+    /* The session's state dump is complete (all pipes drained): publish it before the client
+     * can see the end of the run, as execd's bashSession.run stores env/cwd before its
+     * OnExecuteComplete hook (components/execd/pkg/runtime/bash_session.go). */
+    pthread_mutex_lock(&cmd->mu);
+    cmd->state_ready = true;
+    pthread_mutex_unlock(&cmd->mu);
     if (cmd->kind == SIM_CMD_SESSION && cmd->timed_out) {
         char dur[32], msg[128];
         sim_go_duration(cmd->timeout_ms, dur, sizeof dur);
@@ -529,7 +535,12 @@ static ssize_t sim_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         bool cut = f.cut_stream_after >= 0 && st->events >= f.cut_stream_after;
         if (g_sim.shutting_down || cut)
             return out ? (ssize_t)out : MHD_CONTENT_READER_END_WITH_ERROR;
-        if (f.stall_stream_after >= 0 && st->events >= f.stall_stream_after) {
+        pthread_mutex_lock(&st->cmd->mu);
+        /* Paused sandbox: a frozen execd sends nothing, until the command ends (killed by a
+         * delete or expiry of the paused sandbox). */
+        bool frozen = st->cmd->frozen && !st->cmd->done;
+        pthread_mutex_unlock(&st->cmd->mu);
+        if (frozen || (f.stall_stream_after >= 0 && st->events >= f.stall_stream_after)) {
             if (out)
                 return (ssize_t)out;
             sim_sleep_ms(100);

@@ -110,8 +110,8 @@ int sim_parse_iso_time(const char *s, int64_t *out_ms)
         if (*p == '-')
             off = -off;
         p += 6;
-    } else {
-        return -1;
+    } else if (*p) {
+        return -1; /* no offset: UTC, like ensure_future_expiration does for naive datetimes */
     }
     if (*p)
         return -1;

@@ -5,7 +5,10 @@ reach deterministically. Expects the simulator to run with --api-key, --execd-he
 X-Sim-Token:s3cret and --ready-delay-ms 1500 (see validation.test).
 """
 
+import grp
 import json
+import os
+import pwd
 import sys
 import time
 
@@ -141,11 +144,12 @@ def lifecycle_checks():
     st, js = lc("GET", "/sandboxes/nope/endpoints/44772")
     expect_error("endpoint of unknown sandbox", st, js, 404, "DOCKER::SANDBOX_NOT_FOUND")
     st, js = lc("GET", f"/sandboxes/{pending}/endpoints/44772?use_server_proxy=false")
-    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/execd")
-          and js["headers"] == TOKEN, "execd endpoint carries the execd header", f"({js})")
+    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/execd/proxy/44772")
+          and js["headers"] == TOKEN, "execd endpoint (bridge shape, ends in the port) carries "
+          "the execd header", f"({js})")
     st, js = lc("GET", f"/sandboxes/{pending}/endpoints/18080")
-    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/egress")
-          and "headers" not in js, "egress endpoint", f"({js})")
+    check(st == 200 and js["endpoint"].endswith(f"/sandboxes/{pending}/execd/proxy/18080")
+          and "headers" not in js, "egress endpoint (bridge shape)", f"({js})")
 
     # Renew expiration.
     st, js = lc("POST", f"/sandboxes/{pending}/renew-expiration", {"expiresAt": "tomorrow"})
@@ -176,6 +180,93 @@ def lifecycle_checks():
     st, _, _ = request("POST", "/v1/sandboxes", raw_body=b"x" * (2 * 1024 * 1024),
                        headers={"OPEN-SANDBOX-API-KEY": "validation-key"})
     check(st == 413, "2 MiB JSON body -> 413", f"(got {st})")
+
+
+def lifecycle_issue12_checks():
+    """Pause/resume, snapshot and renew status codes, as the real server's code answers them."""
+    sid = create()["id"]
+    # Pending: not pausable, not snapshotable.
+    st, js = lc("POST", f"/sandboxes/{sid}/pause")
+    expect_error("pause while Pending", st, js, 409, "DOCKER::SANDBOX_NOT_RUNNING")
+    st, js = lc("POST", f"/sandboxes/{sid}/snapshots", {})
+    expect_error("snapshot while Pending", st, js, 409, "SNAPSHOT::INVALID_SOURCE_STATE")
+    wait_running(sid)
+    st, js = lc("POST", f"/sandboxes/{sid}/resume")
+    check(st == 409 and js == {"code": "DOCKER::SANDBOX_NOT_PAUSED",
+                               "message": "Sandbox is not in a paused state."},
+          "resume while Running -> 409 DOCKER::SANDBOX_NOT_PAUSED", f"(got {st} {js})")
+    for op in ("pause", "resume", "snapshots"):
+        st, js = lc("POST", f"/sandboxes/nope/{op}", {} if op == "snapshots" else None)
+        expect_error(f"{op} of an unknown sandbox", st, js, 404, "DOCKER::SANDBOX_NOT_FOUND")
+    st, _, data = request("POST", f"/v1/sandboxes/{sid}/pause")
+    check(st == 401, "pause needs the API key", f"(got {st})")
+    st, _, data = request("POST", f"/v1/sandboxes/{sid}/pause",
+                          headers={"OPEN-SANDBOX-API-KEY": "validation-key"})
+    check(st == 202 and data == b"", "pause -> 202 empty body", f"(got {st} {data!r})")
+    st, js = lc("GET", f"/sandboxes/{sid}")
+    check(js["status"]["state"] == "Paused" and js["status"]["reason"] == "CONTAINER_PAUSED",
+          "Paused / CONTAINER_PAUSED", f"({js})")
+    st, js = lc("POST", f"/sandboxes/{sid}/pause")
+    expect_error("pause while Paused (docker: already paused)", st, js, 500,
+                 "DOCKER::SANDBOX_PAUSE_FAILED")
+    st, js = lc("POST", f"/sandboxes/{sid}/snapshots", {})
+    check(st == 409 and js["code"] == "SNAPSHOT::INVALID_SOURCE_STATE" and
+          js["message"] == "Snapshot can only be created from a Running sandbox.",
+          "snapshot while Paused -> 409 SNAPSHOT::INVALID_SOURCE_STATE", f"(got {st} {js})")
+    future = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 3600))
+    st, js = lc("POST", f"/sandboxes/{sid}/renew-expiration", {"expiresAt": future})
+    check(st == 200 and js["expiresAt"].startswith(future),
+          "renew a Paused sandbox, time without offset = UTC -> 200", f"(got {st} {js})")
+    sooner = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 600))
+    st, js = lc("POST", f"/sandboxes/{sid}/renew-expiration", {"expiresAt": sooner})
+    check(st == 200 and js["expiresAt"].startswith(sooner[:19]),
+          "renew to an earlier (future) time is accepted", f"(got {st} {js})")
+    st, js = lc("POST", f"/sandboxes/{sid}/renew-expiration",
+                {"expiresAt": "2001-01-01T00:00:00Z"})
+    check(st == 400 and js == {"code": "DOCKER::INVALID_EXPIRATION",
+                               "message": "New expiration time must be in the future."},
+          "renew into the past -> 400 DOCKER::INVALID_EXPIRATION", f"(got {st} {js})")
+    st, js = lc("POST", "/sandboxes/nope/renew-expiration", {"expiresAt": sooner})
+    expect_error("renew of an unknown sandbox", st, js, 404, "DOCKER::SANDBOX_NOT_FOUND")
+    forever = lc("POST", "/sandboxes", body(timeout=None))[1]["id"]
+    st, js = lc("POST", f"/sandboxes/{forever}/renew-expiration", {"expiresAt": sooner})
+    expect_error("renew of a sandbox without timeout", st, js, 409, "DOCKER::INVALID_EXPIRATION")
+    st, js = lc("GET", f"/sandboxes?state=Paused&state=pausing")
+    check(st == 200 and [i["id"] for i in js["items"]] == [sid], "list ?state=Paused",
+          f"({js})")
+    st, _ = lc("POST", f"/sandboxes/{sid}/resume")
+    check(st == 202 and lc("GET", f"/sandboxes/{sid}")[1]["status"]["state"] == "Running",
+          "resume -> 202, Running")
+
+    # Snapshot request body (CreateSnapshotRequest: optional, only a non-empty "name").
+    for what, payload, field in (("an unknown field", {"nam": "x"}, "nam"),
+                                 ("an empty name", {"name": ""}, "name"),
+                                 ("a non-string name", {"name": 5}, "name")):
+        st, js = lc("POST", f"/sandboxes/{sid}/snapshots", payload)
+        check(st == 422 and field in js["detail"][0]["loc"], f"snapshot with {what} -> 422",
+              f"(got {st} {js})")
+    st, hdrs, data = request("POST", f"/v1/sandboxes/{sid}/snapshots", body={"name": "cp"},
+                             headers={"OPEN-SANDBOX-API-KEY": "validation-key"})
+    snap = json.loads(data)
+    check(st == 202 and hdrs.get("Location") == f"/v1/snapshots/{snap['id']}" and
+          snap["sandboxId"] == sid and snap["name"] == "cp" and
+          snap["status"]["state"] == "Creating" and
+          snap["status"]["reason"] == "snapshot_accepted" and "createdAt" in snap,
+          "snapshot -> 202 Creating with Location", f"(got {st} {hdrs} {snap})")
+    st, js = lc("GET", "/snapshots/nope")
+    check(st == 404 and js == {"code": "SNAPSHOT::NOT_FOUND",
+                               "message": "Snapshot nope not found"},
+          "GET unknown snapshot -> 404 SNAPSHOT::NOT_FOUND", f"(got {st} {js})")
+    st, js = lc("DELETE", "/snapshots/nope")
+    expect_error("DELETE unknown snapshot", st, js, 404, "SNAPSHOT::NOT_FOUND")
+    st, _, _ = request("GET", "/v1/snapshots")
+    check(st == 401, "snapshots need the API key")
+    for q in ("pageSize=201", "pageSize=0", "page=0", "page=x"):
+        st, js = lc("GET", f"/snapshots?{q}")
+        check(st == 422, f"list snapshots ?{q} -> 422", f"(got {st})")
+    st, js = lc("POST", "/sandboxes", body(image=None, entrypoint=None, snapshotId="nope"))
+    expect_error("restore from an unknown snapshot", st, js, 404, "SNAPSHOT::NOT_FOUND")
+    lc("DELETE", f"/sandboxes/{forever}")
 
 
 def multipart(parts, boundary="XyZ"):
@@ -283,9 +374,66 @@ def execd_checks():
     lc("DELETE", f"/sandboxes/{sid}")
 
 
+def execd_issue12_checks():
+    """execd details: bridge-shaped endpoint route, /metrics, permissions owner/group, session
+    state between back-to-back runs."""
+    sid = create()["id"]
+    wait_running(sid)
+    _, ep = lc("GET", f"/sandboxes/{sid}/endpoints/44772")
+    prefix = ep["endpoint"].split("/", 1)[1]
+    st, _, _ = request("GET", f"/{prefix}/ping", headers=TOKEN)
+    check(st == 200, f"the direct execd endpoint /{prefix} answers /ping", f"(got {st})")
+    _, ep = lc("GET", f"/sandboxes/{sid}/endpoints/18080")
+    st, _, data = request("GET", "/" + ep["endpoint"].split("/", 1)[1] + "/policy")
+    check(st == 200 and json.loads(data)["status"] == "ok", "the egress endpoint answers /policy")
+
+    st, m = ex(sid, "GET", "/metrics")
+    check(st == 200 and set(m) == {"cpu_count", "cpu_used_pct", "mem_total_mib", "mem_used_mib",
+                                   "timestamp"} and m["cpu_count"] >= 1 and
+          0 <= m["cpu_used_pct"] <= 100 and 0 < m["mem_used_mib"] <= m["mem_total_mib"] and
+          isinstance(m["timestamp"], int), "GET /metrics: execd's Metrics", f"(got {st} {m})")
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    mygroup = grp.getgrgid(os.getgid()).gr_name
+    path = f"{sid}-perm.txt"
+    ex(sid, "POST", "/command", {"command": f"echo x > {path}"})
+    st, _ = ex(sid, "POST", "/files/permissions",
+               {path: {"mode": 640, "owner": me, "group": mygroup}})
+    st2, info = ex(sid, "GET", f"/files/info?path={path}")
+    fi = info[path] if st2 == 200 else {}
+    check(st == 200 and fi.get("mode") == 640 and fi.get("owner") == me and
+          fi.get("group") == mygroup, "permissions: mode, owner and group applied",
+          f"(got {st} {fi})")
+    st, js = ex(sid, "POST", "/files/permissions", {path: {"mode": 600, "owner": "no-such-u"}})
+    check(st == 500 and js["code"] == "RUNTIME_ERROR" and "unknown user no-such-u" in
+          js["message"], "permissions with an unknown owner -> 500 RUNTIME_ERROR",
+          f"(got {st} {js})")
+    st, js = ex(sid, "POST", "/files/permissions", {path: {"mode": 600, "group": "no-such-g"}})
+    check(st == 500 and "unknown group no-such-g" in js["message"],
+          "permissions with an unknown group -> 500", f"(got {st} {js})")
+    st, js = ex(sid, "POST", "/files/permissions", {path: {"owner": 5}})
+    check(st == 400 and js["code"] == "INVALID_REQUEST_BODY",
+          "permissions with a non-string owner -> 400", f"(got {st} {js})")
+
+    # A session keeps cd/export between runs sent right after the previous run's end event.
+    st, js = ex(sid, "POST", "/session", {})
+    sess = js["session_id"]
+    lost = []
+    ex(sid, "POST", f"/session/{sess}/run", {"command": "mkdir -p d1 && cd d1 && export N=1"})
+    for i in range(1, 60):
+        st, raw = ex(sid, "POST", f"/session/{sess}/run",
+                     {"command": f'[ "$N" = "{i}" ] && [ "${{PWD##*/}}" = "d{i}" ] || echo LOST; '
+                                 f'mkdir -p ../d{i + 1} && cd ../d{i + 1} && export N={i + 1}'})
+        if st != 200 or b"LOST" in (raw if isinstance(raw, bytes) else json.dumps(raw).encode()):
+            lost.append(i)
+    check(not lost, "60 back-to-back session runs keep cd and export", f"(lost at {lost})")
+
+
 def main():
     lifecycle_checks()
+    lifecycle_issue12_checks()
     execd_checks()
+    execd_issue12_checks()
     finish()
 
 

@@ -458,7 +458,15 @@ static rk_status t_proxy_target(void *inst, struct rk_call *call, const struct r
 {
     struct testop *t = inst;
     (void)ref;
-    (void)kind;
+    if (kind == RK_PROXY_TCP) {
+        /* Port forwarding: the raw TCP port on this host. */
+        char *tcp = t->host->arena_alloc(call, 64);
+        if (!tcp)
+            return RK_E_NOMEM;
+        snprintf(tcp, 64, "tcp://127.0.0.1:%d", port);
+        out->base_url = tcp;
+        return RK_OK;
+    }
     char *url = t->host->arena_alloc(call, 512);
     snprintf(url, 512, "%s", t->proxy_base);
     /* "{port}" in proxy_base is replaced by the requested port. */
@@ -515,7 +523,7 @@ static const struct rk_cap_msg unsupported[] = {
     (RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE | RK_CAP_SESSION |      \
      RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_STOP | RK_CAP_RESTART | RK_CAP_ARCHIVE |         \
      RK_CAP_RESTORE | RK_CAP_COMMIT | RK_CAP_STATISTICS | RK_CAP_DELETE_PENDING |                  \
-     RK_CAP_SESSION_INTERACTIVE)
+     RK_CAP_SESSION_INTERACTIVE | RK_CAP_PORT_FORWARD)
 static const struct rk_cap_msg unsupported[] = {
     {RK_CAP_SESSION_INTERACTIVE, "testop sessions do not support interactive commands"},
     {RK_CAP_PORT_FORWARD, "testop backend does not support portforward in this release"},

@@ -58,7 +58,7 @@ static int free_port(void)
 }
 
 /* 1 if the server on port answers PING (authenticating when needed). */
-static int answers_ping(int port, const char *password)
+static int answers_ping(int port, const char *username, const char *password)
 {
     struct timeval tv = {0, 200000};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
@@ -67,7 +67,11 @@ static int answers_ping(int port, const char *password)
     int ok = 0;
     if (!c->err) {
         redisReply *r = NULL;
-        if (password && password[0]) {
+        if (password && password[0] && username && username[0]) {
+            r = redisCommand(c, "AUTH %s %s", username, password);
+            if (r)
+                freeReplyObject(r);
+        } else if (password && password[0]) {
             r = redisCommand(c, "AUTH %s", password);
             if (r)
                 freeReplyObject(r);
@@ -82,10 +86,46 @@ static int answers_ping(int port, const char *password)
 }
 
 /* Exec redis-server in the child; never returns. */
-static void exec_server(const char *bin, int port, const char *password)
+static void exec_server(const char *bin, int port, const char *password, const char *const *extra,
+                        const char *sentinel_conf)
 {
-    char portbuf[16];
+    char portbuf[16], dbfile[64];
     snprintf(portbuf, sizeof portbuf, "%d", port);
+    /* A replica's full sync writes an RDB file: keep it private, never the
+     * shared /tmp/dump.rdb that the next server would load at start. */
+    snprintf(dbfile, sizeof dbfile, "rk-test-%d-%d.rdb", (int)getppid(), port);
+    if (sentinel_conf || (extra && extra[0])) {
+        const char *argv[64];
+        int n = 0;
+        argv[n++] = "redis-server";
+        if (sentinel_conf)
+            argv[n++] = sentinel_conf;
+        const char *base[] = {"--save", "",          "--appendonly", "no",
+                              "--bind", "127.0.0.1", "--port",       portbuf,
+                              "--dir",  "/tmp",      "--dbfilename", dbfile};
+        for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
+            if (!sentinel_conf || (i >= 4 && i < 10))
+                argv[n++] = base[i];
+        if (password && password[0]) {
+            argv[n++] = "--requirepass";
+            argv[n++] = password;
+        }
+        for (size_t i = 0; extra && extra[i] && n < 60; i++)
+            argv[n++] = extra[i];
+        if (sentinel_conf)
+            argv[n++] = "--sentinel";
+        argv[n] = NULL;
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) {
+            dup2(devnull, STDIN_FILENO);
+            dup2(devnull, STDOUT_FILENO);
+            if (devnull > STDERR_FILENO)
+                close(devnull);
+        }
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     int devnull = open("/dev/null", O_RDWR);
     if (devnull >= 0) {
@@ -96,16 +136,19 @@ static void exec_server(const char *bin, int port, const char *password)
     }
     if (password && password[0])
         execl(bin, "redis-server", "--save", "", "--appendonly", "no", "--bind", "127.0.0.1",
-              "--port", portbuf, "--dir", "/tmp", "--requirepass", password, (char *)NULL);
+              "--port", portbuf, "--dir", "/tmp", "--dbfilename", dbfile, "--requirepass", password,
+              (char *)NULL);
     else
         execl(bin, "redis-server", "--save", "", "--appendonly", "no", "--bind", "127.0.0.1",
-              "--port", portbuf, "--dir", "/tmp", (char *)NULL);
+              "--port", portbuf, "--dir", "/tmp", "--dbfilename", dbfile, (char *)NULL);
     _exit(127);
 }
 
-/* Start redis-server and wait (up to 5 s) until it answers PING. */
-int rk_redis_fixture_start(struct rk_redis_fixture *fx, int port, const char *password, char *msg,
-                           size_t msglen)
+/* Start redis-server (extra arguments, or a sentinel config) and wait (up to
+ * 5 s) until it answers PING. */
+static int start_server(struct rk_redis_fixture *fx, int port, const char *password,
+                        const char *const *extra, const char *sentinel_conf, char *msg,
+                        size_t msglen)
 {
     char bin[1024];
     if (find_redis_server(bin, sizeof bin) != 0) {
@@ -119,14 +162,15 @@ int rk_redis_fixture_start(struct rk_redis_fixture *fx, int port, const char *pa
         snprintf(msg, msglen, "no free loopback port: %s", strerror(errno));
         return -1;
     }
-    snprintf(fx->password, sizeof fx->password, "%s", password ? password : "");
+    if (password || !sentinel_conf) /* a sentinel's ACL password is set by the caller */
+        snprintf(fx->password, sizeof fx->password, "%s", password ? password : "");
     pid_t pid = fork();
     if (pid < 0) {
         snprintf(msg, msglen, "fork: %s", strerror(errno));
         return -1;
     }
     if (pid == 0)
-        exec_server(bin, fx->port, fx->password);
+        exec_server(bin, fx->port, password, extra, sentinel_conf);
     fx->pid = pid;
     for (int i = 0; i < 100; i++) {
         int status = 0;
@@ -135,7 +179,7 @@ int rk_redis_fixture_start(struct rk_redis_fixture *fx, int port, const char *pa
             snprintf(msg, msglen, "%s exited early (status %d) on port %d", bin, status, fx->port);
             return -1;
         }
-        if (answers_ping(fx->port, fx->password))
+        if (answers_ping(fx->port, fx->username, fx->password))
             return 0;
         struct timespec ts = {0, 50000000};
         nanosleep(&ts, NULL);
@@ -143,6 +187,51 @@ int rk_redis_fixture_start(struct rk_redis_fixture *fx, int port, const char *pa
     rk_redis_fixture_stop(fx);
     snprintf(msg, msglen, "%s did not answer PING on port %d within 5 s", bin, fx->port);
     return -1;
+}
+
+/* Start redis-server and wait until it answers PING. */
+int rk_redis_fixture_start(struct rk_redis_fixture *fx, int port, const char *password, char *msg,
+                           size_t msglen)
+{
+    return start_server(fx, port, password, NULL, NULL, msg, msglen);
+}
+
+/* Start redis-server with extra arguments. */
+int rk_redis_fixture_start_ex(struct rk_redis_fixture *fx, int port, const char *password,
+                              const char *const *extra, char *msg, size_t msglen)
+{
+    return start_server(fx, port, password, extra, NULL, msg, msglen);
+}
+
+/* Start a sentinel monitoring 127.0.0.1:master_port (config in /tmp), with
+ * an ACL user when user is not NULL. */
+int rk_redis_fixture_start_sentinel_acl(struct rk_redis_fixture *fx, int master_port,
+                                        const char *master_name, const char *user,
+                                        const char *password, char *msg, size_t msglen)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/rk-test-sentinel-%d-%d.conf", (int)getpid(), master_port);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(msg, msglen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "sentinel monitor %s 127.0.0.1 %d 1\n", master_name, master_port);
+    if (user)
+        fprintf(f, "user default off\nuser %s on >%s +@all\n", user, password);
+    fclose(f);
+    snprintf(fx->conf, sizeof fx->conf, "%s", path);
+    snprintf(fx->username, sizeof fx->username, "%s", user ? user : "");
+    snprintf(fx->password, sizeof fx->password, "%s", user ? password : "");
+    return start_server(fx, 0, NULL, NULL, path, msg, msglen);
+}
+
+/* Start a sentinel monitoring 127.0.0.1:master_port. */
+int rk_redis_fixture_start_sentinel(struct rk_redis_fixture *fx, int master_port,
+                                    const char *master_name, char *msg, size_t msglen)
+{
+    return rk_redis_fixture_start_sentinel_acl(fx, master_port, master_name, NULL, NULL, msg,
+                                               msglen);
 }
 
 /* Kill and reap the server. */
@@ -154,4 +243,10 @@ void rk_redis_fixture_stop(struct rk_redis_fixture *fx)
     while (waitpid(fx->pid, NULL, 0) < 0 && errno == EINTR)
         ;
     fx->pid = 0;
+    char dbfile[80];
+    snprintf(dbfile, sizeof dbfile, "/tmp/rk-test-%d-%d.rdb", (int)getpid(), fx->port);
+    unlink(dbfile);
+    if (fx->conf[0])
+        unlink(fx->conf);
+    fx->conf[0] = '\0';
 }

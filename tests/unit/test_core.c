@@ -11,11 +11,13 @@
 
 #include <cmocka.h>
 
+#include "budget.h"
 #include "bytepipe.h"
 #include "dispatch.h"
 #include "envelope.h"
 #include "record.h"
 #include "util.h"
+#include "validate.h"
 
 static const char *js(json_object *o)
 {
@@ -195,6 +197,52 @@ static void test_bytepipe_streams_bounded(void **state)
     rk_bytepipe_free(j.p);
 }
 
+/* Issue 10: identifier rules, range checks and the byte budgets. */
+static void test_identifiers_ranges_budget(void **state)
+{
+    (void)state;
+    assert_true(rk_id_valid("0123456789abcdef0123456789abcdef", 32));
+    assert_true(rk_id_valid("A-z_0.9", 7));
+    char longid[130];
+    memset(longid, 'a', sizeof longid);
+    assert_true(rk_id_valid(longid, 128));
+    assert_false(rk_id_valid(longid, 129));
+    assert_false(rk_id_valid("", 0));
+    assert_false(rk_id_valid("a&b", 3));
+    assert_false(rk_id_valid("a=b", 3));
+    assert_false(rk_id_valid("a%26", 4));
+    assert_false(rk_id_valid("a\0b", 3));
+    assert_false(rk_id_valid("a/b", 3));
+    assert_false(rk_id_valid("caf\xc3\xa9", 5));
+    assert_true(rk_session_name_valid("w\xc3\xa9ird: name/1", 14));
+    assert_false(rk_session_name_valid("a\nb", 3));
+    assert_false(rk_session_name_valid(longid, 129));
+
+    struct rk_v v;
+    rk_v_init(&v, NULL, "body");
+    assert_int_equal(rk_v_irange(&v, "n", 5, 0, 10), 5);
+    assert_true(rk_v_ok(&v));
+    assert_int_equal(rk_v_irange(&v, "n", INT64_MAX, INT64_MIN, 100), 100);
+    assert_string_equal(rk_v_text(&v), "body.n: Input should be less than or equal to 100");
+    rk_v_free(&v);
+    rk_v_init(&v, NULL, "body");
+    assert_true(rk_v_frange(&v, "t", 1e308, 0, 1e6) == 1e6);
+    assert_string_equal(rk_v_text(&v), "body.t: Input should be in the range [0, 1e+06]");
+    rk_v_free(&v);
+    assert_int_equal(rk_sat_i64(INT64_MAX, 1, 1000), 1000);
+
+    rk_budget_init(100, 0);
+    assert_int_equal(rk_budget_take(&rk_mem_budget, 60), 0);
+    assert_int_equal(rk_budget_take(&rk_mem_budget, 60), -1);
+    assert_int_equal(rk_budget_used(&rk_mem_budget), 60);
+    assert_int_equal(rk_budget_take(&rk_mem_budget, 40), 0);
+    rk_budget_give(&rk_mem_budget, 100);
+    assert_int_equal(rk_budget_take(&rk_mem_budget, INT64_MAX), -1);
+    assert_int_equal(rk_budget_take(&rk_spool_budget, INT64_MAX / 2), 0); /* 0 = unlimited */
+    rk_budget_give(&rk_spool_budget, INT64_MAX / 2);
+    rk_budget_init(0, 0);
+}
+
 int main(void)
 {
     rk_time_init();
@@ -206,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_status_object),
         cmocka_unit_test(test_dispatch_table),
         cmocka_unit_test(test_bytepipe_streams_bounded),
+        cmocka_unit_test(test_identifiers_ranges_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -136,6 +136,23 @@ static void test_traversal(void **state)
     assert_false(rk_relay_has_dot_segment("a/..b/c.d/.e"));
     assert_false(rk_relay_has_dot_segment("a%2Fb%20c"));
     assert_false(rk_relay_has_dot_segment("a/b/"));
+    /* Issue 10: NUL after one decode, and other spellings of "..". */
+    assert_true(rk_relay_has_dot_segment("%00/../.."));
+    assert_true(rk_relay_has_dot_segment("a%00b"));
+    assert_true(rk_relay_has_dot_segment("%2E%2e/x"));
+    assert_true(rk_relay_has_dot_segment(".%2e/x"));
+    assert_true(rk_relay_has_dot_segment("%25252e%25252e/x"));
+    assert_true(rk_relay_has_dot_segment("%c0%ae%c0%ae/x"));
+    assert_true(rk_relay_has_dot_segment("%e0%80%ae/x"));
+    assert_true(rk_relay_has_dot_segment("%u002e%u002e/x"));
+    assert_true(rk_relay_has_dot_segment("..;jsessionid=1/x"));
+    assert_true(rk_relay_has_dot_segment("a%2f..%2fb"));
+    assert_true(rk_relay_has_dot_segment("a/%252e%252e%255cadmin"));
+    assert_true(rk_relay_has_dot_segment("a%25252f..%25252fb"));
+    assert_true(rk_relay_has_dot_segment("a\\..\\b"));
+    assert_false(rk_relay_has_dot_segment("..."));
+    assert_false(rk_relay_has_dot_segment("a/%2e%2e%2e/b"));
+    assert_false(rk_relay_has_dot_segment("%2541"));
 }
 
 /* Sub-path extraction from raw request paths. */

@@ -37,6 +37,11 @@ static struct rk_redis_fixture g_redis;
 static int g_seq;
 
 /* Milliseconds on the monotonic clock. */
+/* "Fails fast" means it did not hang: a generous bound that a loaded 2-core
+ * machine cannot exceed (the configured timeouts are ~1 s; figures belong in
+ * bench/, not in asserts). */
+#define STORE_FAIL_FAST_LIMIT_MS 30000
+
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -951,7 +956,7 @@ static void test_redis_outage_and_recovery(void **state)
                                : rk_session_reserve(st, "o-1", "n", 1, tok, err, sizeof err);
         int64_t took = now_ms() - t0;
         assert_int_equal(rc, RK_STORE_ERROR);
-        assert_true(took < 2000);
+        assert_true(took < STORE_FAIL_FAST_LIMIT_MS);
         if (!strstr(err, "redis"))
             fail_msg("error does not mention redis: %s", err);
     }
@@ -1055,9 +1060,440 @@ static void test_redis_open_and_unreachable(void **state)
     assert_non_null(st);
     int64_t t0 = now_ms();
     assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_ERROR);
-    assert_true(now_ms() - t0 < 2000);
+    assert_true(now_ms() - t0 < STORE_FAIL_FAST_LIMIT_MS);
     assert_non_null(strstr(err, "redis unavailable"));
     rk_store_close(st);
+}
+
+/* ---- issue 14: retention, ACL, secrets from files, WAIT, Sentinel ---------- */
+
+/* Retry op until it returns want or timeout_ms passes; returns the last rc. */
+static rk_store_rc poll_get(struct rk_store *st, const char *id, rk_store_rc want, int timeout_ms)
+{
+    char err[RK_STORE_ERRLEN];
+    int64_t deadline = now_ms() + timeout_ms;
+    rk_store_rc rc;
+    for (;;) {
+        json_object *got = NULL;
+        rc = rk_store_get(st, id, &got, err, sizeof err);
+        json_object_put(got);
+        if (rc == want || now_ms() > deadline)
+            return rc;
+        sleep_ms(50);
+    }
+}
+
+/* Deleted records stay readable for the retention, then are gone; other
+ * inactive and active records are kept. Both backends. */
+static void test_deleted_retention(void **state)
+{
+    struct tctx *tc = *state;
+    struct rk_store *st = tc->st;
+    char err[RK_STORE_ERRLEN];
+    rk_store_set_deleted_retention(st, 1);
+    create_expect(st, "ret-del", "running", "img", 0, RK_STORE_OK);
+    create_expect(st, "ret-run", "running", "img", 0, RK_STORE_OK);
+    create_expect(st, "ret-stop", "running", "img", 0, RK_STORE_OK);
+    assert_int_equal(rk_store_update(st, "ret-del", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_update(st, "ret-stop", set_state, "stopped", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    create_expect(st, "ret-born-deleted", "deleted", "img", 0, RK_STORE_OK);
+    assert_int_equal(poll_get(st, "ret-del", RK_STORE_OK, 0), RK_STORE_OK);
+    assert_int_equal(poll_get(st, "ret-del", RK_STORE_NOT_FOUND, 10000), RK_STORE_NOT_FOUND);
+    assert_int_equal(poll_get(st, "ret-born-deleted", RK_STORE_NOT_FOUND, 10000),
+                     RK_STORE_NOT_FOUND);
+    assert_int_equal(poll_get(st, "ret-run", RK_STORE_OK, 0), RK_STORE_OK);
+    assert_int_equal(poll_get(st, "ret-stop", RK_STORE_OK, 0), RK_STORE_OK);
+    /* the id can be used again after it expired */
+    create_expect(st, "ret-del", "running", "img", 0, RK_STORE_OK);
+    /* retention 0 keeps deleted records */
+    rk_store_set_deleted_retention(st, 0);
+    assert_int_equal(rk_store_update(st, "ret-run", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    if (tc->kind == BACKEND_REDIS) {
+        redisContext *c = raw_conn(g_redis.port);
+        redisReply *r = redisCommand(c, "TTL %ssandbox:ret-run", tc->prefix);
+        assert_int_equal(r->integer, -1);
+        freeReplyObject(r);
+        redisFree(c);
+    }
+}
+
+/* The default retention is 7 days, written as the key's TTL. */
+static void test_redis_retention_ttl(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    create_expect(tc->st, "ttl-1", "running", "img", 0, RK_STORE_OK);
+    assert_int_equal(rk_store_update(tc->st, "ttl-1", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    redisContext *c = raw_conn(g_redis.port);
+    redisReply *r = redisCommand(c, "TTL %ssandbox:ttl-1", tc->prefix);
+    assert_true(r->integer > 7 * 24 * 3600 - 60 && r->integer <= 7 * 24 * 3600);
+    freeReplyObject(r);
+    redisFree(c);
+}
+
+/* Write s to a fresh file in /tmp; path receives its name. */
+static void write_secret(char path[64], const char *s)
+{
+    snprintf(path, 64, "/tmp/rk-test-secret-%d-%d", (int)getpid(), ++g_seq);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(s, f);
+    fclose(f);
+}
+
+/* ACL user + password (from a file); wrong user or missing file: clear error
+ * without the secret. */
+static void test_redis_acl_user_password_file(void **state)
+{
+    (void)state;
+    char msg[512], err[RK_STORE_ERRLEN], pwfile[64], badfile[64];
+    const char *extra[] = {"--user",    "default", "off", "--user", "rockacl", "on",
+                           ">acl-pw-9", "~*",      "&*",  "+@all",  NULL};
+    struct rk_redis_fixture fx = {0};
+    snprintf(fx.username, sizeof fx.username, "rockacl");
+    if (rk_redis_fixture_start_ex(&fx, 0, "acl-pw-9", extra, msg, sizeof msg) != 0)
+        fail_msg("cannot start redis-server: %s", msg);
+    write_secret(pwfile, "acl-pw-9\n");
+    struct rk_redis_cfg cfg = {.host = "127.0.0.1",
+                               .port = fx.port,
+                               .username = "rockacl",
+                               .password_file = pwfile,
+                               .op_timeout_ms = 1000,
+                               .connect_timeout_ms = 1000,
+                               .pool_size = 2};
+    struct rk_store *st = rk_store_open_redis(&cfg);
+    assert_non_null(st);
+    assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_OK);
+    create_expect(st, "acl-1", "running", "img", 0, RK_STORE_OK);
+    rk_store_close(st);
+
+    write_secret(badfile, "wrong-pw\n");
+    cfg.password_file = badfile;
+    st = rk_store_open_redis(&cfg);
+    assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_ERROR);
+    assert_non_null(strstr(err, "auth"));
+    assert_null(strstr(err, "wrong-pw"));
+    rk_store_close(st);
+
+    cfg.password_file = "/nonexistent/rk-secret";
+    assert_null(rk_store_open_redis(&cfg));
+    unlink(pwfile);
+    unlink(badfile);
+    rk_redis_fixture_stop(&fx);
+}
+
+/* min_replicas_ack: without a replica every write that matters fails with a
+ * clear error after the bounded wait; with one it succeeds. */
+static void test_redis_wait_replicas(void **state)
+{
+    (void)state;
+    char msg[512], err[RK_STORE_ERRLEN], tok[64], portbuf[16];
+    struct rk_redis_fixture master = {0}, replica = {0};
+    if (rk_redis_fixture_start(&master, 0, NULL, msg, sizeof msg) != 0)
+        fail_msg("cannot start redis-server: %s", msg);
+    struct rk_redis_cfg cfg = {.host = "127.0.0.1",
+                               .port = master.port,
+                               .op_timeout_ms = 2000,
+                               .connect_timeout_ms = 1000,
+                               .pool_size = 2,
+                               .min_replicas_ack = 1,
+                               .wait_timeout_ms = 200};
+    struct rk_store *st = rk_store_open_redis(&cfg);
+    json_object *rec = mkrec("running", "img");
+    int64_t t0 = now_ms();
+    assert_int_equal(rk_store_create(st, "w-1", rec, 0, err, sizeof err), RK_STORE_ERROR);
+    assert_true(now_ms() - t0 < 1500);
+    assert_non_null(strstr(err, "not confirmed by 1 replica"));
+    /* the unconfirmed create was taken back: a retry is not a duplicate */
+    json_object *out = NULL;
+    assert_int_equal(rk_store_get(st, "w-1", &out, err, sizeof err), RK_STORE_NOT_FOUND);
+    redisContext *raw = raw_conn(master.port);
+    redisReply *rr = redisCommand(raw, "SET rock:sandbox:w-0 {\"state\":\"running\"}");
+    freeReplyObject(rr);
+    assert_int_equal(rk_store_update(st, "w-0", set_state, "deleted", &out, err, sizeof err),
+                     RK_STORE_ERROR);
+    assert_non_null(strstr(err, "not confirmed"));
+    assert_null(out);
+    assert_int_equal(rk_session_reserve(st, "w-1", "s", 60, tok, err, sizeof err), RK_STORE_ERROR);
+    assert_non_null(strstr(err, "not confirmed"));
+    rr = redisCommand(raw, "HLEN rock:sessions:w-1"); /* and released */
+    assert_int_equal(rr->integer, 0);
+    freeReplyObject(rr);
+    /* an unconfirmed commit becomes our expired reservation: the caller's
+     * rollback removes it and the name is free again */
+    rr = redisCommand(raw, "HSET rock:sessions:w-0 s r:%s:99999999999999",
+                      "0123456789abcdef0123456789abcdef");
+    freeReplyObject(rr);
+    assert_int_equal(rk_session_commit(st, "w-0", "s", "0123456789abcdef0123456789abcdef", "sess-9",
+                                       err, sizeof err),
+                     RK_STORE_ERROR);
+    char *sid_out = NULL;
+    assert_int_equal(rk_session_get(st, "w-0", "s", &sid_out, err, sizeof err), RK_STORE_NOT_FOUND);
+    assert_int_equal(
+        rk_session_rollback(st, "w-0", "s", "0123456789abcdef0123456789abcdef", err, sizeof err),
+        RK_STORE_ERROR); /* removed, only its WAIT is unconfirmed */
+    rr = redisCommand(raw, "HLEN rock:sessions:w-0");
+    assert_int_equal(rr->integer, 0);
+    freeReplyObject(rr);
+    redisFree(raw);
+
+    snprintf(portbuf, sizeof portbuf, "%d", master.port);
+    const char *extra[] = {"--replicaof", "127.0.0.1", portbuf, NULL};
+    if (rk_redis_fixture_start_ex(&replica, 0, NULL, extra, msg, sizeof msg) != 0)
+        fail_msg("cannot start the replica: %s", msg);
+    /* Until the replica has synced, a create is written but not confirmed:
+     * an error (the record exists, so use a fresh id per attempt). */
+    int64_t deadline = now_ms() + 15000;
+    rk_store_rc rc = RK_STORE_ERROR;
+    for (int i = 0; now_ms() < deadline; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "w-sync-%d", i);
+        rc = rk_store_create(st, id, rec, 0, err, sizeof err);
+        if (rc == RK_STORE_OK)
+            break;
+        assert_int_equal(rc, RK_STORE_ERROR);
+        sleep_ms(100);
+    }
+    assert_int_equal(rc, RK_STORE_OK);
+    create_expect(st, "w-2", "running", "img", 0, RK_STORE_OK);
+    assert_int_equal(rk_store_update(st, "w-2", set_state, "deleted", &out, err, sizeof err),
+                     RK_STORE_OK);
+    assert_non_null(out);
+    json_object_put(out);
+    assert_int_equal(rk_session_reserve(st, "w-2", "s", 60, tok, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_session_commit(st, "w-2", "s", tok, "sess-1", err, sizeof err),
+                     RK_STORE_OK);
+    json_object_put(rec);
+    rk_store_close(st);
+    rk_redis_fixture_stop(&replica);
+    rk_redis_fixture_stop(&master);
+}
+
+/* A write sent to a replica gets -READONLY: a clear error, never success. */
+static void test_redis_readonly_replica(void **state)
+{
+    (void)state;
+    char msg[512], err[RK_STORE_ERRLEN], portbuf[16];
+    struct rk_redis_fixture replica = {0};
+    snprintf(portbuf, sizeof portbuf, "%d", g_redis.port);
+    const char *extra[] = {"--replicaof", "127.0.0.1", portbuf, NULL};
+    if (rk_redis_fixture_start_ex(&replica, 0, NULL, extra, msg, sizeof msg) != 0)
+        fail_msg("cannot start the replica: %s", msg);
+    struct rk_store *st = open_redis(replica.port, NULL, "ro:", 2);
+    json_object *rec = mkrec("running", "img");
+    assert_int_equal(rk_store_create(st, "ro-1", rec, 0, err, sizeof err), RK_STORE_ERROR);
+    assert_non_null(strstr(err, "READONLY"));
+    json_object_put(rec);
+    rk_store_close(st);
+    rk_redis_fixture_stop(&replica);
+}
+
+/* Sentinel: bad lists are refused; the master is found through the first
+ * sentinel that answers; an unknown name is a clear error; after the master
+ * moves (and the old one dies) the store re-discovers it; a sentinel naming a
+ * replica fails the ROLE check. */
+static void test_redis_sentinel_discovery(void **state)
+{
+    (void)state;
+    char msg[512], err[RK_STORE_ERRLEN], sentinels[128], portbuf[16];
+    struct rk_redis_cfg bad = {.sentinels = "127.0.0.1", .master_name = "m"};
+    assert_null(rk_store_open_redis(&bad));
+    bad.sentinels = "127.0.0.1:26379";
+    bad.master_name = "";
+    assert_null(rk_store_open_redis(&bad));
+
+    struct rk_redis_fixture a = {0}, b = {0}, sen = {0}, rep = {0};
+    if (rk_redis_fixture_start(&a, 0, NULL, msg, sizeof msg) != 0 ||
+        rk_redis_fixture_start(&b, 0, NULL, msg, sizeof msg) != 0)
+        fail_msg("cannot start redis-server: %s", msg);
+    if (rk_redis_fixture_start_sentinel(&sen, a.port, "mymaster", msg, sizeof msg) != 0)
+        fail_msg("cannot start a sentinel: %s", msg);
+    snprintf(sentinels, sizeof sentinels, "127.0.0.1:1, [127.0.0.1]:%d", sen.port);
+    struct rk_redis_cfg cfg = {.sentinels = sentinels,
+                               .master_name = "mymaster",
+                               .op_timeout_ms = 1000,
+                               .connect_timeout_ms = 500,
+                               .pool_size = 2,
+                               .key_prefix = "sen:"};
+    struct rk_store *st = rk_store_open_redis(&cfg);
+    assert_non_null(st);
+    assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_OK);
+    create_expect(st, "s-1", "running", "img", 0, RK_STORE_OK);
+
+    cfg.master_name = "nosuch";
+    struct rk_store *unknown = rk_store_open_redis(&cfg);
+    assert_int_equal(rk_store_ping(unknown, err, sizeof err), RK_STORE_ERROR);
+    assert_non_null(strstr(err, "nosuch"));
+    rk_store_close(unknown);
+
+    /* Move the master: the sentinel now names b; a dies. */
+    redisContext *c = raw_conn(sen.port);
+    redisReply *r = redisCommand(c, "SENTINEL REMOVE mymaster");
+    freeReplyObject(r);
+    r = redisCommand(c, "SENTINEL MONITOR mymaster 127.0.0.1 %d 1", b.port);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    rk_redis_fixture_stop(&a);
+    int64_t deadline = now_ms() + 10000;
+    json_object *rec = mkrec("running", "img");
+    rk_store_rc rc = RK_STORE_ERROR;
+    while (now_ms() < deadline &&
+           (rc = rk_store_create(st, "s-2", rec, 0, err, sizeof err)) != RK_STORE_OK) {
+        assert_non_null(strstr(err, "redis")); /* failures are clear errors */
+        sleep_ms(100);
+    }
+    assert_int_equal(rc, RK_STORE_OK);
+    redisContext *cb = raw_conn(b.port);
+    r = redisCommand(cb, "EXISTS sen:sandbox:s-2");
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    redisFree(cb);
+
+    /* The sentinel names a replica: ROLE says so, the store refuses it. */
+    snprintf(portbuf, sizeof portbuf, "%d", b.port);
+    const char *extra[] = {"--replicaof", "127.0.0.1", portbuf, NULL};
+    if (rk_redis_fixture_start_ex(&rep, 0, NULL, extra, msg, sizeof msg) != 0)
+        fail_msg("cannot start the replica: %s", msg);
+    r = redisCommand(c, "SENTINEL REMOVE mymaster");
+    freeReplyObject(r);
+    r = redisCommand(c, "SENTINEL MONITOR mymaster 127.0.0.1 %d 1", rep.port);
+    freeReplyObject(r);
+    redisFree(c);
+    rk_redis_fixture_stop(&b);
+    deadline = now_ms() + 10000;
+    while (now_ms() < deadline) {
+        rc = rk_store_ping(st, err, sizeof err);
+        if (rc == RK_STORE_ERROR && strstr(err, "not the master"))
+            break;
+        sleep_ms(100);
+    }
+    assert_int_equal(rc, RK_STORE_ERROR);
+    assert_non_null(strstr(err, "not the master"));
+    json_object_put(rec);
+    rk_store_close(st);
+    rk_redis_fixture_stop(&rep);
+    rk_redis_fixture_stop(&sen);
+}
+
+/* Build {"state": state, "create_time": t}. */
+static void create_timed(struct rk_store *st, const char *id, const char *state, const char *t)
+{
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = mkrec(state, "img");
+    json_object_object_add(rec, "create_time", json_object_new_string(t));
+    assert_int_equal(rk_store_create(st, id, rec, 0, err, sizeof err), RK_STORE_OK);
+    json_object_put(rec);
+}
+
+/* Pages come in list order (create_time, then id), only active records, with
+ * the total; per-state counts follow every transition. Both backends. */
+static void test_list_page_and_counts(void **state)
+{
+    struct tctx *tc = *state;
+    struct rk_store *st = tc->st;
+    char err[RK_STORE_ERRLEN];
+    create_timed(st, "c", "running", "2026-01-01T00:00:02Z");
+    create_timed(st, "a", "pending", "2026-01-01T00:00:01Z");
+    create_timed(st, "b", "running", "2026-01-01T00:00:02Z");
+    create_timed(st, "z", "running", "2026-01-01T00:00:00Z");
+    create_timed(st, "gone", "deleted", "2025-01-01T00:00:00Z");
+    char **ids = NULL;
+    size_t n = 0, total = 0, p = 0, r = 0;
+    assert_int_equal(rk_store_list_page(st, 0, 10, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 4);
+    assert_int_equal(total, 4);
+    assert_string_equal(ids[0], "z");
+    assert_string_equal(ids[1], "a");
+    assert_string_equal(ids[2], "b");
+    assert_string_equal(ids[3], "c");
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_list_page(st, 1, 2, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(ids[0], "a");
+    assert_string_equal(ids[1], "b");
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_list_page(st, 9, 2, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(total, 4);
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_count_states(st, &p, &r, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(p, 1);
+    assert_int_equal(r, 3);
+    assert_int_equal(rk_store_update(st, "a", set_state, "running", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_update(st, "c", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_count_states(st, &p, &r, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(p, 0);
+    assert_int_equal(r, 3);
+    assert_int_equal(rk_store_list_page(st, 0, 10, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(total, 3);
+    assert_string_equal(ids[2], "b");
+    rk_store_free_ids(ids, n);
+}
+
+/* Records written before the list index existed (only the active set) are
+ * indexed on first use. */
+static void test_redis_index_rebuild(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    redisContext *c = raw_conn(g_redis.port);
+    const char *recs[][2] = {{"old-1", "{\"state\":\"running\",\"create_time\":\"t2\"}"},
+                             {"old-2", "{\"state\":\"pending\",\"create_time\":\"t1\"}"}};
+    for (int i = 0; i < 2; i++) {
+        freeReplyObject(redisCommand(c, "SET %ssandbox:%s %s", tc->prefix, recs[i][0], recs[i][1]));
+        freeReplyObject(redisCommand(c, "SADD %sactive %s", tc->prefix, recs[i][0]));
+    }
+    redisFree(c);
+    char **ids = NULL;
+    size_t n = 0, total = 0, p = 0, r = 0;
+    assert_int_equal(rk_store_list_page(tc->st, 0, 10, &ids, &n, &total, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(ids[0], "old-2");
+    assert_string_equal(ids[1], "old-1");
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_count_states(tc->st, &p, &r, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(p, 1);
+    assert_int_equal(r, 1);
+}
+
+/* Sentinels with an ACL user: AUTH user password works; without it the
+ * error names the sentinel and never shows the secret. */
+static void test_redis_sentinel_acl(void **state)
+{
+    (void)state;
+    char msg[512], err[RK_STORE_ERRLEN], sentinels[64];
+    struct rk_redis_fixture sen = {0};
+    if (rk_redis_fixture_start_sentinel_acl(&sen, g_redis.port, "aclmaster", "sentuser",
+                                            "sent-pw-5", msg, sizeof msg) != 0)
+        fail_msg("cannot start a sentinel: %s", msg);
+    snprintf(sentinels, sizeof sentinels, "127.0.0.1:%d", sen.port);
+    struct rk_redis_cfg cfg = {.sentinels = sentinels,
+                               .master_name = "aclmaster",
+                               .sentinel_username = "sentuser",
+                               .sentinel_password = "sent-pw-5",
+                               .op_timeout_ms = 1000,
+                               .connect_timeout_ms = 500,
+                               .pool_size = 1,
+                               .key_prefix = "sacl:"};
+    struct rk_store *st = rk_store_open_redis(&cfg);
+    assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_OK);
+    rk_store_close(st);
+    cfg.sentinel_password = "bad-pw-6";
+    st = rk_store_open_redis(&cfg);
+    assert_int_equal(rk_store_ping(st, err, sizeof err), RK_STORE_ERROR);
+    if (!strstr(err, "sentinel 127.0.0.1"))
+        fail_msg("%s", err);
+    assert_non_null(strstr(err, "auth"));
+    assert_null(strstr(err, "bad-pw-6"));
+    rk_store_close(st);
+    rk_redis_fixture_stop(&sen);
 }
 
 #define BOTH(fn)                                                                                   \
@@ -1100,6 +1536,15 @@ int main(void)
         REDIS_ONLY(test_redis_password),
         REDIS_ONLY(test_redis_open_and_unreachable),
         REDIS_ONLY(test_redis_pool_wait),
+        BOTH(test_deleted_retention),
+        REDIS_ONLY(test_redis_retention_ttl),
+        REDIS_ONLY(test_redis_acl_user_password_file),
+        REDIS_ONLY(test_redis_wait_replicas),
+        REDIS_ONLY(test_redis_readonly_replica),
+        REDIS_ONLY(test_redis_sentinel_discovery),
+        BOTH(test_list_page_and_counts),
+        REDIS_ONLY(test_redis_index_rebuild),
+        REDIS_ONLY(test_redis_sentinel_acl),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -233,6 +233,21 @@ static void test_contains_ci(void **state)
     assert_false(os_contains_ci(NULL, "timeout"));
 }
 
+/** Values in an upstream metadata filter are escaped on their own, so an id made of
+ *  '&', '=' or '%26' stays one value after OpenSandbox's two decodes. */
+static void test_metadata_filter(void **state)
+{
+    (void)state;
+    check_str(os_query_escape("a-Z_0.9~"), "a-Z_0.9~");
+    check_str(os_query_escape("a&b=c%26 /"), "a%26b%3Dc%2526%20%2F");
+    check_str(os_metadata_filter("rock_sandbox_id", "abc123"), "rock_sandbox_id%3Dabc123");
+    /* "x&rock_sandbox_id=victim" would otherwise add a second pair naming another sandbox. */
+    check_str(os_metadata_filter("rock_sandbox_id", "x&rock_sandbox_id=victim"),
+              "rock_sandbox_id%3Dx%2526rock_sandbox_id%253Dvictim");
+    check_str(os_metadata_filter("rock_sandbox_id", "%26"), "rock_sandbox_id%3D%252526");
+    check_str(os_metadata_filter("k", ""), "k%3D");
+}
+
 /** Run the suite. */
 int main(void)
 {
@@ -243,7 +258,7 @@ int main(void)
         cmocka_unit_test(test_repr),        cmocka_unit_test(test_float),
         cmocka_unit_test(test_env_names),   cmocka_unit_test(test_mode),
         cmocka_unit_test(test_join_url),    cmocka_unit_test(test_error_detail),
-        cmocka_unit_test(test_contains_ci),
+        cmocka_unit_test(test_contains_ci), cmocka_unit_test(test_metadata_filter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Archive and restore by backend snapshots (ABI 1.1, RK_CAP_SNAPSHOT), driven
+ * by ROCK's state machine (rock-admin-api.md §4.2):
+ *   archive:  stopped -> archiving -> archived (archive_done)
+ *                                  -> stopped  (archive_failed)
+ *   restore:  archived -> pending (restore) -> running (alive)
+ *                                           -> archived (restore_failed)
+ * The slow parts run on background threads. Progress lives in the record
+ * (snapshot_id, job_lease), so when the admin that ran a job dies, the next
+ * process that reads the record after the lease ran out takes the job over.
+ */
+#ifndef RK_ARCHIVE_H
+#define RK_ARCHIVE_H
+
+#include <json-c/json.h>
+
+#include "rock-admin/operator.h"
+
+struct rk_app;
+struct rk_call;
+
+/** Start the archive job of a record the caller just moved to archiving. */
+rk_status rk_archive_start(struct rk_app *app, struct rk_call *call, const char *id);
+
+/** Take over an archiving record's job if its lease ran out (another admin
+ *  died mid-archive). Cheap when there is nothing to do. */
+void rk_archive_recover(struct rk_app *app, json_object *rec);
+
+/** Restore an archived sandbox: archived -> pending now, the backend create
+ *  from its snapshot in the background. Error (record unchanged) on call. */
+rk_status rk_restore_start(struct rk_app *app, struct rk_call *call, json_object *rec);
+
+/**
+ * For status refresh: 1 if the record is a restore in progress (do not ask
+ * the backend yet), 0 if not. A restore whose lease ran out (its admin died)
+ * is moved back to archived: 2, and *rec_io is replaced by the stored record.
+ */
+int rk_restore_in_progress(struct rk_app *app, json_object **rec_io);
+
+/** Delete the snapshot of an archived record (none = success). */
+rk_status rk_archive_delete_snapshot(struct rk_app *app, struct rk_call *call, json_object *rec);
+
+/** Best effort, once a sandbox is gone or archived anew: delete the snapshot
+ *  it was restored from (`restored_from`) and, unless the record is archived
+ *  or archiving, the snapshot of an unfinished restore (`snapshot_id`). */
+void rk_archive_drop_restored(struct rk_app *app, struct rk_call *call, json_object *rec);
+
+#endif /* RK_ARCHIVE_H */

@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Observability (issue 16): a live /metrics passes `promtool check metrics`
+and carries the documented families; log.format: json writes one JSON object
+per line with the access fields; /openapi.json serves api/openapi.json and
+/docs is a self-contained page."""
+import json
+import os
+import re
+import shutil
+import subprocess
+
+from harness import ADMIN_BIN, PREFIX, Admin, run, test, tmpdir, wait_until
+
+SRC = os.environ.get("ROCK_SRCDIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def _traffic(a):
+    """A little of everything: lifecycle, command, session, files, failures."""
+    sid = a.start_sandbox()
+    a.ok("POST", "/execute", {"sandbox_id": sid, "command": "echo x"})
+    a.ok("POST", "/write_file", {"sandbox_id": sid, "path": "/tmp/o.txt", "content": "hi"})
+    a.ok("POST", "/read_file", {"sandbox_id": sid, "path": "/tmp/o.txt"})
+    a.ok("POST", "/create_session", {"sandbox_id": sid, "session": "s1"})
+    a.ok("POST", "/run_in_session", {"sandbox_id": sid, "session": "s1", "command": "true"})
+    a.api("GET", "/get_status", query={"sandbox_id": "nope"})
+    a.request("GET", "/no/such/path")
+    return sid
+
+
+@test
+def promtool_accepts_live_metrics():
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: scripts/install-deps.sh installs Debian's prometheus"
+    a = Admin()
+    sid = _traffic(a)
+    st, body, headers = a.request("GET", "/metrics", raw=True)
+    assert st == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = body.decode()
+    p = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
+                       timeout=60)
+    out = (p.stdout + p.stderr).decode()
+    assert p.returncode == 0 and not out.strip(), "promtool check metrics:\n%s\n%s" % (out, text)
+    for needle in (
+            'rock_admin_build_info{version="',
+            'rock_admin_request_duration_seconds_bucket{class="command",le="+Inf"} ',
+            'rock_admin_request_duration_seconds_count{class="lifecycle"} ',
+            'rock_admin_upstream_call_duration_seconds_count{op="exec"} 1',
+            'rock_admin_upstream_call_duration_seconds_count{op="create"} 1',
+            'rock_admin_upstream_calls_total{op="exec",outcome="ok"} 1',
+            'rock_admin_upstream_inflight_calls 0',
+            'rock_admin_store_duration_seconds_count{op="get"} ',
+            'rock_admin_inflight_requests 1',
+            'rock_admin_requests_total{route="unrouted",outcome="client_error"} 1',
+            'rock_admin_process_start_time_seconds '):
+        assert needle in text, "%r missing from:\n%s" % (needle, text)
+    assert sid not in text  # no per-sandbox labels
+    # Every family is documented in docs/operations.md.
+    with open(os.path.join(SRC, "docs", "operations.md")) as f:
+        ops_doc = f.read()
+    families = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    missing = [f for f in families if "`%s`" % f not in ops_doc]
+    assert not missing, "metrics not listed in docs/operations.md: %s" % missing
+
+
+@test
+def json_log_format():
+    a = Admin(config={"log": {"format": "json"}})
+    sid = a.start_sandbox()
+    st, body, headers = a.request(
+        "POST", PREFIX + "/execute", {"sandbox_id": sid, "command": "echo x"},
+        headers={"X-Request-ID": "trace-json-1"}, raw=True)
+    assert st == 200
+    a.request("GET", PREFIX + "/get_status?sandbox_id=" + sid)
+
+    def access_lines():
+        recs = []
+        for line in a.output().splitlines():
+            if not line.startswith("{"):
+                continue
+            rec = json.loads(line)
+            if rec.get("msg") == "access":
+                recs.append(rec)
+        return [r for r in recs if r.get("route") == "get_status"] and recs
+
+    recs = wait_until(access_lines, 10, what="JSON access lines")
+    # Every line is one JSON object with time, level and msg.
+    for line in a.output().splitlines():
+        rec = json.loads(line)
+        assert {"time", "level", "msg"} <= set(rec), rec
+    execute = [r for r in recs if r["request_id"] == "trace-json-1"]
+    assert len(execute) == 1, recs
+    e = execute[0]
+    assert e["route"] == "execute" and e["status"] == 200 and e["method"] == "POST", e
+    assert e["sandbox_id"] == sid and e["outcome"] == "success", e
+    assert isinstance(e["duration_ms"], int) and e["duration_ms"] >= 0, e
+    status = [r for r in recs if r["route"] == "get_status"][0]
+    assert status["sandbox_id"] == sid, status  # from the query string
+    start = [r for r in recs if r["route"] == "start_async"][0]
+    assert start["sandbox_id"] is None, start  # the request names no sandbox yet
+
+
+@test
+def log_format_is_checked():
+    d = tmpdir()
+    path = os.path.join(d, "bad.yml")
+    with open(path, "w") as f:
+        f.write("runtime: {operator_type: testop, plugin_dir: %s}\nlog: {format: xml}\n"
+                % os.environ.get("ROCK_TEST_PLUGIN_DIR", ""))
+    p = subprocess.run([ADMIN_BIN, "-t", "-c", path], capture_output=True, timeout=60)
+    out = (p.stdout + p.stderr).decode()
+    assert p.returncode != 0, out
+    assert "log.format" in out and "must be one of: text, json" in out, out
+
+
+@test
+def openapi_and_docs_served():
+    a = Admin()
+    st, body, headers = a.request("GET", "/openapi.json", raw=True)
+    assert st == 200 and headers["Content-Type"] == "application/json", headers
+    with open(os.path.join(SRC, "api", "openapi.json"), "rb") as f:
+        assert body == f.read(), "/openapi.json differs from api/openapi.json"
+    doc = json.loads(body)
+    assert doc["openapi"].startswith("3.1")
+    st, body, headers = a.request("GET", "/docs", raw=True)
+    assert st == 200 and headers["Content-Type"].startswith("text/html"), headers
+    page = body.decode()
+    assert 'fetch("openapi.json")' in page
+    # Self-contained: no external scripts, styles or fonts.
+    assert "http://" not in page and "https://" not in page and "//cdn" not in page
+    assert "connect-src 'self'" in headers["Content-Security-Policy"]
+
+
+run()
