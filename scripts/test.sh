@@ -125,7 +125,8 @@ rm -rf "$fz"
 mkdir -p "$fz"
 if (cd "$fz" && "$top/configure" --enable-werror --enable-fuzzing CC=clang \
         CFLAGS="$ASAN_FLAGS" LDFLAGS="-fsanitize=address,undefined" >configure.out 2>&1) &&
-    make -C "$fz/core" -j"$jobs" >"$fz/build.out" 2>&1 &&
+    make -C "$fz/lib" -j"$jobs" >"$fz/build.out" 2>&1 &&
+    make -C "$fz/core" -j"$jobs" >>"$fz/build.out" 2>&1 &&
     make -C "$fz/tests/fuzz" -j"$jobs" >>"$fz/build.out" 2>&1; then
     if ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
         sh tests/fuzz/run-fuzzers.sh "$fz" "${ROCK_FUZZ_RUNS:-20000}"; then
