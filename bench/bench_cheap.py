@@ -2,7 +2,7 @@
 """Cheap requests side by side (issue 15): rock-admin against nginx, Redis and the OpenSandbox
 simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medians of three.
 
-  python3 ../../bench/bench_cheap.py [all|status|proxy|inflight N] [--seconds S] [--strace]
+  python3 ../../bench/bench_cheap.py [all|status|proxy|execute|inflight N] [--seconds S] [--strace]
 
 Run from a configured build directory with the environment of bench/README.md
 (ROCK_ADMIN_BIN, ROCK_TEST_PLUGIN_DIR, ROCK_OPENSANDBOX_PLUGIN_DIR, OPENSANDBOX_SIM).
@@ -295,6 +295,53 @@ server { listen 127.0.0.1:%d; location / { proxy_pass http://app; proxy_http_ver
         stop(px)
 
 
+def wrk_post(url, body, headers, conns=1, seconds=None):
+    """wrk with a POST body (Lua script); returns requests/s and the p50 latency."""
+    script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)
+    script.write('wrk.method = "POST"\nwrk.body = %s\n' % json.dumps(body))
+    for k, v in headers.items():
+        script.write('wrk.headers[%s] = %s\n' % (json.dumps(k), json.dumps(v)))
+    script.close()
+    cmd = ["wrk", "-t1", "-c%d" % conns, "-d%ds" % (seconds or SECONDS), "--latency",
+           "-s", script.name, url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    os.unlink(script.name)
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p50 = re.search(r"50%\s+([\d.]+)(\w+)", out)
+    ms = float(p50.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[p50.group(2)]
+    return rps, ms
+
+
+def scenario_execute():
+    log("== /execute round trip: rock-admin vs execd directly (one connection, wrk -t1 -c1) ==")
+    redis = Redis()
+    sim = Sim(api_key=API_KEY, ready_delay_ms=0)
+    admin = os_admin(sim, redis)
+    sid = admin.start_sandbox()
+    st, js = admin.api("GET", "/get_status", query={"sandbox_id": sid})
+    osid = js["result"]["host_name"]
+    st, ep = sim.request("GET", "/v1/sandboxes/%s/endpoints/44772" % osid)
+    execd = "http://%s/command" % ep["endpoint"]
+    hdr = dict(ep.get("headers") or {})
+    hdr["Content-Type"] = "application/json"
+    rows = []
+    for name, url, body, h in (
+            ("execd POST /command directly", execd,
+             json.dumps({"command": "true", "background": False}), hdr),
+            ("rock-admin /execute, opensandbox.so + Redis",
+             "http://127.0.0.1:%d%s/execute" % (admin.port, PREFIX),
+             json.dumps({"sandbox_id": sid, "command": "true"}),
+             {"Content-Type": "application/json"})):
+        runs = [wrk_post(url, body, h) for _ in range(RUNS)]
+        p50 = statistics.median(r[1] for r in runs)
+        rps = statistics.median(r[0] for r in runs)
+        rows.append(p50)
+        RESULTS.append({"name": name, "p50_ms": p50, "median": rps})
+        log("%-58s p50 %.3f ms, %.0f req/s on one connection (runs %s)" % (
+            name, p50, rps, ", ".join("%.3f" % r[1] for r in runs)))
+    log("    rock-admin adds %.3f ms p50" % (rows[1] - rows[0]))
+
+
 def vm(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -359,6 +406,8 @@ def main():
             scenario_status(do_strace)
         if what in ("all", "proxy"):
             scenario_proxy(do_strace)
+        if what in ("all", "execute"):
+            scenario_execute()
         if what in ("all", "inflight"):
             n = int(args[1]) if what == "inflight" and len(args) > 1 else 5000
             scenario_inflight(n)

@@ -36,8 +36,4 @@ void rk_budget_give(struct rk_budget *b, int64_t n);
 /** Bytes currently in use. */
 int64_t rk_budget_used(const struct rk_budget *b);
 
-/** The message of a refusal: "admin is busy: ... (<key>)". */
-#define RK_BUDGET_BUSY_FMT                                                                         \
-    "admin is busy: %s budget of %lld bytes is in use (server.%s); retry later"
-
 #endif /* RK_BUDGET_H */

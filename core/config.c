@@ -448,8 +448,8 @@ struct rk_config *rk_config_defaults(void)
     c->runtime.session_reservation_ttl_s = 120;
     c->runtime.start_wait_s = 85;
     c->runtime.command_timeout_margin_s = 30; /* issue 13 */
-    c->perf.reconcile_interval_ms = 1000; /* issue 15 */
-    c->perf.proxy_endpoint_ttl_ms = 5000; /* issue 15 */
+    c->perf.reconcile_interval_ms = 1000;     /* issue 15 */
+    c->perf.proxy_endpoint_ttl_ms = 5000;     /* issue 15 */
     c->redis.host = xstrdup("");
     c->redis.port = 6379;
     c->redis.password = xstrdup("");
@@ -525,6 +525,7 @@ struct loader {
     int runtime_line;       /* line of the runtime section, 0 if absent */
     int operator_type_line; /* line of runtime.operator_type, 0 if absent */
     int operator_type_bad;  /* runtime.operator_type was present but refused */
+    int sentinels_line;     /* line of redis.sentinels, 0 if absent */
 };
 
 /* 1-based line where a node starts. */
@@ -603,6 +604,8 @@ static void core_range_error(struct loader *L, const struct core_key *k, int lin
 static void apply_strlist(struct loader *L, const struct core_key *k, int line,
                           const yaml_node_t *v)
 {
+    if (!strcmp(k->key, "sentinels"))
+        L->sentinels_line = line;
     if (v->type != YAML_SEQUENCE_NODE) {
         core_type_error(L, k, line, "a list of strings", v);
         return;
@@ -622,6 +625,28 @@ static void apply_strlist(struct loader *L, const struct core_key *k, int line,
     }
     strlist_free(*(char ***)field(L->cfg, k));
     *(char ***)field(L->cfg, k) = list;
+}
+
+/* Cross-key checks of the redis HA keys (issue 14): every sentinel is
+ * host:port (IPv6 as [addr]:port) and master_name is set with sentinels. */
+static void check_redis_ha(struct loader *L)
+{
+    char **list = L->cfg->redis.sentinels;
+    if (!list || !list[0])
+        return;
+    for (size_t i = 0; list[i]; i++) {
+        const char *item = list[i], *end = item + strlen(item), *colon = strrchr(item, ':');
+        long port = 0;
+        int digits = colon && colon + 1 < end;
+        for (const char *c = colon ? colon + 1 : end; c < end && digits; c++)
+            digits = *c >= '0' && *c <= '9' && (port = port * 10 + (*c - '0')) <= 65535;
+        if (!colon || colon == item || !digits || port < 1)
+            problem_at(L->p, L->file, L->sentinels_line, "redis", "sentinels",
+                       "expected host:port, got \"%.64s\"", item);
+    }
+    if (!*L->cfg->redis.master_name)
+        problem_at(L->p, L->file, L->sentinels_line, "redis", "master_name",
+                   "required when redis.sentinels is set");
 }
 
 /* Parse the value v of core key k (key at line) into the config. */
@@ -897,6 +922,7 @@ struct rk_config *rk_config_load(const char *path, struct rk_problems *p)
         else
             load_root(&L, root);
     }
+    check_redis_ha(&L);
     if (!*cfg->runtime.operator_type && !L.operator_type_bad)
         problem_at(p, path, L.operator_type_line ? L.operator_type_line : L.runtime_line, "runtime",
                    "operator_type", "required key is missing");

@@ -147,8 +147,11 @@ static rk_status gate_decide(const struct rk_app *app, struct rk_call *call,
     return RK_OK;
 }
 
-rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_op op,
-                             const char *sandbox_id, json_object *rec, struct rk_target *t)
+/* The gate on a stored record; touched says the idle deadline was already
+ * refreshed in the same round trip that read the record. */
+static rk_status dispatch_stored(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                                 const char *sandbox_id, json_object *rec, int touched,
+                                 struct rk_target *t)
 {
     memset(t, 0, sizeof *t);
     const struct rk_op_info *info = rk_op_info(op);
@@ -158,8 +161,8 @@ rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_o
 
     /* Then act. Runtime entry points refresh the idle timer even when they
      * are then refused for a capability or state reason, as the original does
-     * (U35); a record that is not this operator's is never written. */
-    if (info->touches_idle && owned)
+     * (U35); a record that is not this operator's is never written here. */
+    if (info->touches_idle && owned && !touched)
         rk_dispatch_touch(app, rec);
     if (st != RK_OK) {
         json_object_put(rec);
@@ -175,6 +178,12 @@ rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_o
     return RK_OK;
 }
 
+rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                             const char *sandbox_id, json_object *rec, struct rk_target *t)
+{
+    return dispatch_stored(app, call, op, sandbox_id, rec, 0, t);
+}
+
 rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
                       const char *sandbox_id, struct rk_target *t)
 {
@@ -184,12 +193,19 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
      *    parameters): the identifier rule of validate.h, before any store call. */
     if (sandbox_id && *sandbox_id && !rk_id_valid(sandbox_id, strlen(sandbox_id)))
         return rk_call_set_error(call, RK_E_INVALID, "sandbox_id: " RK_ID_RULE_MSG);
-    /* 1. The record must exist. */
+    /* 1. The record must exist. Runtime entry points read it and refresh the
+     *    idle timer in one store round trip (issue 15); the store script only
+     *    moves the deadline of an active record with an idle timeout, so the
+     *    touch of a record the gate then refuses is the original's order (U35). */
+    const struct rk_op_info *info = rk_op_info(op);
     json_object *rec = NULL;
-    rk_store_rc rc = rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);
+    rk_store_rc rc = info->touches_idle
+                         ? rk_store_get_touch(app->store, sandbox_id, rk_epoch_s(), &rec, NULL, 0,
+                                              err, sizeof err)
+                         : rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);
     if (rc == RK_STORE_NOT_FOUND)
         return rk_call_set_error(call, RK_E_NOT_FOUND, "Sandbox %s not found", sandbox_id);
     if (rc != RK_STORE_OK)
         return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
-    return rk_dispatch_record(app, call, op, sandbox_id, rec, t);
+    return dispatch_stored(app, call, op, sandbox_id, rec, info->touches_idle, t);
 }

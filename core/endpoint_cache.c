@@ -57,21 +57,26 @@ void rk_ep_free(struct rk_ep *e)
         free((char *)e->headers[i].value);
     }
     free(e->headers);
+    free(e->header_flags);
     memset(e, 0, sizeof *e);
 }
 
-/* Deep copy of an endpoint; 0 on success. */
+/* Deep copy of an endpoint, credential flags included (a hit must not turn a
+ * backend credential into a routing header); 0 on success. */
 static int ep_copy(struct rk_ep *dst, const char *base_url, const struct rk_kv *h, size_t n,
-                   int64_t idle_minutes)
+                   const uint32_t *flags, int64_t idle_minutes)
 {
     memset(dst, 0, sizeof *dst);
     dst->idle_minutes = idle_minutes;
     dst->base_url = strdup(base_url);
     dst->headers = n ? calloc(n, sizeof *dst->headers) : NULL;
-    if (!dst->base_url || (n && !dst->headers)) {
+    dst->header_flags = n && flags ? malloc(n * sizeof *flags) : NULL;
+    if (!dst->base_url || (n && !dst->headers) || (n && flags && !dst->header_flags)) {
         rk_ep_free(dst);
         return -1;
     }
+    if (dst->header_flags)
+        memcpy(dst->header_flags, flags, n * sizeof *flags);
     for (size_t i = 0; i < n; i++) {
         dst->headers[i].key = h[i].key ? strdup(h[i].key) : NULL;
         dst->headers[i].value = h[i].value ? strdup(h[i].value) : NULL;
@@ -111,7 +116,8 @@ int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct r
                 ep_unlink(pp);
                 break;
             }
-            rc = ep_copy(out, e->ep.base_url, e->ep.headers, e->ep.headers_len, e->ep.idle_minutes);
+            rc = ep_copy(out, e->ep.base_url, e->ep.headers, e->ep.headers_len, e->ep.header_flags,
+                         e->ep.idle_minutes);
             if (rc == 0 && now - e->touched_ms >= EP_TOUCH_MS) {
                 e->touched_ms = now;
                 *touch_due = 1;
@@ -136,7 +142,8 @@ void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_t
     n->port = port;
     n->kind = kind;
     n->stored_ms = n->touched_ms = rk_now_ms(); /* the dispatch gate just touched it */
-    if (!n->id || ep_copy(&n->ep, pt->base_url, pt->headers, pt->headers_len, idle_minutes) != 0) {
+    if (!n->id || ep_copy(&n->ep, pt->base_url, pt->headers, pt->headers_len, pt->header_flags,
+                          idle_minutes) != 0) {
         free(n->id);
         free(n);
         return;

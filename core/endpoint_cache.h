@@ -19,6 +19,7 @@ struct rk_ep {
     char *base_url;
     struct rk_kv *headers; /* keys and values malloc'd */
     size_t headers_len;
+    uint32_t *header_flags; /* NULL or headers_len RK_PROXY_HEADER_* bits (ABI 1.1, issue 11) */
     int64_t idle_minutes; /* the sandbox's auto_clear_time, for the throttled touch */
 };
 

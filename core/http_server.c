@@ -70,7 +70,7 @@ struct http_state {
     atomic_int data_active; /* data-route requests being served */
     pthread_mutex_t mu;     /* guards conns, nconns, stop */
     pthread_cond_t cv;
-    struct conn_track *conns; /* oldest first */
+    struct conn_track *conns; /* newest first */
     int nconns;
     int stop;
     pthread_t watchdog;
@@ -282,12 +282,10 @@ static void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **
         t->phase = PH_HEADERS;
         t->phase_start_ms = rk_now_ms();
         pthread_mutex_lock(&hs->mu);
-        struct conn_track **pp = &hs->conns;
-        while (*pp) {
-            t->prev = *pp;
-            pp = &(*pp)->next;
-        }
-        *pp = t;
+        t->next = hs->conns;
+        if (t->next)
+            t->next->prev = t;
+        hs->conns = t;
         hs->nconns++;
         pthread_mutex_unlock(&hs->mu);
         *socket_context = t;

@@ -39,7 +39,7 @@
 static pthread_mutex_t rc_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t rc_cv;
 static int rc_stop;
-static int rc_running;
+static _Atomic int rc_running; /* read by request threads (rk_reconciler_active) */
 static pthread_t rc_thread;
 static char rc_owner[128]; /* this process in the lease: host:pid:random */
 static int rc_leader;      /* 1 while this process holds the lease (for log lines) */
@@ -126,6 +126,8 @@ static int by_rock_id(const void *a, const void *b)
 static const struct listed *find_listed(const struct listing *l, const char *rock_id,
                                         const char *upstream)
 {
+    if (l->n == 0 || !rock_id)
+        return NULL;
     struct listed key = {.rock_id = (char *)rock_id};
     const struct listed *hit = bsearch(&key, l->v, l->n, sizeof *l->v, by_rock_id);
     if (!hit)

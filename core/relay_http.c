@@ -573,6 +573,7 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
         pt->base_url = cached->base_url;
         pt->headers = cached->headers;
         pt->headers_len = cached->headers_len;
+        pt->header_flags = cached->header_flags; /* credentials stay credentials */
         if (touch_due && cached->idle_minutes > 0) {
             char err[RK_STORE_ERRLEN];
             if (rk_store_touch(app->store, r->params[0], rk_epoch_s() + cached->idle_minutes * 60,

@@ -37,6 +37,7 @@
 #include "metrics.h"
 #include "plugin_loader.h"
 #include "relay_common.h"
+#include "upgrade_thread.h"
 #include "util.h"
 
 /** Bytes read from either side per step (a server frame carries at most this). */
@@ -304,15 +305,11 @@ static void pf_tunnel(struct pf_state *pf, int sock, const char *extra, size_t e
     free(buf);
 }
 
-/* MHD upgrade callback (the connection's own thread; blocking is allowed). */
-static void pf_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls,
-                        const char *extra_in, size_t extra_in_size, MHD_socket sock,
-                        struct MHD_UpgradeResponseHandle *urh)
+/* Tunnel one upgraded connection until either side ends, then release it. */
+static void pf_serve(void *state, int sock, const char *extra_in, size_t extra_in_size,
+                     struct MHD_UpgradeResponseHandle *urh)
 {
-    (void)connection;
-    (void)req_cls;
-    struct pf_state *pf = cls;
-    rk_relay_enter();
+    struct pf_state *pf = state;
     int fl = fcntl(sock, F_GETFL);
     if (fl >= 0)
         fcntl(sock, F_SETFL, fl | O_NONBLOCK);
@@ -322,6 +319,40 @@ static void pf_upgraded(void *cls, struct MHD_Connection *connection, void *req_
     else
         pf_tunnel(pf, sock, extra_in, extra_in_size);
     MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+/* rk_upgrade_release_fn: the tunnel thread owns pf once detached (TLS). */
+static void pf_release(void *state)
+{
+    struct pf_state *pf = state;
+    if (pf->tcp_fd >= 0)
+        close(pf->tcp_fd);
+    free(pf);
+}
+
+/* MHD upgrade callback, on the connection's own thread: tunnels here over
+ * plain HTTP, on a thread of its own over TLS (upgrade_thread.h). */
+static void pf_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls,
+                        const char *extra_in, size_t extra_in_size, MHD_socket sock,
+                        struct MHD_UpgradeResponseHandle *urh)
+{
+    (void)connection;
+    struct pf_state *pf = cls;
+    rk_relay_enter();
+    int d = rk_upgrade_detach(pf_serve, pf_release, pf, sock, extra_in, extra_in_size, urh,
+                              (size_t)pf->app->cfg->server.thread_stack_kib * 1024);
+    if (d > 0) {
+        struct rk_req *r = req_cls;
+        if (r && r->route_ctx == pf)
+            r->route_ctx = NULL; /* the tunnel thread owns pf now */
+        return;
+    }
+    if (d < 0) {
+        pf_close_client(sock, 1011, "Proxy error: out of resources");
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+    } else {
+        pf_serve(pf, sock, extra_in, extra_in_size, urh);
+    }
     rk_relay_leave();
 }
 

@@ -29,7 +29,6 @@
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +47,7 @@
 #include "proxy_guard.h"
 #include "relay_common.h"
 #include "router.h"
-#include "tls.h"
+#include "upgrade_thread.h"
 #include "util.h"
 
 /** Relay buffer per direction. */
@@ -514,74 +513,45 @@ static void ws_serve(struct ws_relay *ws, MHD_socket sock, const char *extra_in,
     MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
 }
 
-/* An upgraded TLS connection relayed on its own thread (see ws_upgraded). */
-struct ws_tls_job {
-    struct ws_relay *ws;
-    MHD_socket sock;
-    char *extra;
-    size_t extra_len;
-    struct MHD_UpgradeResponseHandle *urh;
-};
-
-/* Thread body for ws_tls_job. */
-static void *ws_tls_thread(void *arg)
+/* rk_upgrade_serve_fn for the TLS relay thread. */
+static void ws_serve_detached(void *state, int sock, const char *extra, size_t extra_len,
+                              struct MHD_UpgradeResponseHandle *urh)
 {
-    struct ws_tls_job *job = arg;
-    ws_serve(job->ws, job->sock, job->extra, job->extra_len, job->urh);
-    free(job->ws->leftover);
-    free(job->ws);
-    free(job->extra);
-    free(job);
-    rk_relay_leave();
-    return NULL;
+    ws_serve(state, sock, extra, extra_len, urh);
 }
 
-/*
- * MHD upgrade callback, on the connection's own thread. Over plain HTTP the
- * socket is the client's and the relay blocks here. Over TLS, libmicrohttpd
- * hands out one end of a socket pair and encrypts/decrypts on this very
- * thread once the callback returns, so the relay must run elsewhere (tls.c).
- * libmicrohttpd then reports the request complete at once (ws_free), so the
- * thread takes ws over from the request and frees it itself.
- */
+/* rk_upgrade_release_fn: the relay thread owns ws once detached. */
+static void ws_release(void *state)
+{
+    struct ws_relay *ws = state;
+    free(ws->leftover);
+    free(ws);
+}
+
+/* MHD upgrade callback, on the connection's own thread: relays here over plain
+ * HTTP, on a thread of its own over TLS (upgrade_thread.h). */
 static void ws_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls,
                         const char *extra_in, size_t extra_in_size, MHD_socket sock,
                         struct MHD_UpgradeResponseHandle *urh)
 {
     (void)connection;
-    (void)req_cls;
     struct ws_relay *ws = cls;
     rk_relay_enter();
-    if (rk_tls_enabled()) {
-        struct ws_tls_job *job = calloc(1, sizeof *job);
-        char *extra = job && extra_in_size ? malloc(extra_in_size) : NULL;
-        if (job && (extra || !extra_in_size)) {
-            if (extra_in_size)
-                memcpy(extra, extra_in, extra_in_size);
-            *job = (struct ws_tls_job){ws, sock, extra, extra_in_size, urh};
-            pthread_attr_t attr;
-            pthread_t tid;
-            pthread_attr_init(&attr);
-            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            pthread_attr_setstacksize(&attr, (size_t)ws->app->cfg->server.thread_stack_kib * 1024);
-            int rc = pthread_create(&tid, &attr, ws_tls_thread, job);
-            pthread_attr_destroy(&attr);
-            if (rc == 0) {
-                struct rk_req *r = req_cls;
-                if (r && r->route_ctx == ws)
-                    r->route_ctx = NULL; /* the relay thread owns ws now */
-                return;
-            }
-        }
-        free(extra);
-        free(job);
+    int d = rk_upgrade_detach(ws_serve_detached, ws_release, ws, sock, extra_in, extra_in_size, urh,
+                              (size_t)ws->app->cfg->server.thread_stack_kib * 1024);
+    if (d > 0) {
+        struct rk_req *r = req_cls;
+        if (r && r->route_ctx == ws)
+            r->route_ctx = NULL; /* the relay thread owns ws now */
+        return;
+    }
+    if (d < 0) {
         rk_warn("websocket proxy to sandbox %s: cannot start the relay thread", ws->sandbox_id);
         ws_close_client(sock, 1011, "Proxy error: out of resources");
         MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
-        rk_relay_leave();
-        return;
+    } else {
+        ws_serve(ws, sock, extra_in, extra_in_size, urh);
     }
-    ws_serve(ws, sock, extra_in, extra_in_size, urh);
     rk_relay_leave();
 }
 

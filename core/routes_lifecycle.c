@@ -332,6 +332,12 @@ static rk_status status_from_store(struct rk_req *r, const char *id, int include
             return st;
         }
     }
+    if (stored == RK_STATE_ARCHIVING)
+        rk_archive_recover(app, rec); /* an archive whose admin died resumes here */
+    json_object *acm;
+    if (rk_state_is_active(stored) && json_object_object_get_ex(rec, "auto_clear_time", &acm) &&
+        acm && json_object_get_int64(acm) > 0) /* a status poll is use too (renewal) */
+        rk_dispatch_renew(app, rec, rk_epoch_s() + json_object_get_int64(acm) * 60);
     json_object *cf;
     int create_failed =
         json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf);

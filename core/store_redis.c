@@ -134,6 +134,14 @@ static const char LUA_UNCREATE[] = "if redis.call('GET', KEYS[1]) ~= ARGV[2] the
                                    "redis.call('SREM', KEYS[6], ARGV[1])\n"
                                    "return 1\n";
 
+/* Turn our unconfirmed commit (ARGV[2], the "s:" value of name ARGV[1]) back
+ * into our reservation, already expired ("r:<token ARGV[3]>:0"): the caller's
+ * rollback then removes it, and nobody is blocked if it does not. */
+static const char LUA_UNCOMMIT[] =
+    "if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end\n"
+    "redis.call('HSET', KEYS[1], ARGV[1], 'r:' .. ARGV[3] .. ':0')\n"
+    "return 1\n";
+
 /* Index the given active ids (ARGV[2..]) under prefix ARGV[1] in bycreated
  * and the per-state sets; ids no longer active are skipped. */
 static const char LUA_REINDEX[] =
@@ -1310,6 +1318,14 @@ static rk_store_rc finish_reservation(struct redis_store *rs, const char *sandbo
               value, (const char *)NULL);
     long long v = 0;
     rk_store_rc rc = run_write_int(rs, &c, &v, err, errlen);
+    if (rc == RK_STORE_ERROR && v == 1 && value[0]) {
+        /* Committed but not confirmed: the caller closes the backend session
+         * and rolls back, so make the mapping our (expired) reservation again. */
+        char scratch[RK_STORE_ERRLEN];
+        long long undone = 0;
+        cmd_build(&c, "EVAL", LUA_UNCOMMIT, "1", k, name, value, token, (const char *)NULL);
+        run_int(rs, &c, &undone, scratch, sizeof scratch);
+    }
     if (rc != RK_STORE_OK)
         return rc;
     return v == 1 ? RK_STORE_OK : RK_STORE_CONFLICT;

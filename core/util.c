@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "rkutil.h"
+
 int64_t rk_now_ms(void)
 {
     struct timespec ts;
@@ -54,28 +56,7 @@ void rk_iso_time(int64_t epoch, char out[32])
 
 void rk_random_hex(char *out, size_t nchars)
 {
-    static const char hex[] = "0123456789abcdef";
-    unsigned char raw[64];
-    size_t nbytes = (nchars + 1) / 2;
-    if (nbytes > sizeof raw)
-        nbytes = sizeof raw;
-    size_t got = 0;
-    while (got < nbytes) {
-        ssize_t n = getrandom(raw + got, nbytes - got, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            /* Fall back to a weak but unique-enough source; never fails silently. */
-            for (; got < nbytes; got++)
-                raw[got] = (unsigned char)(rand() ^ (int)rk_now_ms());
-            break;
-        }
-        got += (size_t)n;
-    }
-    size_t i;
-    for (i = 0; i < nchars && i / 2 < nbytes; i++)
-        out[i] = hex[(i % 2) ? (raw[i / 2] & 0xf) : (raw[i / 2] >> 4)];
-    out[i] = '\0';
+    rku_random_hex(out, nchars);
 }
 
 /* ---- buffers ------------------------------------------------------------- */
@@ -158,128 +139,23 @@ char *rk_xstrdup(const char *s)
 
 int rk_shell_quote(struct rk_buf *b, const char *s)
 {
-    /* shlex.quote: safe words stay bare, anything else is single-quoted with
-     * embedded quotes written as '"'"'. */
-    if (!*s)
-        return rk_buf_append(b, "''", 2);
-    int safe = 1;
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (!(isalnum(c) || strchr("@%+=:,./-_", c))) {
-            safe = 0;
-            break;
-        }
-    }
-    if (safe)
-        return rk_buf_append(b, s, strlen(s));
-    if (rk_buf_append(b, "'", 1))
-        return -1;
-    for (const char *p = s; *p; p++) {
-        if (*p == '\'') {
-            if (rk_buf_append(b, "'\"'\"'", 5))
-                return -1;
-        } else if (rk_buf_append(b, p, 1)) {
-            return -1;
-        }
-    }
-    return rk_buf_append(b, "'", 1);
-}
-
-/* Length of a valid UTF-8 sequence at s (max n bytes), or 0 if invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n, unsigned *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    size_t len;
-    unsigned c;
-    if ((s[0] & 0xe0) == 0xc0) {
-        len = 2;
-        c = s[0] & 0x1f;
-    } else if ((s[0] & 0xf0) == 0xe0) {
-        len = 3;
-        c = s[0] & 0x0f;
-    } else if ((s[0] & 0xf8) == 0xf0) {
-        len = 4;
-        c = s[0] & 0x07;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        c = (c << 6) | (s[i] & 0x3f);
-    }
-    if ((len == 2 && c < 0x80) || (len == 3 && c < 0x800) || (len == 4 && c < 0x10000) ||
-        c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
-        return 0;
-    *cp = c;
-    return len;
+    char *q = rku_shell_quote(s);
+    int rc = q ? rk_buf_append(b, q, strlen(q)) : -1;
+    free(q);
+    return rc;
 }
 
 int rk_py_repr(struct rk_buf *b, const char *str, size_t len)
 {
-    /* Python picks double quotes when the text has ' but no ". */
-    int has_sq = memchr(str, '\'', len) != NULL;
-    int has_dq = memchr(str, '"', len) != NULL;
-    char q = (has_sq && !has_dq) ? '"' : '\'';
-    if (rk_buf_append(b, &q, 1))
-        return -1;
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned cp;
-        size_t n = utf8_seq(s + i, len - i, &cp);
-        char tmp[16];
-        if (n == 0) {
-            /* Not valid UTF-8: Python would show a surrogate escape. */
-            snprintf(tmp, sizeof tmp, "\\udc%02x", s[i]);
-            if (rk_buf_append(b, tmp, strlen(tmp)))
-                return -1;
-            i++;
-            continue;
-        }
-        if (cp == (unsigned)q || cp == '\\') {
-            tmp[0] = '\\';
-            tmp[1] = (char)cp;
-            if (rk_buf_append(b, tmp, 2))
-                return -1;
-        } else if (cp == '\n') {
-            if (rk_buf_append(b, "\\n", 2))
-                return -1;
-        } else if (cp == '\r') {
-            if (rk_buf_append(b, "\\r", 2))
-                return -1;
-        } else if (cp == '\t') {
-            if (rk_buf_append(b, "\\t", 2))
-                return -1;
-        } else if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0)) {
-            snprintf(tmp, sizeof tmp, "\\x%02x", cp);
-            if (rk_buf_append(b, tmp, 4))
-                return -1;
-        } else if (rk_buf_append(b, s + i, n)) {
-            return -1;
-        }
-        i += n;
-    }
-    return rk_buf_append(b, &q, 1);
+    char *r = rku_py_repr(str, len);
+    int rc = r ? rk_buf_append(b, r, strlen(r)) : -1;
+    free(r);
+    return rc;
 }
 
 void rk_py_float(double v, char out[64])
 {
-    if (isfinite(v) && v == floor(v) && fabs(v) < 1e16) {
-        snprintf(out, 64, "%.1f", v);
-        return;
-    }
-    /* Shortest representation that round-trips, like Python's repr(float). */
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(out, 64, "%.*g", prec, v);
-        if (strtod(out, NULL) == v)
-            return;
-    }
+    rku_py_float(v, out);
 }
 
 int rk_strcaseeq(const char *a, const char *b)

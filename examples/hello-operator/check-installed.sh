@@ -59,6 +59,15 @@ case "$cflags" in
 *"$prefix"*) ;;
 *) fail "pkg-config --cflags ($cflags) does not point into $prefix" ;;
 esac
+# The .pc's ABI numbers are generated from the installed header (one source).
+hdr=$(find "$prefix" -path '*/rock-admin/operator.h' | head -n 1)
+for part in MAJOR MINOR; do
+    want=$(sed -n "s/^#define RK_OPERATOR_ABI_$part  *//p" "$hdr")
+    var=$(echo "abi_$part" | tr 'A-Z' 'a-z')
+    got=$(PKG_CONFIG_PATH="$pcdir" pkg-config --variable="$var" rock-admin-plugin)
+    [ -n "$want" ] && [ "$got" = "$want" ] ||
+        fail "rock-admin-plugin.pc has $var=$got but $hdr says $want"
+done
 plugindir=$(PKG_CONFIG_PATH="$pcdir" pkg-config --variable=plugindir rock-admin-plugin)
 [ -n "$plugindir" ] || fail "rock-admin-plugin.pc has no plugindir variable"
 echo "check-installed: built hello.so with $cflags (plugindir $plugindir)"

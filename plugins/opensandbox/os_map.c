@@ -13,6 +13,7 @@
 #include <json-c/json.h>
 
 #include "os_internal.h"
+#include "rkutil.h"
 
 /* ------------------------------------------------------------------------ */
 /* String builder                                                            */
@@ -149,34 +150,7 @@ char *os_mem_to_k8s(const char *mem)
 char *os_py_float(double x)
 {
     char buf[64];
-    if (isnan(x))
-        return strdup("nan");
-    if (isinf(x))
-        return strdup(x < 0 ? "-inf" : "inf");
-    if (x == 0)
-        return strdup(signbit(x) ? "-0.0" : "0.0");
-    int prec = 1;
-    for (; prec <= 17; prec++) {
-        snprintf(buf, sizeof(buf), "%.*e", prec - 1, x);
-        if (strtod(buf, NULL) == x)
-            break;
-    }
-    int exp10 = (int)floor(log10(fabs(x)));
-    /* %.*e may round up into the next decade (9.99 -> 1.0e+01): trust its exponent. */
-    const char *e = strchr(buf, 'e');
-    if (e)
-        exp10 = atoi(e + 1);
-    if (exp10 >= -4 && exp10 < 16) {
-        int decimals = prec - 1 - exp10;
-        if (decimals < 0)
-            decimals = 0;
-        snprintf(buf, sizeof(buf), "%.*f", decimals, x);
-        if (!strchr(buf, '.'))
-            strncat(buf, ".0", sizeof(buf) - strlen(buf) - 1);
-        return strdup(buf);
-    }
-    /* Python writes 1e+16 / 1.5e-05: mantissa without a trailing ".0". */
-    snprintf(buf, sizeof(buf), "%.*e", prec - 1, x);
+    rku_py_float(x, buf);
     return strdup(buf);
 }
 
@@ -259,56 +233,13 @@ enum rk_state os_map_state(const char *state, int *failed)
 /** POSIX shell quoting equivalent to Python's shlex.quote. */
 char *os_shell_quote(const char *s)
 {
-    if (!s || !*s)
-        return strdup("''");
-    int safe = 1;
-    for (const char *c = s; *c; c++) {
-        if (!(isalnum((unsigned char)*c) || strchr("@%+=:,./-_", *c))) {
-            safe = 0;
-            break;
-        }
-    }
-    if (safe)
-        return strdup(s);
-    struct os_sb sb = {0};
-    os_sb_putn(&sb, "'", 1);
-    for (const char *c = s; *c; c++) {
-        if (*c == '\'')
-            os_sb_puts(&sb, "'\"'\"'");
-        else
-            os_sb_putn(&sb, c, 1);
-    }
-    os_sb_putn(&sb, "'", 1);
-    return os_sb_take(&sb);
+    return rku_shell_quote(s);
 }
 
-/** Python repr() of a str holding these bytes (UTF-8 passed through). */
+/** Python repr() of a str holding these bytes (librkutil, shared with the core). */
 char *os_py_repr(const char *s, size_t len)
 {
-    int has_sq = memchr(s, '\'', len) != NULL;
-    int has_dq = memchr(s, '"', len) != NULL;
-    char q = (has_sq && !has_dq) ? '"' : '\'';
-    struct os_sb sb = {0};
-    os_sb_putn(&sb, &q, 1);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\\')
-            os_sb_puts(&sb, "\\\\");
-        else if (c == (unsigned char)q)
-            os_sb_printf(&sb, "\\%c", q);
-        else if (c == '\n')
-            os_sb_puts(&sb, "\\n");
-        else if (c == '\r')
-            os_sb_puts(&sb, "\\r");
-        else if (c == '\t')
-            os_sb_puts(&sb, "\\t");
-        else if (c < 0x20 || c == 0x7f)
-            os_sb_printf(&sb, "\\x%02x", c);
-        else
-            os_sb_putn(&sb, (const char *)&c, 1);
-    }
-    os_sb_putn(&sb, &q, 1);
-    return os_sb_take(&sb);
+    return rku_py_repr(s, len);
 }
 
 /** True if name matches [A-Za-z_][A-Za-z0-9_]*. */

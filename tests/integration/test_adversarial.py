@@ -67,13 +67,16 @@ def uses_asan(pid):
         return "libasan" in f.read()
 
 
-def raw_exchange(port, data, source="127.0.0.1", timeout=60):
-    """Send bytes on a fresh connection; return the whole answer."""
+def raw_exchange(port, data, source="127.0.0.1", timeout=60, half_close=True):
+    """Send bytes on a fresh connection; return the whole answer (the request
+    should say Connection: close). half_close=False keeps our side open, as a
+    client does that waits for a command (a half-closed client counts as gone)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout,
                                  source_address=(source, 0))
     try:
         s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
         out = b""
         while True:
             chunk = s.recv(65536)
@@ -199,6 +202,12 @@ def out_of_range_numbers_are_refused_before_arithmetic():
         st, js = admin.api("POST", "/start_async", body)
         assert st == 200, (st, js)
         assert_invalid(js, "body." + field, "Input should be")
+    # sizes and cpus far out of range: the business checks refuse them (no inf/NaN math)
+    for over in ({"memory": "1e308t"}, {"disk": "1e308t"}, {"cpus": 1e308},
+                 {"limit_cpus": 1e308}):
+        st, js = admin.api("POST", "/start_async", dict(base, **over))
+        assert st == 200 and js["status"] == "Failed", (over, js)
+        assert "exceed the maximum" in js["error"], (over, js)
     # page/page_size on the list route: huge pages are an empty page, not a wrap
     sid = admin.start_sandbox()
     for page in (2 ** 62, 10 ** 18, 2 ** 63 - 1):
@@ -342,7 +351,8 @@ def data_routes_leave_reserved_slots_for_health():
     threads = [threading.Thread(target=long_cmd, daemon=True) for _ in range(4)]
     for th in threads:
         th.start()
-    wait_until(lambda: metric(admin, "rock_admin_inflight_requests") >= 4, 20, 0.1,
+    # in flight: the four commands and the /metrics request itself
+    wait_until(lambda: metric(admin, "rock_admin_inflight_requests") >= 5, 20, 0.1,
                "four commands in flight")
     st, js = eventually(lambda: admin.api("GET", "/get_status", query={"sandbox_id": sid}))
     assert st == 503 and js["status"] == "Failed", (st, js)
@@ -406,6 +416,38 @@ def concurrent_large_bodies_stay_under_the_memory_budget():
     # the admin still works
     st, js = admin.api("GET", "/get_status", query={"sandbox_id": "nope"})
     assert st == 200 and "not found" in js["error"], js
+
+
+@test
+def chunked_bodies_and_large_responses_are_charged_too():
+    """A body without Content-Length is charged as it arrives; a read_file answer
+    larger than the budget is refused instead of being held for the client."""
+    admin, sim = os_admin(Redis(), server={"max_buffered_bytes": 4 * 1024 * 1024,
+                                           "max_body_bytes": 8 * 1024 * 1024})
+    sid = admin.start_sandbox()
+    payload = json.dumps({"sandbox_id": "nope", "path": "/tmp/x",
+                          "content": "y" * (3 * 1024 * 1024)}).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(payload[i:i + 65536]), payload[i:i + 65536])
+                      for i in range(0, len(payload), 65536)) + b"0\r\n\r\n"
+    req = ("POST %s/write_file HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+           "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" % PREFIX).encode() + chunks
+    st, js = body_of(raw_exchange(admin.port, req))
+    assert st == 503 and "server.max_buffered_bytes" in js["error"], (st, js)
+    # a small chunked body still works
+    small = json.dumps({"sandbox_id": sid, "path": "/tmp/small", "content": "hi"}).encode()
+    req = ("POST %s/write_file HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+           "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n%x\r\n" % (PREFIX, len(small))
+           ).encode() + small + b"\r\n0\r\n\r\n"
+    st, js = body_of(raw_exchange(admin.port, req, half_close=False))
+    assert st == 200 and js["status"] == "Success", (st, js)
+    # a 6 MiB file read back: its JSON answer does not fit the 4 MiB budget
+    admin.ok("POST", "/execute", {"sandbox_id": sid, "command":
+                                  "head -c 6291456 /dev/zero | tr '\\0' a > /tmp/big"})
+    st, js = admin.api("POST", "/read_file", {"sandbox_id": sid, "path": "/tmp/big"})
+    assert st == 503 and js["error"].startswith("admin is busy"), (st, str(js)[:300])
+    # a small one is served
+    res = admin.ok("POST", "/read_file", {"sandbox_id": sid, "path": "/tmp/small"})
+    assert res["content"] == "hi", res
 
 
 # ---- disk ------------------------------------------------------------------------

@@ -268,7 +268,7 @@ def admin_config(sim, sentinels, port, pwfile, spwfile):
         "runtime": {"sweep_interval": 1},
         "opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY,
                         "use_server_proxy": False},
-        "redis": {"sentinels": ",".join("127.0.0.1:%d" % s.port for s in sentinels),
+        "redis": {"sentinels": ["127.0.0.1:%d" % s.port for s in sentinels],
                   "master_name": MASTER, "username": REDIS_USER, "password_file": pwfile,
                   "sentinel_password_file": spwfile, "min_replicas_ack": 1,
                   "wait_timeout_ms": 1000, "timeout_ms": 2500, "connect_timeout_ms": 500},

@@ -416,10 +416,16 @@ def renewal_keeps_a_used_sandbox_and_lets_an_orphan_expire():
     t0 = time.time()
     e0 = expires_at(sim, osid)
     assert 60 <= e0 - t0 <= 75, e0 - t0
-    # use it for a while: every use keeps the expiry ahead of the idle deadline
+    # use it for a while (commands, and status polls as an SDK makes them):
+    # every use keeps the expiry ahead of the idle deadline
     seen = e0
+    i = 0
     while time.time() - t0 < 15:
-        run_ok(admin, sid, "true")
+        i += 1
+        if i % 2:
+            run_ok(admin, sid, "true")
+        else:
+            assert status(admin, sid, all_states=False)["result"]["is_alive"]
         now = time.time()
         e = expires_at(sim, osid)
         assert e >= now + 60 + 5 - 2, (e - now)  # idle deadline + margin/2 (2 s slack)

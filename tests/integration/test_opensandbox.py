@@ -791,6 +791,36 @@ def vanished_sandbox():
 
 
 @test
+def reconciler_elected_once():
+    """Two admins on one Redis: exactly one holds the reconciler lease and lists
+    OpenSandbox; a sandbox that vanishes upstream reads as deleted through both
+    (status comes from the store), and the other admin takes over when the
+    holder stops."""
+    admin, sim, redis, _ = setup()
+    admin2 = Admin(operator="opensandbox", redis=redis, config=os_config(sim.endpoint))
+    sid = start_alive(admin)
+    osid = osid_of(admin, sid)
+    holder = redis.cli("GET", "rock:lease:reconciler")
+    assert holder, holder
+    wait_until(lambda: "this admin is now the reconciler" in admin.output() + admin2.output(),
+               20, 0.2, "an elected reconciler")
+    both = [a for a in (admin, admin2) if "is now the reconciler" in a.output()]
+    assert len(both) == 1, [a.output()[-2000:] for a in (admin, admin2)]
+    st, _ = sim.request("POST", "/_sim/sandboxes/%s/vanish" % osid)
+    assert st == 204, st
+    for a in (admin, admin2):
+        def deleted():
+            st, js = status(a, sid, all_states=True)
+            assert js["status"] == "Success", js
+            return js["result"]["state"] == "deleted" and js
+        wait_until(deleted, 30, 0.2, "vanished sandbox deleted through every admin")
+    # the holder stops: the other one takes the lease over within its TTL
+    leader, other = (admin, admin2) if both[0] is admin else (admin2, admin)
+    leader.stop()
+    wait_until(lambda: "is now the reconciler" in other.output(), 30, 0.2, "lease taken over")
+
+
+@test
 def upstream_lifetime_lapsed():
     """OpenSandbox ends the sandbox itself (its timeout lapses → Terminated):
     get_status shows deleted, the record is persisted as deleted."""

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 
 import harness
 from harness import ADMIN_BIN, PREFIX, Admin, Redis, Sim, test, tmpdir, wait_until
@@ -163,6 +164,26 @@ def tokens_reload_on_sighup():
     admin.wait_for_line(r"keeping the previous authentication tokens")
     assert Client(admin.port, sdk_headers(new)).call("GET", "/sandboxes")[0] == 200
     assert new not in admin.output()
+
+    # reloads while requests flow: a token kept in every version never sees a 401
+    statuses, stop = [], threading.Event()
+
+    def hammer():
+        c = Client(admin.port, sdk_headers(new))
+        while not stop.is_set():
+            statuses.append(c.call("GET", "/sandboxes")[0])
+    workers = [threading.Thread(target=hammer) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for i in range(5):
+        write_tokens(path, ["%s dave" % new, "extra-token-%02d-0123456789 x%d" % (i, i)])
+        admin.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: admin.output().count("SIGHUP: 2 authentication token(s) loaded") > i,
+                   30, 0.05, "reload %d" % i)
+    stop.set()
+    for w in workers:
+        w.join()
+    assert statuses and set(statuses) == {200}, sorted(set(statuses))
 
 
 def check_config(server, expect_rc):
@@ -332,7 +353,9 @@ def egress_credential_never_reaches_a_client_request():
     sock.close()
     assert op == 8 and b"is reserved" in data, (op, data)
 
-    # allowed by the operator: the request reaches the sidecar, without the credential
+    # allowed by the operator: the request reaches the sidecar, without the credential; the
+    # first request resolves the endpoint through the plugin, the next ones are served from the
+    # core's endpoint cache (proxy.endpoint_cache_ttl_ms), which must keep the credential flag
     allowed = Admin(operator="opensandbox", redis=redis, config={
         "opensandbox": dict(base["opensandbox"], allow_reserved_ports=True)})
     for extra in ({}, {"OPENSANDBOX-EGRESS-AUTH": "client-guess"},

@@ -9,11 +9,13 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 
 import harness
 from harness import ADMIN_BIN, PREFIX, Admin, test, tmpdir, wait_until
 from secutil import (Client, client_context, make_ca, make_server_cert, sdk_flow, sdk_headers,
-                     start_echo_app, write_tokens, ws_connect, ws_echo_roundtrip)
+                     start_echo_app, start_tcp_echo, write_tokens, ws_connect,
+                     ws_echo_roundtrip)
 
 TOKEN = "tls-token-5b2d4c6e8f0a7f3c9a"
 
@@ -62,6 +64,14 @@ def sdk_flow_and_websocket_over_tls():
     sock.close()
     st, text, _, _ = ws_connect(admin.port, path, sdk_headers("wrong-token-000000000"), ctx)
     assert st == 401, text
+    # port forwarding (WebSocket frames <-> TCP) over wss:// too
+    tcp = start_tcp_echo()
+    st, text, sock, buf = ws_connect(admin.port, "%s/sandboxes/%s/portforward?port=%d"
+                                     % (PREFIX, sid, tcp), sdk_headers(TOKEN), ctx)
+    assert st == 101, text
+    blob = os.urandom(100000)
+    assert ws_echo_roundtrip(sock, buf, blob, op=2) == blob
+    sock.close()
     # plain HTTP on the TLS port gets no answer in clear text
     with socket.create_connection(("127.0.0.1", admin.port), timeout=30) as s:
         s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -121,6 +131,31 @@ def certificate_reloads_on_sighup():
     admin.wait_for_line(r"keeping the previous TLS certificate")
     assert peer_subject(admin.port, ctx) == "second.rock.test"
     assert Client(admin.port, {}, ctx).raw("GET", "/livez")[0] == 200
+
+    # renewals while clients connect: every handshake gets one valid certificate
+    pairs = [make_server_cert(d, "gen%d" % i, cn="gen%d.rock.test" % i) for i in range(4)]
+    results, stop = [], threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            try:
+                results.append(Client(admin.port, {}, ctx).raw("GET", "/livez")[0])
+            except (OSError, ssl.SSLError) as e:
+                results.append(repr(e))
+    workers = [threading.Thread(target=hammer) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for i, (c, k) in enumerate(pairs):
+        os.replace(c, cert)
+        os.replace(k, key)
+        admin.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: admin.output().count("SIGHUP: TLS certificate reloaded") > i + 1,
+                   30, 0.05, "reload %d" % i)
+    stop.set()
+    for w in workers:
+        w.join()
+    assert results and set(results) == {200}, sorted(set(map(str, results)))[:5]
+    assert peer_subject(admin.port, ctx) == "gen3.rock.test"
 
 
 def check(server):

@@ -297,14 +297,51 @@ def ws_connect(port, path, headers, ctx=None, host="127.0.0.1", timeout=60):
     return status, text, sock, WsBuffer(sock, rest)
 
 
-def ws_echo_roundtrip(sock, buf, payload):
-    """Send one masked text frame, return the payload of the first data frame back."""
-    sock.sendall(ws_frame(1, payload))
-    while True:
-        op, data = buf.read_frame()
-        assert op is not None, "connection closed before the echo"
-        if op in (1, 2):
-            return data
+def ws_echo_roundtrip(sock, buf, payload, op=1):
+    """Send one masked frame (text by default); return the payload of the data
+    frames that come back until as many bytes arrived."""
+    sock.sendall(ws_frame(op, payload))
+    got = b""
+    while len(got) < len(payload):
+        rop, data = buf.read_frame()
+        assert rop is not None, "connection closed before the echo"
+        if rop in (1, 2):
+            got += data
+    return got
+
+
+def start_tcp_echo():
+    """A TCP echo server on a loopback port (a port-forwarded application)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    srv.settimeout(0.5)
+    stop = threading.Event()
+
+    def serve(c):
+        with c:
+            while True:
+                data = c.recv(65536)
+                if not data:
+                    return
+                c.sendall(data)
+
+    def loop():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+
+    def shutdown():
+        stop.set()
+        srv.close()
+    harness._cleanups.append(shutdown)
+    return srv.getsockname()[1]
 
 
 # ---- TLS material -----------------------------------------------------------------

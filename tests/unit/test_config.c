@@ -695,6 +695,59 @@ static void test_dump(void **state)
     rk_config_free(c);
 }
 
+/* Redis HA keys (issue 14): sentinels as a sequence of host:port,
+ * master_name required with them, bad addresses named, secrets hidden. */
+static void test_redis_ha_keys(void **state)
+{
+    (void)state;
+    struct tmpcfg t;
+    struct rk_problems p = {0};
+    struct rk_config *c = load_str(&t,
+                                   "runtime:\n"
+                                   "  operator_type: testop\n"
+                                   "redis:\n"
+                                   "  sentinels: [10.0.0.1:26379, \"[::1]:26380\"]\n"
+                                   "  master_name: rock\n"
+                                   "  username: rock-admin\n"
+                                   "  password_file: /etc/rock-admin/redis.pw\n"
+                                   "  sentinel_password: " SECRET_TEXT "\n"
+                                   "  min_replicas_ack: 1\n"
+                                   "  wait_timeout_ms: 500\n"
+                                   "  deleted_retention: 3600\n",
+                                   &p);
+    assert_no_problems(&p);
+    assert_string_equal(c->redis.sentinels[0], "10.0.0.1:26379");
+    assert_string_equal(c->redis.sentinels[1], "[::1]:26380");
+    assert_null(c->redis.sentinels[2]);
+    assert_string_equal(c->redis.master_name, "rock");
+    assert_string_equal(c->redis.username, "rock-admin");
+    assert_int_equal(c->redis.min_replicas_ack, 1);
+    assert_int_equal(c->redis.wait_timeout_ms, 500);
+    assert_int_equal(c->redis.deleted_retention_s, 3600);
+    rk_config_free(c);
+    rk_problems_free(&p);
+    unlink(t.path);
+
+    struct rk_problems q = {0};
+    c = load_str(&t,
+                 "runtime:\n"                                /* 1 */
+                 "  operator_type: testop\n"                 /* 2 */
+                 "redis:\n"                                  /* 3 */
+                 "  sentinels: [a:1, nohost, \"b:70000\"]\n" /* 4 */
+                 "  min_replicas_ack: -1\n"                  /* 5 */
+                 "  deleted_retention: x\n",                 /* 6 */
+                 &q);
+    assert_problem(&q, t.path, ":4: redis.sentinels: expected host:port, got \"nohost\"");
+    assert_problem(&q, t.path, ":4: redis.sentinels: expected host:port, got \"b:70000\"");
+    assert_problem(&q, t.path, ":4: redis.master_name: required when redis.sentinels is set");
+    assert_problem(&q, t.path, ":5: redis.min_replicas_ack: must not be negative");
+    assert_problem(&q, t.path, ":6: redis.deleted_retention: expected an integer, got \"x\"");
+    assert_no_problem_contains(&q, "a:1\"");
+    rk_config_free(c);
+    rk_problems_free(&q);
+    unlink(t.path);
+}
+
 /* Runs the config tests. */
 int main(void)
 {
@@ -710,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_plugin_view_ok),
         cmocka_unit_test(test_plugin_view_problems),
         cmocka_unit_test(test_dump),
+        cmocka_unit_test(test_redis_ha_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -391,6 +391,109 @@ static void test_touch_and_expired(void **state)
     rk_store_free_ids(ids, n);
 }
 
+/* Create a running record with an idle lifetime of `minutes` (auto_clear_time). */
+static void create_idle(struct rk_store *st, const char *id, int minutes, int64_t expire)
+{
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = mkrec("running", "i");
+    if (minutes >= 0)
+        json_object_object_add(rec, "auto_clear_time", json_object_new_int(minutes));
+    assert_int_equal(rk_store_create(st, id, rec, expire, err, sizeof err), RK_STORE_OK);
+    json_object_put(rec);
+}
+
+/* get_touch: the record, its deadline moved to now + auto_clear_time (never backwards, only
+ * for active records), and the reconciler's mark, in one call (issue 15). */
+static void test_get_touch(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
+    json_object *got = NULL;
+    create_idle(tc->st, "g-1", 2, 100);
+    create_idle(tc->st, "g-2", -1, 100);
+    assert_int_equal(
+        rk_store_get_touch(tc->st, "g-1", 1000, &got, mark, sizeof mark, err, sizeof err),
+        RK_STORE_OK);
+    assert_int_equal(expire_of(got), 1120);
+    assert_string_equal(member(got, "state"), "running");
+    assert_string_equal(mark, "");
+    json_object_put(got);
+    /* The same second does not move it; an older clock never moves it back. */
+    assert_int_equal(rk_store_get_touch(tc->st, "g-1", 500, &got, NULL, 0, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(expire_of(got), 1120);
+    json_object_put(got);
+    assert_int_equal(rk_store_get_touch(tc->st, "g-1", 1010, &got, NULL, 0, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(expire_of(got), 1130);
+    json_object_put(got);
+    /* No idle lifetime: the deadline stays; now <= 0: a plain read. */
+    assert_int_equal(rk_store_get_touch(tc->st, "g-2", 1000, &got, NULL, 0, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(expire_of(got), 100);
+    json_object_put(got);
+    assert_int_equal(rk_store_get_touch(tc->st, "g-1", 0, &got, NULL, 0, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(expire_of(got), 1130);
+    json_object_put(got);
+    /* A deleted record is not resurrected into the idle index. */
+    assert_int_equal(rk_store_update(tc->st, "g-1", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_get_touch(tc->st, "g-1", 5000, &got, NULL, 0, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(expire_of(got), -1);
+    json_object_put(got);
+    char **ids = NULL;
+    size_t n = 0;
+    assert_int_equal(rk_store_expired(tc->st, 1 << 30, 10, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_false(has_id(ids, n, "g-1"));
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_get_touch(tc->st, "ghost", 1000, &got, NULL, 0, err, sizeof err),
+                     RK_STORE_NOT_FOUND);
+    /* The mark comes back with the record. */
+    assert_int_equal(rk_store_set_mark(tc->st, "1700000000000 1700000000500 ", err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(
+        rk_store_get_touch(tc->st, "g-2", 1000, &got, mark, sizeof mark, err, sizeof err),
+        RK_STORE_OK);
+    assert_string_equal(mark, "1700000000000 1700000000500 ");
+    json_object_put(got);
+}
+
+/* CLOCK_MONOTONIC in ms. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The reconciler lease: one owner at a time in a shared store, always granted in-process. */
+static void test_lease(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    assert_int_equal(rk_store_lease(tc->st, "reconciler", "a", 60000, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_lease(tc->st, "reconciler", "a", 60000, err, sizeof err),
+                     RK_STORE_OK); /* renewal */
+    rk_store_rc other = rk_store_lease(tc->st, "reconciler", "b", 60000, err, sizeof err);
+    assert_int_equal(other, rk_store_is_shared(tc->st) ? RK_STORE_EXISTS : RK_STORE_OK);
+    if (!rk_store_is_shared(tc->st))
+        return;
+    /* An expired lease goes to whoever asks next. */
+    assert_int_equal(rk_store_lease(tc->st, "short", "a", 50, err, sizeof err), RK_STORE_OK);
+    int64_t until = mono_ms() + 10000;
+    rk_store_rc rc;
+    while ((rc = rk_store_lease(tc->st, "short", "b", 60000, err, sizeof err)) == RK_STORE_EXISTS &&
+           mono_ms() < until) {
+        struct timespec pause = {0, 10 * 1000000L}; /* poll the observable state */
+        nanosleep(&pause, NULL);
+    }
+    assert_int_equal(rc, RK_STORE_OK);
+    assert_int_equal(rk_store_lease(tc->st, "short", "a", 60000, err, sizeof err), RK_STORE_EXISTS);
+}
+
 /* Claims are exclusive until their TTL passes. */
 static void test_claim(void **state)
 {
@@ -1120,6 +1223,22 @@ static void test_redis_wait_replicas(void **state)
     rr = redisCommand(raw, "HLEN rock:sessions:w-1"); /* and released */
     assert_int_equal(rr->integer, 0);
     freeReplyObject(rr);
+    /* an unconfirmed commit becomes our expired reservation: the caller's
+     * rollback removes it and the name is free again */
+    rr = redisCommand(raw, "HSET rock:sessions:w-0 s r:%s:99999999999999",
+                      "0123456789abcdef0123456789abcdef");
+    freeReplyObject(rr);
+    assert_int_equal(rk_session_commit(st, "w-0", "s", "0123456789abcdef0123456789abcdef", "sess-9",
+                                       err, sizeof err),
+                     RK_STORE_ERROR);
+    char *sid_out = NULL;
+    assert_int_equal(rk_session_get(st, "w-0", "s", &sid_out, err, sizeof err), RK_STORE_NOT_FOUND);
+    assert_int_equal(
+        rk_session_rollback(st, "w-0", "s", "0123456789abcdef0123456789abcdef", err, sizeof err),
+        RK_STORE_ERROR); /* removed, only its WAIT is unconfirmed */
+    rr = redisCommand(raw, "HLEN rock:sessions:w-0");
+    assert_int_equal(rr->integer, 0);
+    freeReplyObject(rr);
     redisFree(raw);
 
     snprintf(portbuf, sizeof portbuf, "%d", master.port);
@@ -1397,6 +1516,8 @@ int main(void)
         BOTH(test_get_many),
         BOTH(test_touch_and_expired),
         BOTH(test_claim),
+        BOTH(test_get_touch),
+        BOTH(test_lease),
         BOTH(test_b90_reserve_is_exclusive),
         BOTH(test_b91_commit_makes_visible),
         BOTH(test_b92_rollback_releases),

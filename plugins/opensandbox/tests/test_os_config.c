@@ -167,10 +167,15 @@ static void test_descriptor(void **state)
     assert_string_equal(d->display_name, "OpenSandbox");
     assert_true(d->flags & RK_OPF_THREADSAFE);
     uint64_t want = RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE |
-                    RK_CAP_SESSION | RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING;
+                    RK_CAP_SESSION | RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING |
+                    RK_CAP_LIST | RK_CAP_CONFIGURED | RK_CAP_STOP | RK_CAP_RESTART |
+                    RK_CAP_STOP_DELETES | RK_CAP_SNAPSHOT | RK_CAP_RENEW;
     assert_int_equal(d->caps, want);
-    assert_null(d->ops->stop);
-    assert_null(d->ops->restart);
+    /* stop/restart exist for stop_mode pause; configured_caps() narrows them
+     * per deployment (the default, refuse, offers neither). */
+    assert_non_null(d->ops->stop);
+    assert_non_null(d->ops->restart);
+    assert_non_null(d->ops->configured_caps);
     assert_null(d->ops->statistics);
     assert_non_null(d->ops->proxy_target);
     int found = 0;

@@ -178,6 +178,22 @@ static void test_create_lost_reply(void **state)
     stop(inst);
 }
 
+/** Issue 10: a crafted ROCK id in the metadata lookup (the clean-up path that kills
+ *  what it finds) stays one escaped value, so it cannot select another sandbox. */
+static void test_lookup_escapes_crafted_id(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    scenario = "";
+    struct rk_sandbox_ref ref = {.sandbox_id = "x&rock_sandbox_id=victim"};
+    assert_int_equal(os_lc_destroy(inst, mock_call(), &ref), RK_OK);
+    assert_int_equal(fake_count(), 1); /* the list only: nothing matched, nothing killed */
+    assert_string_equal(fake_get(0)->target, "/v1/sandboxes?metadata="
+                                             "rock_sandbox_id%3Dx%2526rock_sandbox_id%253Dvictim"
+                                             "&page=1&pageSize=200");
+    stop(inst);
+}
+
 /** status: Failed with reason, Terminated, 404; lookup without upstream id. */
 static void test_status(void **state)
 {
@@ -291,9 +307,13 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_create_body),  cmocka_unit_test(test_create_lost_reply),
-        cmocka_unit_test(test_status),       cmocka_unit_test(test_destroy),
-        cmocka_unit_test(test_exec_routing), cmocka_unit_test(test_proxy_target),
+        cmocka_unit_test(test_create_body),
+        cmocka_unit_test(test_create_lost_reply),
+        cmocka_unit_test(test_lookup_escapes_crafted_id),
+        cmocka_unit_test(test_status),
+        cmocka_unit_test(test_destroy),
+        cmocka_unit_test(test_exec_routing),
+        cmocka_unit_test(test_proxy_target),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * librkutil: small helpers that the core and the bundled plugins both need,
+ * kept once (an internal static library, linked into the daemon and into
+ * each plugin; not installed and not part of the operator ABI: plugins still
+ * link nothing from the daemon). Prefix rku_. No global state; every
+ * function is thread-safe; allocation failures return NULL / -1.
+ */
+#ifndef RK_UTIL_LIB_H
+#define RK_UTIL_LIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/** POSIX-shell word for s (Python's shlex.quote rules: safe words stay bare,
+ *  anything else single-quoted with ' written as '"'"'). malloc'd; NULL on OOM. */
+char *rku_shell_quote(const char *s);
+
+/** Python repr() of the str that decoding these bytes as UTF-8 with
+ *  surrogateescape gives: single quotes unless the text has ' but no ",
+ *  escapes for \\, the quote, \n \r \t, other C0/C1 controls and DEL as \xNN,
+ *  undecodable bytes as \udcNN. malloc'd; NULL on OOM. */
+char *rku_py_repr(const char *s, size_t len);
+
+/** Python repr() of a float into out: shortest round-trip digits, "9.0" for
+ *  integral values, exponent form below 1e-4 and from 1e16, nan/inf/-0.0. */
+void rku_py_float(double v, char out[64]);
+
+/** Decode one UTF-8 sequence at s (at most n bytes): its length (1-4) and
+ *  code point in *cp, or 0 if the bytes are not valid UTF-8 (overlong forms,
+ *  surrogates and code points above U+10FFFF are invalid). */
+size_t rku_utf8_decode(const unsigned char *s, size_t n, unsigned *cp);
+
+/** nchars lowercase hex characters (at most 128) from the kernel RNG, NUL
+ *  terminated (out holds nchars + 1). */
+void rku_random_hex(char *out, size_t nchars);
+
+#endif /* RK_UTIL_LIB_H */
