@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for core/relay_common.c: port selection, traversal check, header
+/* Unit tests for the relay helpers (core/relay_policy.c, relay_url.c,
+ * relay_wsproto.c): port selection, traversal check, header
  * filtering, URL building, Location rewriting, WebSocket accept key and
  * close frames, frame boundary tracking and the timed pipe. */
 #include <setjmp.h>
