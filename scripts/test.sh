@@ -55,7 +55,10 @@ run_check() { # name, configure args...
     }
     echo "==> [$name] make check${CHECK_TESTS:+ TESTS=$CHECK_TESTS}"
     if [ -n "${CHECK_TESTS:-}" ]; then
-        if make -C "$dir" -j"$jobs" check TESTS="$CHECK_TESTS" >"$dir/check.out" 2>&1; then
+        # A TESTS subset names tests of tests/ only (TESTS would leak into
+        # every other directory's check), and the plugin's own unit tests.
+        if make -C "$dir/tests" -j"$jobs" check TESTS="$CHECK_TESTS" >"$dir/check.out" 2>&1 &&
+            make -C "$dir/plugins/opensandbox" -j"$jobs" check >>"$dir/check.out" 2>&1; then
             rc=0
         else rc=1; fi
     elif make -C "$dir" -j"$jobs" check >"$dir/check.out" 2>&1; then rc=0; else rc=1; fi
@@ -125,7 +128,8 @@ rm -rf "$fz"
 mkdir -p "$fz"
 if (cd "$fz" && "$top/configure" --enable-werror --enable-fuzzing CC=clang \
         CFLAGS="$ASAN_FLAGS" LDFLAGS="-fsanitize=address,undefined" >configure.out 2>&1) &&
-    make -C "$fz/core" -j"$jobs" >"$fz/build.out" 2>&1 &&
+    make -C "$fz/lib" -j"$jobs" >"$fz/build.out" 2>&1 &&
+    make -C "$fz/core" -j"$jobs" >>"$fz/build.out" 2>&1 &&
     make -C "$fz/tests/fuzz" -j"$jobs" >>"$fz/build.out" 2>&1; then
     if ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
         sh tests/fuzz/run-fuzzers.sh "$fz" "${ROCK_FUZZ_RUNS:-20000}"; then

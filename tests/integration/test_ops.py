@@ -27,8 +27,17 @@ def metrics_exposition():
     sid = a.start_sandbox()
     a.ok("POST", "/execute", {"sandbox_id": sid, "command": "echo x"})
     a.api("GET", "/get_status", query={"sandbox_id": "nope"})
-    st, body, headers = a.request("GET", "/metrics", raw=True)
-    text = body.decode()
+    # A request is counted when it completes, just after its response was
+    # sent: scrape until both earlier requests are in (the observable event).
+    done = ('rock_admin_requests_total{route="execute",outcome="success"} 1',
+            'rock_admin_requests_total{route="get_status",outcome="failed"}',
+            "rock_admin_inflight_requests 1")
+
+    def scrape():
+        st, body, headers = a.request("GET", "/metrics", raw=True)
+        text = body.decode()
+        return (st, text, headers) if all(d in text for d in done) else None
+    st, text, headers = wait_until(scrape, 30, 0.05, "both requests counted")
     assert st == 200 and headers["Content-Type"].startswith("text/plain"), headers
     assert 'rock_admin_requests_total{route="execute",outcome="success"} 1' in text, text
     assert 'rock_admin_requests_total{route="get_status",outcome="failed"}' in text
