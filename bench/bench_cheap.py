@@ -2,9 +2,9 @@
 """Cheap requests side by side (issue 15): rock-admin against nginx, Redis and the OpenSandbox
 simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medians of three.
 
-  python3 ../../bench/bench_cheap.py [all|status|proxy|execute|inflight N] [--seconds S] [--strace]
+  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|inflight N] [--seconds S] [--strace]
 
-Run from a configured build directory with the environment of bench/README.md
+Run from a configured build directory with the environment described in docs/performance.md
 (ROCK_ADMIN_BIN, ROCK_TEST_PLUGIN_DIR, ROCK_OPENSANDBOX_PLUGIN_DIR, OPENSANDBOX_SIM).
 Needs wrk, nginx, redis-server, redis-benchmark; perf and strace are optional (CPU time and
 context switches per request come from /proc when perf is missing). Not part of `make check`.
@@ -342,6 +342,43 @@ def scenario_execute():
     log("    rock-admin adds %.3f ms p50" % (rows[1] - rows[0]))
 
 
+def scenario_download():
+    log("== 1 GiB proxied download (curl, median of three) ==")
+    d = tempfile.mkdtemp(prefix="rock-bench-big-")
+    subprocess.run(["truncate", "-s", "1G", os.path.join(d, "big")], check=True)
+    port = free_port()
+    app, _ = nginx("server { listen 127.0.0.1:%d; location / { root %s; } }" % (port, d))
+    pxp = free_port()
+    px, _ = nginx("""upstream app { server 127.0.0.1:%d; keepalive 8; }
+server { listen 127.0.0.1:%d; location / { proxy_pass http://app; proxy_http_version 1.1;
+  proxy_set_header Connection ""; } }""" % (port, pxp))
+    a = Admin(config={"log": {"level": "warning"},
+                      "testop": {"proxy_base": "http://127.0.0.1:{port}"}})
+    sid = a.start_sandbox()
+
+    def speed(url):
+        runs = []
+        for _ in range(RUNS):
+            out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{speed_download}", url],
+                                 capture_output=True, text=True, timeout=300).stdout
+            runs.append(float(out) / 1e6)
+        return statistics.median(runs), runs
+    try:
+        for name, url in (("direct from the app (nginx)", "http://127.0.0.1:%d/big" % port),
+                          ("nginx proxy_pass", "http://127.0.0.1:%d/big" % pxp),
+                          ("rock-admin proxy (test operator)",
+                           "http://127.0.0.1:%d%s/sandboxes/%s/proxy/port/%d/big" % (
+                               a.port, PREFIX, sid, port))):
+            med, runs = speed(url)
+            RESULTS.append({"name": "1 GiB download, " + name, "mb_s": med})
+            log("%-58s %6.0f MB/s (runs %s)" % ("1 GiB download, " + name, med,
+                                                ", ".join("%.0f" % r for r in runs)))
+    finally:
+        stop(app)
+        stop(px)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def vm(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -406,6 +443,8 @@ def main():
             scenario_status(do_strace)
         if what in ("all", "proxy"):
             scenario_proxy(do_strace)
+        if what in ("all", "download"):
+            scenario_download()
         if what in ("all", "execute"):
             scenario_execute()
         if what in ("all", "inflight"):

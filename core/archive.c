@@ -145,6 +145,7 @@ void rk_archive_drop_restored(struct rk_app *app, struct rk_call *call, json_obj
         const char *snap = keys[i] ? rk_rec_str(rec, keys[i]) : NULL;
         if (!snap)
             continue;
+        rk_metrics_upstream_begin();
         rk_status st = pl->ops.snapshot_delete(pl->inst, call, snap);
         rk_metrics_upstream("snapshot_delete", st);
         if (st != RK_OK)
@@ -189,6 +190,7 @@ static void archive_fail(struct rk_app *app, struct rk_call *call, json_object *
                                  pl->desc->backend_tag, RK_STATE_ARCHIVING};
     /* snapshot_create may have resumed it: the record will say stopped again. */
     if ((pl->caps & RK_CAP_STOP) && ref.upstream_id) {
+        rk_metrics_upstream_begin();
         rk_status st = pl->ops.stop(pl->inst, call, &ref);
         rk_metrics_upstream("stop", st);
         if (st != RK_OK)
@@ -196,6 +198,7 @@ static void archive_fail(struct rk_app *app, struct rk_call *call, json_object *
                     rk_call_error_text(call));
     }
     if (snap) {
+        rk_metrics_upstream_begin();
         rk_status st = pl->ops.snapshot_delete(pl->inst, call, snap);
         rk_metrics_upstream("snapshot_delete", st);
     }
@@ -228,6 +231,7 @@ static void run_archive(struct rk_app *app, struct rk_call *call, const char *id
         snprintf(snap, sizeof snap, "%s", rk_rec_str(rec, "snapshot_id"));
     if (!*snap) {
         struct rk_snapshot s = {0};
+        rk_metrics_upstream_begin();
         rk_status st = pl->ops.snapshot_create(pl->inst, call, &ref, &s);
         rk_metrics_upstream("snapshot_create", st);
         if (st != RK_OK || !s.snapshot_id) {
@@ -262,6 +266,7 @@ static void run_archive(struct rk_app *app, struct rk_call *call, const char *id
         }
         struct rk_snapshot s = {0};
         rk_call_clear_error(call);
+        rk_metrics_upstream_begin();
         rk_status st = pl->ops.snapshot_get(pl->inst, call, snap, &s);
         rk_metrics_upstream("snapshot_get", st);
         if (st == RK_OK && s.state == RK_SNAPSHOT_READY)
@@ -287,6 +292,7 @@ static void run_archive(struct rk_app *app, struct rk_call *call, const char *id
     }
     /* Ready: release the source sandbox (the snapshot is the archive now). */
     if (ref.upstream_id) {
+        rk_metrics_upstream_begin();
         rk_status st = pl->ops.destroy(pl->inst, call, &ref);
         rk_metrics_upstream("destroy", st);
         if (st != RK_OK)
@@ -316,6 +322,7 @@ static void run_restore(struct rk_app *app, struct rk_call *call, struct job *j)
     const struct rk_plugin *pl = app->plugin;
     const char *tag = pl->desc->backend_tag;
     struct rk_created out = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.restore_snapshot(pl->inst, call, &j->spec, j->snapshot_id, &out);
     rk_metrics_upstream("restore_snapshot", st);
     if (st == RK_OK && out.upstream_id) {
@@ -517,6 +524,7 @@ rk_status rk_archive_delete_snapshot(struct rk_app *app, struct rk_call *call, j
     const char *snap = rk_rec_str(rec, "snapshot_id");
     if (!snap || !(pl->caps & RK_CAP_SNAPSHOT) || !pl->ops.snapshot_delete)
         return RK_OK;
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.snapshot_delete(pl->inst, call, snap);
     rk_metrics_upstream("snapshot_delete", st);
     return st;

@@ -429,8 +429,20 @@ int rk_auth_gate(struct rk_req *r)
     else
         g_missing++;
     pthread_mutex_unlock(&g_count_mu);
+    const char *cl = rk_req_header(r, "Content-Length");
+    if (rk_req_header(r, "Transfer-Encoding") || (cl && strspn(cl, " 0") != strlen(cl))) {
+        r->auth_refused = presented ? 2 : 1; /* answered once the body is drained */
+        r->outcome = "unauthorized";
+        return 1;
+    }
     reply_unauthorized(r, presented);
     return 1;
+}
+
+void rk_auth_reply_refused(struct rk_req *r)
+{
+    if (r->auth_refused && !r->responded)
+        reply_unauthorized(r, r->auth_refused == 2);
 }
 
 int rk_auth_header_is_ours(const struct rk_req *r, const char *name)

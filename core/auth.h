@@ -29,7 +29,9 @@ void rk_auth_free(void);
  * The request gate, run when a request's headers are complete. Returns 0 if
  * the request may proceed (r->auth_name holds the token's name, or "-" when
  * authentication is off or the route is public), otherwise replies 401 with a
- * ROCK envelope and `WWW-Authenticate: Bearer` and returns non-zero.
+ * ROCK envelope and `WWW-Authenticate: Bearer` and returns non-zero; for a
+ * request that announces a body the 401 is deferred (r->auth_refused, see
+ * rk_auth_reply_refused).
  * Public routes: /livez, /readyz, and /metrics when server.metrics_public.
  */
 int rk_auth_gate(struct rk_req *r);
@@ -39,6 +41,11 @@ struct rk_buf;
  *  authentication is off): accepted requests by token name, refused ones by
  *  reason ("missing" or "invalid"). */
 void rk_auth_metrics_render(struct rk_buf *out);
+
+/** Send the 401 that rk_auth_gate deferred (r->auth_refused) for a request
+ *  with a body: the server drains the body first (bounded) so the client reads
+ *  the answer instead of a reset connection. */
+void rk_auth_reply_refused(struct rk_req *r);
 
 /** Non-zero if the client header `name` carried rock-admin's own credential
  *  for this request, so it must not be forwarded into a sandbox. */

@@ -82,6 +82,7 @@ void rk_dispatch_renew(struct rk_app *app, json_object *rec, int64_t idle_deadli
     struct rk_call *call = rk_call_new("renew", -1, rk_now_ms() + 10000);
     struct rk_sandbox_ref ref = {rk_rec_str(rec, "sandbox_id"), up, pl->desc->backend_tag,
                                  rk_rec_state(rec)};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.renew(pl->inst, call, &ref, idle_deadline);
     if (st != RK_OK) {
         rk_metrics_upstream("renew", st);

@@ -563,6 +563,14 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         *upload_data_size = 0;
         if (r->responded)
             return MHD_YES; /* discard the rest */
+        if (r->auth_refused) {
+            /* Unauthenticated body: drain (bounded, nothing kept) so the client
+             * reads the 401 rather than a reset; past that, answer at once. */
+            r->body_len += n;
+            if (r->body_len > (size_t)16 * 1024 * 1024)
+                rk_auth_reply_refused(r);
+            return MHD_YES;
+        }
         if (r->body_too_large) {
             /* Drain a bounded amount so the client reads our 413 instead of
              * a reset; past that, answer at once and let MHD close. */
@@ -616,6 +624,7 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
 
     /* Final call: the whole body has arrived. */
     track_phase(app->http, track_of(conn), PH_HANDLER);
+    rk_auth_reply_refused(r); /* a 401 deferred until the body was drained */
     if (!r->responded && r->budget_refused)
         reply_body_busy(r);
     if (!r->responded && r->body_too_large && r->route && r->route->body_mode == RK_BODY_JSON)

@@ -67,6 +67,7 @@ struct rk_req {
     /* authentication (auth.c) */
     char auth_name[RK_AUTH_NAME_MAX]; /* token name for the access log, "-" if none */
     int auth_via_authorization;       /* the Authorization header carried our token */
+    int auth_refused; /* 401 owed once the body is drained: 1 no token, 2 a wrong one */
 };
 
 /** Start listening per app->cfg->server. Returns 0, or -1 with an error logged. */

@@ -389,6 +389,7 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
     snprintf(upstream, sizeof upstream, "%s", up ? up : "");
     struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, *shown};
     struct rk_status_info info = {0};
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
     rk_metrics_upstream("status", st);
     return apply_backend_state(app, call, rec_io, st, &info, 1, shown, alive);
@@ -530,6 +531,7 @@ rk_status rk_lifecycle_state_op(struct rk_app *app, struct rk_call *call, enum r
         return rk_call_set_error(call, RK_E_INTERNAL, "operation %d is not a state change",
                                  (int)op);
     const char *event = rk_op_info(op)->name;
+    rk_metrics_upstream_begin();
     rk_status st = fn(pl->inst, call, ref);
     rk_metrics_upstream(event, st);
     if (st != RK_OK)

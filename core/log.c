@@ -65,6 +65,37 @@ static void format_time(char *buf, size_t size)
              tm.tm_sec % 100, (int)(ts.tv_nsec / 1000000) % 1000);
 }
 
+/* Repeat filter (caller holds log_lock): 1 when key repeats the previous line within the
+ * window (count it, write nothing); else 0, with *flushed set to the number of suppressed
+ * copies of the previous line to report first, and key remembered. */
+static int repeat_suppressed(const char *key, size_t klen, int64_t now_ms, unsigned long *flushed)
+{
+    *flushed = 0;
+    if (klen == last_len && memcmp(key, last_msg, klen) == 0 &&
+        now_ms - last_written_ms < LOG_REPEAT_WINDOW_MS) {
+        repeats++;
+        return 1;
+    }
+    *flushed = repeats;
+    repeats = 0;
+    if (klen <= sizeof last_msg) {
+        memcpy(last_msg, key, klen);
+        last_len = klen;
+    } else {
+        last_len = 0;
+    }
+    last_written_ms = now_ms;
+    return 0;
+}
+
+/* CLOCK_REALTIME in ms. */
+static int64_t log_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Write one JSON object (takes ownership) as one line, in one write. */
 static void write_json(json_object *o)
 {
@@ -88,6 +119,23 @@ static void write_json_line(const char *level_name, const char *prefix, const ch
     if (n < 0 || (size_t)n >= sizeof msg)
         n = 0;
     vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+    char key[2200];
+    int klen = snprintf(key, sizeof key, "%s:%s", level_name, msg);
+    unsigned long flushed = 0;
+    pthread_mutex_lock(&log_lock);
+    int skip = repeat_suppressed(key, klen > 0 ? (size_t)klen : 0, log_now_ms(), &flushed);
+    pthread_mutex_unlock(&log_lock);
+    if (skip)
+        return;
+    if (flushed) {
+        char note[64];
+        snprintf(note, sizeof note, "last message repeated %lu times", flushed);
+        json_object *r = json_object_new_object();
+        json_object_object_add(r, "time", json_object_new_string(when));
+        json_object_object_add(r, "level", json_object_new_string("notice"));
+        json_object_object_add(r, "msg", json_object_new_string(note));
+        write_json(r);
+    }
     json_object *o = json_object_new_object();
     json_object_object_add(o, "time", json_object_new_string(when));
     json_object_object_add(o, "level", json_object_new_string(level_name));
@@ -111,8 +159,7 @@ void rk_log_access(const struct rk_access_entry *e)
                "token=%s",
                e->request_id ? e->request_id : "-", e->method ? e->method : "-",
                e->path ? e->path : "-", e->route ? e->route : "-", e->status,
-               (long long)e->duration_ms, e->outcome ? e->outcome : "-",
-               e->token ? e->token : "-");
+               (long long)e->duration_ms, e->outcome ? e->outcome : "-", e->token ? e->token : "-");
         return;
     }
     char when[64];
@@ -162,25 +209,15 @@ static void write_line(const char *level_name, const char *prefix, const char *f
     size_t msg_len = len - (size_t)(msg - line);
     int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     pthread_mutex_lock(&log_lock);
-    int same = msg_len == last_len && memcmp(msg, last_msg, msg_len) == 0;
-    if (same && now_ms - last_written_ms < LOG_REPEAT_WINDOW_MS) {
-        repeats++;
+    unsigned long flushed = 0;
+    if (repeat_suppressed(msg, msg_len, now_ms, &flushed)) {
         pthread_mutex_unlock(&log_lock);
         return;
     }
-    if (repeats) {
-        fprintf(stderr, "%.*s notice: last message repeated %lu times\n", 24, line, repeats);
-        repeats = 0;
-    }
+    if (flushed)
+        fprintf(stderr, "%.*s notice: last message repeated %lu times\n", 24, line, flushed);
     fwrite(line, 1, len, stderr);
     fflush(stderr);
-    if (msg_len <= sizeof last_msg) {
-        memcpy(last_msg, msg, msg_len);
-        last_len = msg_len;
-    } else {
-        last_len = 0;
-    }
-    last_written_ms = now_ms;
     pthread_mutex_unlock(&log_lock);
 }
 

@@ -218,6 +218,7 @@ int rk_reconciler_run_once(struct rk_app *app)
     const struct rk_plugin *pl = app->plugin;
     struct rk_call *call = rk_call_new("reconciler", -1, rk_now_ms() + RECONCILE_PASS_MS);
     struct listing l = {0};
+    rk_metrics_upstream_begin();
     rk_status st = call ? pl->ops.list(pl->inst, call, collect, &l) : RK_E_NOMEM;
     rk_metrics_upstream("list", st);
     int changed = -1;

@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Pure helpers shared by the HTTP relay (relay_http.c) and the WebSocket relay
- * (relay_ws.c): target-port selection (§5.20), the path traversal check,
- * header filtering, Location rewriting, upstream URL building, the WebSocket
- * accept key (SHA-1 + base64) and close frames, and the registry of live
- * relays used at shutdown.
+ * Helpers shared by the HTTP relay (relay_http.c), the WebSocket relay
+ * (relay_ws.c) and the port-forward relay (relay_portforward.c):
+ *   relay_policy.c   target-port selection (§5.20), the path traversal check,
+ *                    header filtering;
+ *   relay_url.c      upstream URL splitting (libcurl URL API) and building,
+ *                    Location rewriting;
+ *   relay_wsproto.c  the WebSocket accept key (SHA-1 + base64), close frames
+ *                    and the frame-boundary tracker;
+ *   relay_live.c     the registry of live relays used at shutdown and the peer
+ *                    hang-up probe.
  */
 #ifndef RK_RELAY_COMMON_H
 #define RK_RELAY_COMMON_H
@@ -20,7 +25,7 @@ struct rk_req;
 /** The VNC port inside a sandbox. */
 #define RK_RELAY_VNC_PORT 8006
 
-/* ---- port selection -------------------------------------------------------- */
+/* ---- port selection (relay_policy.c) ------------------------------------- */
 
 /** Outcome of rk_relay_select_port(). */
 enum rk_portsel {
@@ -55,7 +60,7 @@ int rk_relay_check_port_http(long long port, char *err, size_t errlen);
  *  messages. Returns 0, or -1 with the close reason in err. */
 int rk_relay_check_port_ws(long long port, char *err, size_t errlen);
 
-/* ---- paths --------------------------------------------------------------- */
+/* ---- paths (relay_policy.c) ----------------------------------------------- */
 
 /** Number of '/'-separated segments of a route pattern, not counting a
  *  trailing "{*}" segment. */
@@ -74,7 +79,7 @@ int rk_relay_has_dot_segment(const char *raw);
 /** The text of the traversal refusal. */
 #define RK_RELAY_TRAVERSAL_MSG "invalid proxy path: relative path segments are not allowed"
 
-/* ---- headers ------------------------------------------------------------- */
+/* ---- headers (relay_policy.c) --------------------------------------------- */
 
 /** 1 if name is hop-by-hop (RFC 7230 §6.1 plus Proxy-*) or listed in the
  *  Connection header value `connection` (may be NULL). */
@@ -92,14 +97,14 @@ int rk_relay_skip_response_header(const char *name, const char *connection);
  *  a rock-admin credential; such headers are never sent upstream. */
 int rk_relay_ws_blocked_header(const char *name);
 
-/* ---- URLs ------------------------------------------------------------------ */
+/* ---- URLs (relay_url.c) --------------------------------------------------- */
 
 /** A base URL split into parts (malloc'd strings). */
 struct rk_url_parts {
     int tls;        /* https/wss */
     char *host;     /* without brackets for IPv6 */
     int port;       /* explicit or the scheme default */
-    char *hostport; /* as written in the URL (for Host:) */
+    char *hostport; /* host[:port] as curl parsed it (for Host:) */
     char *path;     /* "" or "/..." without a trailing '/' */
     char *query;    /* "" or the query without '?' */
 };
@@ -123,7 +128,7 @@ char *rk_relay_ws_request_target(const struct rk_url_parts *u, const char *fwd);
  *  malloc'd. */
 char *rk_relay_rewrite_location(const char *loc, const char *prefix, const char *base_path);
 
-/* ---- WebSocket bits ---------------------------------------------------------- */
+/* ---- WebSocket protocol (relay_wsproto.c) --------------------------------- */
 
 /** SHA-1 of data. */
 void rk_sha1(const void *data, size_t len, unsigned char out[20]);
@@ -150,7 +155,7 @@ void rk_ws_track(struct rk_ws_tracker *t, const unsigned char *data, size_t len)
 /** 1 when the stream is between frames. */
 int rk_ws_at_boundary(const struct rk_ws_tracker *t);
 
-/* ---- misc --------------------------------------------------------------------------- */
+/* ---- live relays (relay_live.c) -------------------------------------------- */
 
 /** 1 if the peer of fd hung up (non-blocking probe). */
 int rk_relay_peer_gone(int fd);

@@ -101,8 +101,16 @@ struct px_http {
     int finished;
     CURLcode result;
     int timed_out;
-    int cancel;          /* the request side gave up */
-    int discard_body;    /* the upstream answered early: the rest of the client body is dropped */
+    int cancel;       /* the request side gave up */
+    int discard_body; /* the upstream answered early: the rest of the client body is dropped */
+    /* Synchronous mode (requests without a body, issue 15): the connection thread drives the
+     * transfer itself through its own curl multi handle; no worker thread, no pipe. The
+     * answer is staged in sbuf and the transfer is paused while sbuf is full. */
+    int sync;
+    CURLM *multi;
+    char *sbuf;
+    size_t slen, soff;
+    int paused;
     int reader_attached; /* the client response is being produced */
     int64_t last_io_ms;
     int64_t wait_start_ms;
@@ -117,8 +125,11 @@ static void px_unref(struct px_http *px)
     pthread_mutex_unlock(&px->mu);
     if (left > 0)
         return;
+    if (px->curl && px->sync && px->multi)
+        curl_multi_remove_handle(px->multi, px->curl);
     if (px->curl)
-        curl_easy_cleanup(px->curl); /* the transfer never ran */
+        curl_easy_cleanup(px->curl); /* the transfer never ran or did not complete */
+    free(px->sbuf);
     curl_slist_free_all(px->hdrs);
     free(px->url);
     if (px->req)
@@ -252,11 +263,42 @@ static size_t px_header_cb(char *line, size_t size, size_t n, void *ud)
  * the client is slow; before the client response exists it waits at most the
  * inactivity limit (an upstream answering before it read the whole request
  * would otherwise deadlock with the request pipe). */
+/** Staging buffer of a synchronous transfer (libcurl hands at most 16 KiB at a time). */
+#define PX_SYNC_BUF_BYTES (64 * 1024)
+
+/* Synchronous mode: stage the chunk, or pause the transfer until the client took what is
+ * staged (libcurl then hands the same chunk again). */
+static size_t px_sync_write(struct px_http *px, const char *data, size_t len)
+{
+    if (!px->head_done) {
+        pthread_mutex_lock(&px->mu);
+        px->head_done = 1;
+        pthread_mutex_unlock(&px->mu);
+    }
+    if (px->soff > 0 && px->soff == px->slen)
+        px->soff = px->slen = 0;
+    if (PX_SYNC_BUF_BYTES - px->slen < len && px->soff > 0) {
+        memmove(px->sbuf, px->sbuf + px->soff, px->slen - px->soff);
+        px->slen -= px->soff;
+        px->soff = 0;
+    }
+    if (PX_SYNC_BUF_BYTES - px->slen < len) {
+        px->paused = 1;
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    memcpy(px->sbuf + px->slen, data, len);
+    px->slen += len;
+    px->last_io_ms = rk_now_ms();
+    return len;
+}
+
 static size_t px_write_cb(char *data, size_t size, size_t n, void *ud)
 {
     struct px_http *px = ud;
     size_t len = size * n;
     size_t off = 0;
+    if (px->sync)
+        return px_sync_write(px, data, len);
     px_touch(px);
     pthread_mutex_lock(&px->mu);
     if (!px->head_done) {
@@ -351,11 +393,127 @@ static void px_worker(void *arg)
     rk_relay_leave();
 }
 
+/* Per-thread multi handle of the synchronous mode (freed when the connection thread ends). */
+static pthread_key_t px_multi_key;
+static pthread_once_t px_multi_once = PTHREAD_ONCE_INIT;
+
+static void px_multi_free(void *m)
+{
+    curl_multi_cleanup(m);
+}
+
+static void px_multi_key_init(void)
+{
+    pthread_key_create(&px_multi_key, px_multi_free);
+}
+
+/* This thread's multi handle (created on first use), or NULL. */
+static CURLM *px_thread_multi(void)
+{
+    pthread_once(&px_multi_once, px_multi_key_init);
+    CURLM *m = pthread_getspecific(px_multi_key);
+    if (!m) {
+        m = curl_multi_init();
+        if (m && pthread_setspecific(px_multi_key, m) != 0) {
+            curl_multi_cleanup(m);
+            m = NULL;
+        }
+    }
+    return m;
+}
+
+/* Synchronous mode: note a finished transfer; the handle goes back to the pool. */
+static void px_sync_collect(struct px_http *px)
+{
+    int left = 0;
+    CURLMsg *msg;
+    while ((msg = curl_multi_info_read(px->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE || msg->easy_handle != px->curl)
+            continue;
+        CURLcode res = msg->data.result;
+        curl_multi_remove_handle(px->multi, px->curl);
+        rk_relay_curl_put(px->url, px->curl, res == CURLE_OK && !px->cancel);
+        px->curl = NULL;
+        pthread_mutex_lock(&px->mu);
+        px->finished = 1;
+        px->result = res;
+        pthread_mutex_unlock(&px->mu);
+        return;
+    }
+}
+
+/* Synchronous mode: drive the transfer for at most wait_ms (progress, completion, the
+ * inactivity limit via the progress callback). Returns -1 when the client left or the
+ * daemon stops (the transfer is then cancelled), else 0. */
+static int px_sync_step(struct px_http *px, int wait_ms)
+{
+    int running = 0;
+    if (!px->curl)
+        return 0;
+    size_t staged = px->slen;
+    int head = px->head_done;
+    curl_multi_perform(px->multi, &running);
+    px_sync_collect(px);
+    /* Something for the caller already (answer head, staged bytes, a full buffer): do not
+     * wait; a paused transfer would never wake the poll below. */
+    if (!px->curl || px->slen != staged || px->head_done != head || px->paused)
+        return 0;
+    int fds = 0;
+    curl_multi_poll(px->multi, NULL, 0, wait_ms, &fds);
+    curl_multi_perform(px->multi, &running);
+    px_sync_collect(px);
+    if (px->curl && fds == 0 && (px->app->stopping || rk_relay_peer_gone(px->client_fd))) {
+        pthread_mutex_lock(&px->mu);
+        px->cancel = 1;
+        pthread_mutex_unlock(&px->mu);
+        return -1;
+    }
+    return 0;
+}
+
+/* Synchronous mode content reader: staged bytes, else drive the transfer. */
+static ssize_t px_sync_reader(struct px_http *px, char *buf, size_t max)
+{
+    for (;;) {
+        if (px->slen > px->soff) {
+            size_t n = px->slen - px->soff;
+            if (n > max)
+                n = max;
+            memcpy(buf, px->sbuf + px->soff, n);
+            px->soff += n;
+            if (px->soff == px->slen)
+                px->soff = px->slen = 0;
+            if (px->paused && px->curl) {
+                px->paused = 0;
+                px_touch(px); /* time spent waiting for the client is not upstream inactivity */
+                curl_easy_pause(px->curl, CURLPAUSE_CONT);
+            }
+            return (ssize_t)n;
+        }
+        if (px->finished) {
+            int ok = px->result == CURLE_OK;
+            if (!ok)
+                rk_info("http proxy to sandbox %s port %d: upstream body cut", px->sandbox_id,
+                        px->port);
+            return ok ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (px->paused && px->curl) {
+            px->paused = 0;
+            px_touch(px);
+            curl_easy_pause(px->curl, CURLPAUSE_CONT);
+        }
+        if (px_sync_step(px, 200) != 0)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
 /* The MHD content reader: the upstream body as it arrives. */
 static ssize_t px_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct px_http *px = cls;
+    if (px->sync)
+        return px_sync_reader(px, buf, max);
     for (;;) {
         ssize_t n = rk_bytepipe_read(px->resp, buf, max, 1000);
         if (n > 0)
@@ -380,6 +538,13 @@ static ssize_t px_reader(void *cls, uint64_t pos, char *buf, size_t max)
 static void px_response_free(void *cls)
 {
     struct px_http *px = cls;
+    /* Synchronous mode: the client got the whole answer; let libcurl see the end of the
+     * exchange too, so the handle and its keep-alive connection go back to the pool. */
+    for (int i = 0; px->sync && px->curl && !px->finished && !px->cancel && i < 4; i++) {
+        int running = 0;
+        curl_multi_perform(px->multi, &running);
+        px_sync_collect(px);
+    }
     px_cancel(px);
     px_unref(px);
 }
@@ -725,6 +890,20 @@ int rk_relay_http_begin(struct rk_req *r)
             rk_reply_error(r, RK_E_NOMEM, "out of memory");
             goto replied;
         }
+    } else {
+        /* No request body: this connection thread drives the transfer itself (no worker
+         * thread, no cross-thread hand-offs); see px_sync_step. */
+        px->multi = px_thread_multi();
+        px->sbuf = px->multi ? malloc(PX_SYNC_BUF_BYTES) : NULL;
+        if (px->sbuf && curl_multi_add_handle(px->multi, px->curl) == CURLM_OK) {
+            px->sync = 1;
+            px_touch(px);
+            rk_ep_free(&cached);
+            free(raw_path);
+            return 0;
+        }
+        free(px->sbuf);
+        px->sbuf = NULL;
     }
 
     px->refs++;
@@ -826,7 +1005,13 @@ void rk_relay_http_handler(struct rk_req *r)
         return;
     if (px->req)
         rk_bytepipe_close(px->req);
-    px_wait_head(px);
+    if (px->sync) {
+        while (!px->head_done && !px->finished)
+            if (px_sync_step(px, 200) != 0)
+                break;
+    } else {
+        px_wait_head(px);
+    }
 
     pthread_mutex_lock(&px->mu);
     int head = px->head_done && !px->head_too_big;

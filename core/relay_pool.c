@@ -18,7 +18,8 @@ static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct pooled pool[RK_RELAY_POOL_TOTAL];
 static size_t pool_len;
 
-/* The scheme://authority prefix of url into out; 0 if it fits. */
+/* The scheme://authority prefix of url into out; 0 if it fits. A plain cut:
+ * url comes from rk_relay_build_url and is only a pool key here. */
 static int origin_of(const char *url, char out[256])
 {
     const char *p = strstr(url, "://");

@@ -477,6 +477,7 @@ void rk_relay_portforward_handler(struct rk_req *r)
         const struct rk_plugin *pl = r->app->plugin;
         struct rk_proxy_target pt;
         memset(&pt, 0, sizeof pt);
+        rk_metrics_upstream_begin();
         rk_status st =
             pl->ops.proxy_target(pl->inst, r->call, &t.ref, (int)port, RK_PROXY_TCP, &pt);
         rk_metrics_upstream("proxy_target", st);

@@ -627,6 +627,7 @@ static int stop_sandbox(struct rk_req *r, const char *id)
         return -1;
     }
     int t_up = t.ref.upstream_id != NULL;
+    rk_metrics_upstream_begin();
     rk_status st = pl->ops.stop(pl->inst, r->call, &t.ref);
     rk_metrics_upstream("stop", st);
     rk_target_release(&t);
@@ -699,6 +700,7 @@ static void restart(struct rk_req *r, const char *id)
     }
     const struct rk_plugin *pl = app->plugin;
     int t_up = t.ref.upstream_id != NULL;
+    rk_metrics_upstream_begin();
     rk_status rs = pl->ops.restart(pl->inst, r->call, &t.ref);
     rk_metrics_upstream("restart", rs);
     rk_target_release(&t);

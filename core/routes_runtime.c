@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "budget.h"
 #include "config.h"
 #include "decode.h"
 #include "dispatch.h"
@@ -203,6 +204,8 @@ struct collector {
     int64_t limit;     /* 0 = unlimited */
     const char *what;  /* "command output" / "file" */
     const char *key;   /* config key named in the error */
+    int64_t charged;   /* bytes taken from rk_mem_budget, given back by collector_free */
+    int over_budget;   /* the global memory budget refused more bytes */
 };
 
 /* Start a collector. */
@@ -221,6 +224,8 @@ static void collector_free(struct collector *c)
 {
     rk_buf_free(&c->out);
     rk_buf_free(&c->err);
+    rk_budget_give(&rk_mem_budget, c->charged);
+    c->charged = 0;
 }
 
 /* rk_sink.write: append to the stream's buffer, refusing output past the cap. */
@@ -231,10 +236,30 @@ static rk_status collector_write(void *ctx, enum rk_stream stream, const char *b
         return rk_call_set_error(c->call, RK_E_TOO_LARGE,
                                  "%s exceeds the configured limit of %lld bytes (%s)", c->what,
                                  (long long)c->limit, c->key);
+    /* Collected bytes count against the process-wide memory budget while
+     * they are held, so many concurrent large reads or outputs cannot grow
+     * the process past server.max_buffered_bytes (issue 10). */
+    if (rk_budget_take(&rk_mem_budget, (int64_t)len) != 0) {
+        c->over_budget = 1;
+        return rk_call_set_error(c->call, RK_E_TOO_LARGE, "%s does not fit the memory budget",
+                                 c->what);
+    }
+    c->charged += (int64_t)len;
     struct rk_buf *b = stream == RK_STREAM_STDERR ? &c->err : &c->out;
     if (rk_buf_append(b, buf, len))
         return rk_call_set_error(c->call, RK_E_NOMEM, "out of memory collecting %s", c->what);
     return RK_OK;
+}
+
+/* If the memory budget stopped the collection, answer 503 "admin is busy"
+ * and return 1. */
+static int collector_reply_busy(struct rk_req *r, const struct collector *c)
+{
+    if (!c->over_budget)
+        return 0;
+    rk_req_reply_busy(r, "the memory budget (server.max_buffered_bytes) is in use by other "
+                         "requests");
+    return 1;
 }
 
 /* Append a backend error that is not a timeout to b (U24). */
@@ -345,7 +370,9 @@ void rk_route_execute(struct rk_req *r)
     rk_metrics_upstream("exec", st);
 
     char tbuf[64];
-    if (is_timeout(r->call, st, &res)) {
+    if (collector_reply_busy(r, &col)) {
+        /* answered 503 */
+    } else if (is_timeout(r->call, st, &res)) {
         /* B51: checked before output mapping and before `check`. */
         timeout_repr(has_timeout, timeout_s, tbuf);
         char msg[128];
@@ -597,6 +624,8 @@ void rk_route_run_in_session(struct rk_req *r)
     rk_status st = pl->ops.session_run(pl->inst, r->call, &t.ref, session_id, &req, &sink, &res);
     rk_metrics_upstream("session_run", st);
 
+    if (collector_reply_busy(r, &col))
+        goto release;
     if (is_timeout(r->call, st, &res)) {
         char tbuf[64], msg[128];
         timeout_repr(has_timeout, timeout_s, tbuf);
@@ -733,6 +762,8 @@ void rk_route_read_file(struct rk_req *r)
     rk_metrics_upstream_begin();
     rk_status st = pl->ops.file_read(pl->inst, r->call, &t.ref, path, &sink);
     rk_metrics_upstream("file_read", st);
+    if (collector_reply_busy(r, &col))
+        goto release;
     if (st != RK_OK) {
         /* §5.9: a missing file is a backend error (5000, B61), not a bad
          * request; the route shape keeps {"content":""}. */

@@ -314,7 +314,8 @@ static int hexval(char c)
 }
 
 /* Decode s[0..n) ('+' = space) into out (at least n + 1 bytes); returns the
- * length. Decoded NUL bytes are kept, so *has_nul tells if there was one. */
+ * length. Decoded NUL bytes are kept, so *has_nul tells if there was one.
+ * Hand-written: form decoding maps '+' to space; curl_easy_unescape does not. */
 static size_t form_decode(const char *s, size_t n, char *out, int *has_nul)
 {
     size_t o = 0;

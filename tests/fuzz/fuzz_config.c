@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Fuzz the configuration parser entry point (core/config.c, rk_config_load):
+ * Fuzz the configuration parser entry point (core/config.c rk_config_load):
  * the input is written to an in-memory file and loaded as the YAML config,
- * then the opensandbox-like plugin view is built from it.
+ * then the opensandbox-like plugin view (core/config_plugin.c) is built from it.
  */
 #include <stdio.h>
 #include <stdlib.h>

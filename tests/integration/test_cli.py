@@ -83,6 +83,37 @@ def unknown_operator_type_lists_plugins():
 
 
 @test
+def descriptor_limit_raised_and_connections_fitted():
+    """-t raises the soft RLIMIT_NOFILE to the hard limit and says whether
+    server.max_connections fits it (lowered when it does not)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(1024, hard)
+
+    def run_t(max_conn):
+        text = ("server:\n  max_connections: %d\nruntime:\n  operator_type: testop\n"
+                "  plugin_dir: %s\n" % (max_conn, TEST_PLUGIN_DIR))
+        path = os.path.join(tmpdir(), "fd.yml")
+        with open(path, "w") as f:
+            f.write(text)
+        p = subprocess.run([ADMIN_BIN, "-t", "-c", path], capture_output=True, text=True,
+                           timeout=30, preexec_fn=lambda: resource.setrlimit(
+                               resource.RLIMIT_NOFILE, (low, hard)))
+        assert p.returncode == 0, p.stderr
+        line = [l for l in p.stdout.splitlines() if "file descriptors:" in l]
+        assert len(line) == 1, p.stdout
+        return line[0]
+    hard_text = str(hard) if hard != resource.RLIM_INFINITY else "-1"
+    line = run_t(16)
+    assert "(was %d, hard %s)" % (low, hard_text) in line, line
+    assert "server.max_connections 16 fits" in line, line
+    if hard != resource.RLIM_INFINITY:
+        line = run_t(hard * 4)
+        assert "lowered to fit" in line, line
+        assert "server.max_connections %d " % ((hard - 1024) // 2) in line, line
+
+
+@test
 def plugin_for_another_abi_major_refused():
     rc, out, err = admin(["-t"], config_text=(
         "runtime:\n  operator_type: abi_other_major\n  plugin_dir: %s\n" % TEST_PLUGIN_DIR))

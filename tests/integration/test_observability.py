@@ -63,6 +63,25 @@ def promtool_accepts_live_metrics():
 
 
 @test
+def every_plugin_call_is_timed():
+    """Each rk_metrics_upstream() (after a plugin call) has its
+    rk_metrics_upstream_begin() shortly before, or the call's latency and the
+    in-flight gauge would silently miss it."""
+    import glob
+    missing = []
+    for path in sorted(glob.glob(os.path.join(SRC, "core", "*.c"))):
+        if path.endswith("metrics.c"):
+            continue
+        with open(path) as f:
+            lines = f.read().split("\n")
+        for i, line in enumerate(lines):
+            if "rk_metrics_upstream(" in line:
+                if not any("rk_metrics_upstream_begin()" in l for l in lines[max(0, i - 12):i]):
+                    missing.append("%s:%d" % (os.path.relpath(path, SRC), i + 1))
+    assert not missing, "plugin calls without rk_metrics_upstream_begin(): %s" % missing
+
+
+@test
 def json_log_format():
     a = Admin(config={"log": {"format": "json"}})
     sid = a.start_sandbox()

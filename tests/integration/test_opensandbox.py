@@ -790,6 +790,39 @@ def vanished_sandbox():
     assert js["status"] == "Success", js
 
 
+def redis_calls(redis):
+    """{command: calls} from INFO commandstats."""
+    calls = {}
+    for line in redis.cli("INFO", "commandstats").splitlines():
+        m = re.match(r"cmdstat_(\S+):calls=(\d+)", line)
+        if m:
+            calls[m.group(1)] = int(m.group(2))
+    return calls
+
+
+@test
+def get_status_is_one_store_round_trip():
+    """With the reconciler keeping the store current, get_status makes one
+    Redis round trip (one EVALSHA: record, idle touch, reconciler mark) and no
+    OpenSandbox call. The interval is long so no pass runs in between."""
+    admin, sim, redis, rec = setup(recorder=True,
+                                   admin_cfg={"runtime": {"reconcile_interval_ms": 60000}})
+    st, js = admin.api("POST", "/start", dict(START_BODY))
+    assert js["status"] == "Success", js
+    sid = js["result"]["sandbox_id"]
+    before = redis_calls(redis)
+    seen = len(rec.requests())
+    for _ in range(20):
+        st, js = status(admin, sid)
+        assert js["status"] == "Success" and js["result"]["is_alive"] is True, js
+    after = redis_calls(redis)
+    delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+    assert delta.get("evalsha") == 20, delta
+    for cmd in ("eval", "multi", "exec", "watch"):
+        assert delta.get(cmd, 0) == 0, delta
+    assert len(rec.requests()) == seen, rec.requests()[seen:]
+
+
 @test
 def reconciler_elected_once():
     """Two admins on one Redis: exactly one holds the reconciler lease and lists

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for core/config.c: core sections, raw sections, plugin views, dump. */
+/* Unit tests for core/config*.c: core sections, raw sections, plugin views, dump. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -6,8 +6,10 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -15,6 +17,7 @@
 #include "bytepipe.h"
 #include "dispatch.h"
 #include "envelope.h"
+#include "log.h"
 #include "record.h"
 #include "util.h"
 #include "validate.h"
@@ -243,11 +246,53 @@ static void test_identifiers_ranges_budget(void **state)
     rk_budget_init(0, 0);
 }
 
+/* Identical log lines in a burst are written once, the rest counted (issue 15: accept errors at
+ * the descriptor limit). Every copy is accounted for: written or reported as repeated. */
+static void test_log_repeats_rate_limited(void **state)
+{
+    (void)state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_true(dup2(fds[1], 2) >= 0);
+    for (int i = 0; i < 1000; i++)
+        rk_warn("accept failed: too many open files");
+    rk_warn("something else");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fds[1]);
+    char out[65536];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof out - 1 && (n = read(fds[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)n;
+    close(fds[0]);
+    out[len] = '\0';
+    unsigned long written = 0, repeated = 0;
+    int other = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        const char *r = strstr(line, "last message repeated ");
+        if (strstr(line, "something else"))
+            other = 1;
+        if (strstr(line, "accept failed: too many open files"))
+            written++;
+        else if (r)
+            repeated += strtoul(r + strlen("last message repeated "), NULL, 10);
+    }
+    assert_true(written >= 1 && written < 10);
+    assert_int_equal(written + repeated, 1000);
+    assert_true(other); /* the next different line is written (after the repeat count) */
+}
+
 int main(void)
 {
     rk_time_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_envelope_success_and_failures),
+        cmocka_unit_test(test_log_repeats_rate_limited),
         cmocka_unit_test(test_shell_quote),
         cmocka_unit_test(test_py_repr_and_float),
         cmocka_unit_test(test_memory_normalize),

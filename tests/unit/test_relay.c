@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for core/relay_common.c: port selection, traversal check, header
+/* Unit tests for the relay helpers (core/relay_policy.c, relay_url.c,
+ * relay_wsproto.c): port selection, traversal check, header
  * filtering, URL building, Location rewriting, WebSocket accept key and
  * close frames, frame boundary tracking and the timed pipe. */
 #include <setjmp.h>
@@ -153,6 +154,10 @@ static void test_traversal(void **state)
     assert_false(rk_relay_has_dot_segment("..."));
     assert_false(rk_relay_has_dot_segment("a/%2e%2e%2e/b"));
     assert_false(rk_relay_has_dot_segment("%2541"));
+    /* One decode, escapes at the very end included, truncated ones kept. */
+    assert_true(rk_relay_has_dot_segment("a/%2e%2e"));
+    assert_false(rk_relay_has_dot_segment("a/%2e%2"));
+    assert_false(rk_relay_has_dot_segment("a/.%2"));
 }
 
 /* Sub-path extraction from raw request paths. */
@@ -259,6 +264,23 @@ static void test_urls(void **state)
     assert_string_equal(p.query, "q=1");
     rk_relay_url_parts_free(&p);
     assert_int_equal(rk_relay_split_url("http://h:99999/", &p), -1);
+    /* libcurl's URL parser: an empty authority, a control byte in the host and
+     * a foreign scheme are refused; an IPv6 zone survives; userinfo is dropped. */
+    assert_int_equal(rk_relay_split_url("http:///x", &p), -1);
+    assert_int_equal(rk_relay_split_url("http://a%0d%0aX-Evil:1/", &p), -1);
+    assert_int_equal(rk_relay_split_url("http://a%7fb/", &p), -1);
+    assert_int_equal(rk_relay_split_url("gopher://h/", &p), -1);
+    assert_int_equal(rk_relay_split_url("http://[fe80::1%25eth0]:8080/a/", &p), 0);
+    assert_string_equal(p.host, "fe80::1%25eth0");
+    assert_string_equal(p.hostport, "[fe80::1%25eth0]:8080");
+    assert_string_equal(p.path, "/a");
+    rk_relay_url_parts_free(&p);
+    assert_int_equal(rk_relay_split_url("HTTPS://u:pw@h/a/../b?x=1#frag", &p), 0);
+    assert_int_equal(p.tls, 1);
+    assert_string_equal(p.hostport, "h");
+    assert_string_equal(p.path, "/a/../b"); /* no dot-segment removal */
+    assert_string_equal(p.query, "x=1");
+    rk_relay_url_parts_free(&p);
 }
 
 /* Redirects under the proxy prefix stay under it, /port/N included. */

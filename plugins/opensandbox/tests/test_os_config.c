@@ -155,6 +155,50 @@ static void test_numeric_problems(void **state)
     assert_string_equal(mock_problem_keys[0], "protocol");
 }
 
+/** Lifecycle options (issue 12) decide the configured capabilities. */
+static void test_lifecycle_options(void **state)
+{
+    (void)state;
+    const uint64_t mode_caps =
+        RK_CAP_STOP | RK_CAP_RESTART | RK_CAP_STOP_DELETES | RK_CAP_SNAPSHOT | RK_CAP_RENEW;
+    struct os_inst *inst = NULL;
+    struct mock_cfg_entry def[] = {{"endpoint", "h"}, {NULL, NULL}};
+    assert_int_equal(try_config(def, &inst), RK_OK);
+    uint64_t caps = os_configured_caps(inst);
+    assert_int_equal(caps & mode_caps, 0); /* refuse: ROCK's documented refusals */
+    assert_true(caps & RK_CAP_CONFIGURED);
+    assert_true(caps & RK_CAP_EXEC);
+    os_config_free(inst);
+
+    struct mock_cfg_entry del[] = {{"endpoint", "h"}, {"stop_mode", "delete"}, {NULL, NULL}};
+    assert_int_equal(try_config(del, &inst), RK_OK);
+    assert_int_equal(os_configured_caps(inst) & mode_caps, RK_CAP_STOP_DELETES);
+    os_config_free(inst);
+
+    struct mock_cfg_entry all[] = {{"endpoint", "h"},
+                                   {"stop_mode", "pause"},
+                                   {"archive_enabled", "true"},
+                                   {"renew_margin", "120"},
+                                   {NULL, NULL}};
+    assert_int_equal(try_config(all, &inst), RK_OK);
+    assert_int_equal(os_configured_caps(inst) & mode_caps,
+                     RK_CAP_STOP | RK_CAP_RESTART | RK_CAP_SNAPSHOT | RK_CAP_RENEW);
+    os_config_free(inst);
+
+    /* archive needs a stopped sandbox, which only pause makes */
+    struct mock_cfg_entry arch[] = {{"endpoint", "h"}, {"archive_enabled", "true"}, {NULL, NULL}};
+    assert_int_equal(try_config(arch, NULL), RK_E_INVALID);
+    assert_string_equal(mock_problem_keys[0], "archive_enabled");
+    assert_string_equal(mock_problem_texts[0], "needs opensandbox.stop_mode: pause");
+    struct mock_cfg_entry small[] = {{"endpoint", "h"}, {"renew_margin", "5"}, {NULL, NULL}};
+    assert_int_equal(try_config(small, NULL), RK_E_INVALID);
+    assert_string_equal(mock_problem_keys[0], "renew_margin");
+    struct mock_cfg_entry noexp[] = {
+        {"endpoint", "h"}, {"renew_margin", "30"}, {"sandbox_timeout", "0"}, {NULL, NULL}};
+    assert_int_equal(try_config(noexp, NULL), RK_E_INVALID);
+    assert_string_equal(mock_problem_keys[0], "renew_margin");
+}
+
 /** The exported descriptor: identity, capabilities, refusal texts, schema. */
 static void test_descriptor(void **state)
 {
@@ -211,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_endpoint_accepted), cmocka_unit_test(test_endpoint_rejected),
         cmocka_unit_test(test_defaults),          cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_numeric_problems),  cmocka_unit_test(test_descriptor),
+        cmocka_unit_test(test_lifecycle_options),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     mock_reset();
