@@ -99,6 +99,15 @@ class Process:
         return self.proc.returncode
 
     def kill(self):
+        """Clean-up: SIGTERM first, so a simulator can end the processes it started in
+        their own process groups (sandbox commands, background apps), then SIGKILL
+        the whole group if it has not exited within a few seconds."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
