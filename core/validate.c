@@ -10,6 +10,7 @@
 
 #include "host.h"
 #include "http_server.h"
+#include "rkutil.h"
 
 int rk_id_valid(const char *s, size_t len)
 {
@@ -142,12 +143,7 @@ const char *rk_v_str(struct rk_v *v, json_object *obj, const char *key, unsigned
     const char *s = json_object_get_string(val);
     size_t len = (size_t)json_object_get_string_len(val);
     if (flags & RK_V_NONBLANK) {
-        while (len && isspace((unsigned char)*s)) {
-            s++;
-            len--;
-        }
-        while (len && isspace((unsigned char)s[len - 1]))
-            len--;
+        rku_strip(&s, &len);
         if (!len) {
             rk_v_problem(v, key, "String should have at least 1 character");
             return def;
@@ -382,12 +378,7 @@ const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigne
     }
     size_t len = strlen(s);
     if (flags & RK_V_NONBLANK) {
-        while (len && isspace((unsigned char)*s)) {
-            s++;
-            len--;
-        }
-        while (len && isspace((unsigned char)s[len - 1]))
-            len--;
+        rku_strip(&s, &len);
         if (!len) {
             rk_v_problem(v, key, "String should have at least 1 character");
             return NULL;

@@ -228,3 +228,19 @@ void rku_random_hex(char *out, size_t nchars)
         out[i] = hex[(i % 2) ? (raw[i / 2] & 0xf) : (raw[i / 2] >> 4)];
     out[i] = '\0';
 }
+
+/* The ASCII whitespace Python's str.strip() removes. */
+static int rku_space(unsigned char c)
+{
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+void rku_strip(const char **s, size_t *n)
+{
+    while (*n && rku_space((unsigned char)**s)) {
+        (*s)++;
+        (*n)--;
+    }
+    while (*n && rku_space((unsigned char)(*s)[*n - 1]))
+        (*n)--;
+}

@@ -35,4 +35,9 @@ size_t rku_utf8_decode(const unsigned char *s, size_t n, unsigned *cp);
  *  terminated (out holds nchars + 1). */
 void rku_random_hex(char *out, size_t nchars);
 
+/** Python str.strip() without arguments on ASCII text: move *s past leading and
+ *  shorten *n past trailing whitespace (space, \t, \n, \v, \f, \r). A blank
+ *  string ends with *n == 0. */
+void rku_strip(const char **s, size_t *n);
+
 #endif /* RK_UTIL_LIB_H */

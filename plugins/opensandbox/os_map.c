@@ -110,11 +110,8 @@ void os_sb_free(struct os_sb *sb)
 /** Strip Python-whitespace on both ends into a fresh string. */
 static char *strip_dup(const char *s)
 {
-    while (*s && isspace((unsigned char)*s))
-        s++;
     size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        n--;
+    rku_strip(&s, &n);
     return strndup(s, n);
 }
 

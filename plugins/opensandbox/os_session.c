@@ -10,6 +10,7 @@
 #include <json-c/json.h>
 
 #include "os_internal.h"
+#include "rkutil.h"
 
 /** Most bytes of init / `id -un` output kept per stream. */
 #define OS_COLLECT_MAX (1024u * 1024u)
@@ -35,12 +36,7 @@ static char *strip_copy(const char *s, size_t n)
 {
     if (!s)
         return strdup("");
-    while (n && isspace((unsigned char)*s)) {
-        s++;
-        n--;
-    }
-    while (n && isspace((unsigned char)s[n - 1]))
-        n--;
+    rku_strip(&s, &n);
     return strndup(s, n);
 }
 

@@ -92,6 +92,29 @@ static void test_utf8_decode(void **state)
     assert_int_equal(rku_utf8_decode((const unsigned char *)"", 0, &cp), 0);
 }
 
+static void test_strip(void **state)
+{
+    (void)state;
+    const char *s = " \t\n ab c \r\v\f";
+    size_t n = strlen(s);
+    rku_strip(&s, &n);
+    assert_int_equal(n, 4);
+    assert_memory_equal(s, "ab c", 4);
+    const char *blank = " \t\n";
+    n = strlen(blank);
+    rku_strip(&blank, &n);
+    assert_int_equal(n, 0);
+    const char *empty = "";
+    n = 0;
+    rku_strip(&empty, &n);
+    assert_int_equal(n, 0);
+    const char *inner = "x";
+    n = 1;
+    rku_strip(&inner, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(*inner, 'x');
+}
+
 static void test_random_hex(void **state)
 {
     (void)state;
@@ -111,7 +134,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shell_quote), cmocka_unit_test(test_py_repr),
         cmocka_unit_test(test_py_float),    cmocka_unit_test(test_utf8_decode),
-        cmocka_unit_test(test_random_hex),
+        cmocka_unit_test(test_random_hex),  cmocka_unit_test(test_strip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
