@@ -485,7 +485,20 @@ rk_status rk_restore_start(struct rk_app *app, struct rk_call *call, json_object
     }
     rk_dispatch_touch(app, stored); /* active again: the idle timer runs */
     json_object_put(stored);
-    return spawn(call, j);
+    char idbuf[256];
+    snprintf(idbuf, sizeof idbuf, "%s", id);
+    rk_status st = spawn(call, j); /* frees j on failure */
+    if (st != RK_OK) {
+        /* No job will run: back to archived at once (not after the lease). */
+        struct jpatch back = {.expect = RK_STATE_PENDING,
+                              .require_restoring = 1,
+                              .to = RK_STATE_ARCHIVED,
+                              .event = "restore_failed",
+                              .restoring = -1,
+                              .drop_lease = 1};
+        jpatch_apply(app, idbuf, &back, NULL);
+    }
+    return st;
 }
 
 int rk_restore_in_progress(struct rk_app *app, json_object **rec_io)

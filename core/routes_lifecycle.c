@@ -814,7 +814,9 @@ static void archive_by_snapshot(struct rk_req *r, const char *id)
         return;
     }
     if (rk_archive_start(app, r->call, id) != RK_OK) {
-        /* No job: the lease is unset, so the next read takes the job over. */
+        /* No job will run (too many in progress): back to stopped at once. */
+        guarded_transition(app, id, RK_STATE_ARCHIVING, RK_STATE_ARCHIVING, RK_STATE_STOPPED,
+                           "archive_failed");
         rk_reply_call_error(r);
         return;
     }
