@@ -96,6 +96,8 @@ function check(rec) {
   if (!found) {
     // Unknown paths: FastAPI-style 404, or a 307 to the path without its slash.
     if (rec.status === 404) ({ resp, pointer } = deref({ $ref: "#/components/responses/NotFound" }));
+    // With token authentication on, unknown paths are refused before routing (not disclosed).
+    else if (rec.status === 401) ({ resp, pointer } = deref({ $ref: "#/components/responses/Unauthorized" }));
     else if (rec.status === 403 && method === "options") ({ resp, pointer } = deref({ $ref: "#/components/responses/Forbidden" }));
     else if (rec.status === 307 && p.endsWith("/") && findPath(p.slice(0, -1))) return null;
     else return `undocumented path (HTTP ${rec.status})`;
@@ -104,6 +106,8 @@ function check(rec) {
     const op = item[method] || (method === "head" ? item.get : null);
     if (!op) {
       if (rec.status === 405) ({ resp, pointer } = deref({ $ref: "#/components/responses/MethodNotAllowed" }));
+      // With token authentication on, the token is checked before the method.
+      else if (rec.status === 401) ({ resp, pointer } = deref({ $ref: "#/components/responses/Unauthorized" }));
       else if (rec.status === 403 && method === "options") ({ resp, pointer } = deref({ $ref: "#/components/responses/Forbidden" }));
       else if (rec.status === 307 && p.endsWith("/")) return null;
       else return `method ${rec.method} not documented for ${found.template} (HTTP ${rec.status})`;
