@@ -14,7 +14,7 @@ struct rk_app {
     struct rk_config *cfg;
     struct rk_plugin *plugin;
     struct rk_store *store;
-    void *http;            /* http_server private state */
+    void *http;           /* http_server private state */
     _Atomic int draining; /* SIGTERM received: /readyz fails, no new connections */
     _Atomic int stopping; /* in-flight requests are being cancelled */
     pthread_t sweeper;

@@ -20,7 +20,7 @@ struct rk_ep {
     struct rk_kv *headers; /* keys and values malloc'd */
     size_t headers_len;
     uint32_t *header_flags; /* NULL or headers_len RK_PROXY_HEADER_* bits (ABI 1.1, issue 11) */
-    int64_t idle_minutes; /* the sandbox's auto_clear_time, for the throttled touch */
+    int64_t idle_minutes;   /* the sandbox's auto_clear_time, for the throttled touch */
 };
 
 /** Copy of the entry for (id, port, kind) if fresh; 0 and *out filled on a hit.

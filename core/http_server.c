@@ -725,15 +725,15 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
             outcome = "client_closed";
         rk_metrics_request(route, outcome, r->http_status, dur);
         char sid[RK_ACCESS_SANDBOX_ID_MAX];
-        struct rk_access_entry e = {r->request_id,
-                                    r->method,
-                                    r->path,
-                                    route,
-                                    outcome,
-                                    request_sandbox_id(r, sid),
-                                    r->http_status,
-                                    dur,
-                                    r->auth_name[0] ? r->auth_name : NULL};
+        struct rk_access_entry e = {.request_id = r->request_id,
+                                    .method = r->method,
+                                    .path = r->path,
+                                    .route = route,
+                                    .outcome = outcome,
+                                    .sandbox_id = request_sandbox_id(r, sid),
+                                    .status = r->http_status,
+                                    .duration_ms = dur,
+                                    .token = r->auth_name[0] ? r->auth_name : NULL};
         rk_log_access(&e);
         atomic_fetch_sub(&hs->inflight, 1);
         rk_metrics_inflight_add(-1);
