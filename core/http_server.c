@@ -199,7 +199,8 @@ void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body
         /* The copy MHD keeps until the client has read it. */
         if (rk_budget_take(&rk_mem_budget, (int64_t)len) != 0) {
             json_object_put(body);
-            rk_req_reply_busy(r, "the response does not fit");
+            rk_req_reply_busy(r, "the response does not fit the memory budget "
+                                 "(server.max_buffered_bytes)");
             return;
         }
         r->budget_charged += (int64_t)len;
