@@ -25,6 +25,21 @@ void rk_app_bg_leave(void)
     pthread_mutex_unlock(&bg_mu);
 }
 
+int rk_app_bg_start(void *(*fn)(void *), void *arg)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_t th;
+    rk_app_bg_enter();
+    int rc = pthread_create(&th, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        rk_app_bg_leave();
+    return rc;
+}
+
 int rk_app_bg_wait(long long deadline_ms)
 {
     pthread_mutex_lock(&bg_mu);

@@ -25,6 +25,10 @@ struct rk_app {
  *  so shutdown can wait for them. */
 void rk_app_bg_enter(void);
 void rk_app_bg_leave(void);
+/** Start fn(arg) on a detached thread (256 KiB stack) counted as a background
+ *  job (rk_app_bg_enter; the job calls rk_app_bg_leave when it ends). 0 on
+ *  success; on failure nothing is counted and fn never runs. */
+int rk_app_bg_start(void *(*fn)(void *), void *arg);
 /** Wait until no background job runs or deadline_ms (monotonic) passes. */
 int rk_app_bg_wait(long long deadline_ms);
 

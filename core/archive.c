@@ -381,16 +381,7 @@ static rk_status spawn(struct rk_call *call, struct job *j)
         return rk_call_set_error(call, RK_E_UNAVAILABLE,
                                  "too many archive/restore jobs in progress (limit %d)", MAX_JOBS);
     }
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    pthread_t th;
-    rk_app_bg_enter();
-    int rc = pthread_create(&th, &attr, job_thread, j);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        rk_app_bg_leave();
+    if (rk_app_bg_start(job_thread, j) != 0) {
         atomic_fetch_sub(&jobs, 1);
         job_free(j);
         return rk_call_set_error(call, RK_E_INTERNAL, "cannot start the archive job");

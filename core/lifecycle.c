@@ -222,16 +222,7 @@ rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
     j->spec.env = j->env;
     snprintf(j->request_id, sizeof j->request_id, "%s", rk_call_request_id(call));
 
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    pthread_t th;
-    rk_app_bg_enter();
-    int rc = pthread_create(&th, &attr, create_thread, j);
-    pthread_attr_destroy(&attr);
-    if (rc != 0) {
-        rk_app_bg_leave();
+    if (rk_app_bg_start(create_thread, j) != 0) {
         atomic_fetch_sub(&bg_creates, 1);
         job_free(j);
         return rk_call_set_error(call, RK_E_INTERNAL, "cannot start the create job");
