@@ -387,11 +387,36 @@ def vm(pid, key):
     return 0
 
 
+def smaps_breakdown(pid, stack_kib):
+    """Resident KiB by kind: thread stacks (anonymous mappings of the configured stack size), malloc heap
+    (the main [heap] and the 64 MiB per-thread arenas), everything else."""
+    kinds = {"stacks": 0, "heap": 0, "other": 0}
+    cur = None
+    with open("/proc/%d/smaps" % pid) as f:
+        for line in f:
+            m = re.match(r"^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$", line)
+            if m:
+                size = (int(m.group(2), 16) - int(m.group(1), 16)) // 1024
+                name = m.group(3).strip()
+                if name == "[heap]":
+                    cur = "heap"
+                elif name == "" and abs(size - stack_kib) <= 8:
+                    cur = "stacks"
+                elif name == "" and size >= 1024:
+                    cur = "heap"
+                else:
+                    cur = "other"
+            elif line.startswith("Rss:") and cur:
+                kinds[cur] += int(line.split()[1])
+    return kinds
+
+
 def scenario_inflight(n):
     log("== %d in-flight /execute through opensandbox.so ==" % n)
     redis = Redis()
-    sim = Sim(api_key=API_KEY, ready_delay_ms=0)
-    admin = os_admin(sim, redis, {"server": {"max_connections": n + 200, "drain_timeout": 60}})
+    sim = Sim(api_key=API_KEY, ready_delay_ms=0, extra=["--max-connections", str(n + 200)])
+    admin = os_admin(sim, redis, {"server": {"max_connections": n + 200, "per_ip_connections": n + 200,
+                                             "drain_timeout": 60}})
     sid = admin.start_sandbox()
     # warm up: one command, so lazily allocated state is not counted per request
     admin.api("POST", "/execute", {"sandbox_id": sid, "command": "true"})
@@ -406,6 +431,7 @@ def scenario_inflight(n):
     wait_until(lambda: vm(pid, "Threads") >= n, 120, 0.5, "%d connection threads" % n)
     time.sleep(5)
     rss = vm(pid, "VmRSS")
+    log("    resident KiB by kind: %s" % smaps_breakdown(pid, 256))
     log("%d in-flight: RSS %d KiB (idle %d KiB): +%.1f KiB per request, %d threads" % (
         n, rss, idle, (rss - idle) / n, vm(pid, "Threads")))
     RESULTS.append({"name": "%d in-flight /execute, opensandbox.so" % n, "rss_kib": rss,

@@ -49,6 +49,17 @@ void rk_target_release(struct rk_target *t)
     memset(t, 0, sizeof *t);
 }
 
+void rk_target_detach(struct rk_target *t, struct rk_call *call)
+{
+    if (!t->rec)
+        return;
+    t->ref.sandbox_id = t->ref.sandbox_id ? rk_arena_strdup(call, t->ref.sandbox_id) : NULL;
+    t->ref.upstream_id = t->ref.upstream_id ? rk_arena_strdup(call, t->ref.upstream_id) : NULL;
+    t->ref.backend_tag = t->ref.backend_tag ? rk_arena_strdup(call, t->ref.backend_tag) : NULL;
+    json_object_put(t->rec);
+    t->rec = NULL;
+}
+
 void rk_dispatch_touch(struct rk_app *app, json_object *rec)
 {
     if (!rk_state_is_active(rk_rec_state(rec)))

@@ -63,6 +63,11 @@ struct rk_target {
     struct rk_sandbox_ref ref; /* strings point into rec */
 };
 
+/** Before a long call: copy t->ref's strings into call's arena and release the
+ *  record (t->rec becomes NULL), so an in-flight command does not keep the parsed
+ *  record (several KiB) for its whole run. */
+void rk_target_detach(struct rk_target *t, struct rk_call *call);
+
 /** Run the gate for op on sandbox_id. On failure the error is recorded on
  *  call and returned; t is then empty. */
 rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,

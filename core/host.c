@@ -86,13 +86,16 @@ void *rk_arena_try_alloc(struct rk_call *call, size_t n)
         n = align;
     struct arena_block *b = call->blocks;
     if (!b || b->size - b->used < n) {
-        size_t size = n > 4096 ? n : 4096;
+        /* The first block is small: most calls need a few hundred bytes, and an in-flight
+         * command keeps its arena for the command's whole run. */
+        size_t min = b ? 4096 : 1024;
+        size_t size = n > min ? n : min;
         struct arena_block *nb = malloc(sizeof *nb + size);
         if (!nb)
             return NULL;
         nb->used = 0;
         nb->size = size;
-        if (n > 4096 && b) {
+        if (n > min && b) {
             /* Keep the current block for small allocations. */
             nb->next = b->next;
             b->next = nb;

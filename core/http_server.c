@@ -32,6 +32,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "router.h"
+#include "rkutil.h"
 #include "tls.h"
 #include "util.h"
 
@@ -648,6 +649,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                                       void **con_cls)
 {
     (void)version;
+    rku_thread_c_locale(); /* once per connection thread: cheap json-c parses */
     struct rk_app *app = cls;
     struct conn_track *t = track_of(conn);
     struct rk_req *r = *con_cls;

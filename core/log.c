@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -113,20 +114,31 @@ static void write_json(json_object *o)
 /* {"time","level","msg"}: the JSON form of one text line. */
 static void write_json_line(const char *level_name, const char *prefix, const char *fmt, va_list ap)
 {
-    char when[64], msg[2048];
+    enum { MSG_MAX = 2048, KEY_MAX = 2200 };
+    char when[64];
+    /* Heap, not stack: a log call deep in a request would otherwise touch 4 KiB more of every
+     * connection thread's stack, resident for the thread's life. */
+    char *msg = malloc(MSG_MAX), *key = malloc(KEY_MAX);
+    if (!msg || !key) {
+        free(msg);
+        free(key);
+        return;
+    }
     format_time(when, sizeof when);
-    int n = prefix ? snprintf(msg, sizeof msg, "%s: ", prefix) : 0;
-    if (n < 0 || (size_t)n >= sizeof msg)
+    int n = prefix ? snprintf(msg, MSG_MAX, "%s: ", prefix) : 0;
+    if (n < 0 || (size_t)n >= MSG_MAX)
         n = 0;
-    vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
-    char key[2200];
-    int klen = snprintf(key, sizeof key, "%s:%s", level_name, msg);
+    vsnprintf(msg + n, MSG_MAX - (size_t)n, fmt, ap);
+    int klen = snprintf(key, KEY_MAX, "%s:%s", level_name, msg);
     unsigned long flushed = 0;
     pthread_mutex_lock(&log_lock);
     int skip = repeat_suppressed(key, klen > 0 ? (size_t)klen : 0, log_now_ms(), &flushed);
     pthread_mutex_unlock(&log_lock);
-    if (skip)
+    free(key);
+    if (skip) {
+        free(msg);
         return;
+    }
     if (flushed) {
         char note[64];
         snprintf(note, sizeof note, "last message repeated %lu times", flushed);
@@ -140,6 +152,7 @@ static void write_json_line(const char *level_name, const char *prefix, const ch
     json_object_object_add(o, "time", json_object_new_string(when));
     json_object_object_add(o, "level", json_object_new_string(level_name));
     json_object_object_add(o, "msg", json_object_new_string(msg));
+    free(msg);
     write_json(o);
 }
 
@@ -186,19 +199,23 @@ static void write_line(const char *level_name, const char *prefix, const char *f
         write_json_line(level_name, prefix, fmt, ap);
         return;
     }
-    char line[2048];
+    enum { LINE_MAX_BYTES = 2048 };
+    /* Heap, not stack (see write_json_line). */
+    char *line = malloc(LINE_MAX_BYTES);
+    if (!line)
+        return;
     struct timespec ts;
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: %s%s",
+    int n = snprintf(line, LINE_MAX_BYTES, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s: %s%s",
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                      ts.tv_nsec / 1000000, level_name, prefix ? prefix : "", prefix ? ": " : "");
-    if (n < 0 || (size_t)n >= sizeof line)
+    if (n < 0 || (size_t)n >= LINE_MAX_BYTES)
         n = 0;
-    vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    vsnprintf(line + n, LINE_MAX_BYTES - (size_t)n, fmt, ap);
     /* One write per line so concurrent threads never interleave within a line. */
-    size_t len = strnlen(line, sizeof line - 2);
+    size_t len = strnlen(line, LINE_MAX_BYTES - 2);
     for (size_t i = 0; i < len; i++)
         if (line[i] == '\n' || line[i] == '\r')
             line[i] = ' ';
@@ -212,6 +229,7 @@ static void write_line(const char *level_name, const char *prefix, const char *f
     unsigned long flushed = 0;
     if (repeat_suppressed(msg, msg_len, now_ms, &flushed)) {
         pthread_mutex_unlock(&log_lock);
+        free(line);
         return;
     }
     if (flushed)
@@ -219,6 +237,7 @@ static void write_line(const char *level_name, const char *prefix, const char *f
     fwrite(line, 1, len, stderr);
     fflush(stderr);
     pthread_mutex_unlock(&log_lock);
+    free(line);
 }
 
 void rk_log(enum rk_log_level level, const char *fmt, ...)

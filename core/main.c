@@ -2,6 +2,7 @@
 /* rock-admin: command line, startup, signal handling and graceful drain. */
 #include <curl/curl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -221,6 +222,11 @@ int main(int argc, char **argv)
         {"test", no_argument, NULL, 't'},         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
+    /* No glibc fastbins: a request frees many small objects, and every later allocation of
+     * 1 KiB or more (response buffers, the call arena) then ran malloc_consolidate over them
+     * (3% of get_status CPU). Freed chunks past the per-thread cache go straight to the normal
+     * bins instead (issue 15: get_status 2-3% cheaper, measured). */
+    mallopt(M_MXFAST, 0);
     const char *cfg_path = getenv("ROCK_CONFIG");
     const char *port_opt = NULL;
     int test_only = 0;

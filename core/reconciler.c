@@ -11,6 +11,7 @@
  * record without an upstream id (create still running) is only failed after
  * its create deadline, exactly as the per-request status path does.
  */
+#include "rkutil.h"
 #include "reconciler.h"
 
 #include <pthread.h>
@@ -276,6 +277,7 @@ out:
 /* Thread: one pass per interval until stopped. */
 static void *reconciler_main(void *arg)
 {
+    rku_thread_c_locale(); /* it parses every stored record each pass */
     struct rk_app *app = arg;
     int interval = app->cfg->perf.reconcile_interval_ms;
     pthread_mutex_lock(&rc_mu);

@@ -173,8 +173,9 @@ static const struct rk_kv *env_overlay(struct rk_call *call, json_object *rec, j
                 val = over;
             if (!val || !json_object_is_type(val, json_type_string))
                 continue;
-            kv[n].key = k;
-            kv[n].value = json_object_get_string(val);
+            /* copies: the record and the request body are released before a command runs */
+            kv[n].key = rk_arena_strdup(call, k);
+            kv[n].value = rk_arena_strdup(call, json_object_get_string(val));
             n++;
         }
     }
@@ -185,8 +186,8 @@ static const struct rk_kv *env_overlay(struct rk_call *call, json_object *rec, j
                 continue;
             if (!val || !json_object_is_type(val, json_type_string))
                 continue;
-            kv[n].key = k;
-            kv[n].value = json_object_get_string(val);
+            kv[n].key = rk_arena_strdup(call, k);
+            kv[n].value = rk_arena_strdup(call, json_object_get_string(val));
             n++;
         }
     }
@@ -362,6 +363,12 @@ void rk_route_execute(struct rk_req *r)
         .timeout_ms = seconds_to_ms(has_timeout, timeout_s),
     };
     req.env = env_overlay(r->call, t.rec, env, &req.env_len);
+    /* An in-flight command keeps neither the parsed record nor the parsed body (issue 15:
+     * memory per in-flight command): rk_v_str values and the env overlay are arena copies. */
+    rk_target_detach(&t, r->call);
+    json_object_put(body);
+    body = NULL;
+    env = NULL;
     struct rk_sink sink = {.write = collector_write, .ctx = &col};
     struct rk_exec_res res = {0};
     set_command_deadline(r, req.timeout_ms);

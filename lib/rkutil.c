@@ -6,6 +6,7 @@
 #include "rkutil.h"
 
 #include <errno.h>
+#include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,4 +244,16 @@ void rku_strip(const char **s, size_t *n)
     }
     while (*n && rku_space((unsigned char)(*s)[*n - 1]))
         (*n)--;
+}
+
+void rku_thread_c_locale(void)
+{
+    static _Thread_local int done;
+    if (done)
+        return;
+    done = 1;
+    /* newlocale(LC_ALL_MASK, "C", 0) returns glibc's static C locale object (never freed). */
+    locale_t c = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    if (c)
+        uselocale(c);
 }

@@ -40,4 +40,11 @@ void rku_random_hex(char *out, size_t nchars);
  *  string ends with *n == 0. */
 void rku_strip(const char **s, size_t *n);
 
+/* Switch the calling thread to the "C" locale object, once per thread. json-c's parser
+ * switches LC_NUMERIC to "C" around every parse with duplocale/newlocale/freelocale, which
+ * allocate and take glibc's process-wide locale lock, unless the thread already uses the C
+ * locale object: then glibc returns at once. The daemon never calls setlocale, so its locale
+ * is "C" already and no output changes. Call at the start of threads that parse JSON. */
+void rku_thread_c_locale(void);
+
 #endif /* RK_UTIL_LIB_H */

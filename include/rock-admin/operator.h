@@ -64,6 +64,13 @@
  *     RK_OPF_THREADSAFE and keep per-instance state thread-safe.
  *   - Calls may block (upstream I/O) but must honour host->deadline_ms() and
  *     poll host->cancelled() in long loops.
+ *   - While an entry point waits, a thread of the plugin's own may act for it:
+ *     call the host functions that take its rk_call and write to its sink,
+ *     one thread at a time, handing over with a mutex or condition variable,
+ *     and never after the entry point returned. The sinks of exec and
+ *     session_run never block (output is collected in memory), so an event
+ *     loop may feed many of them (the OpenSandbox plugin drives all command
+ *     streams from one libcurl multi thread this way).
  *
  * Errors cross the boundary as an rk_status plus a message recorded with
  * host->set_error(). Only the core turns them into ROCK envelopes:

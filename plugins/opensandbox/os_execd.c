@@ -138,6 +138,7 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
         os_xfer_json(&x, opts->body);
         x.on_data = run_data;
         x.on_data_ctx = &rc;
+        x.use_loop = 1; /* run_data only parses and appends to the core's collector */
         rc.x = &x;
         t0 = h->now_ms();
         s = os_xfer_perform(&x);

@@ -140,6 +140,7 @@ struct os_inst {
     pthread_mutex_t pool_lock; /**< guards the idle easy-handle pool */
     void **pool;               /**< idle CURL * handles, each with its own live connections */
     size_t pool_len;
+    struct os_loop *loop; /**< os_loop.c: transfer thread for command streams (lazily started) */
     /* ABI 1.1 deployment options */
     int stop_mode;          /**< enum os_stop_mode */
     int archive_enabled;    /**< opensandbox.archive_enabled */
@@ -157,6 +158,14 @@ struct os_inst {
 void os_share_init(struct os_inst *inst);
 /** Destroy the instance's curl share and every pooled handle. */
 void os_share_free(struct os_inst *inst);
+
+struct os_xfer;
+/** Create the instance's command-stream loop (its thread starts on first use). */
+void os_loop_init(struct os_inst *inst);
+/** Stop the loop and wait for its transfers to end. */
+void os_loop_free(struct os_inst *inst);
+/** Run x's prepared handle on the loop and wait; -1 when the loop is unavailable. */
+int os_loop_run(struct os_xfer *x);
 
 rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg,
                          struct os_inst **out);
@@ -190,6 +199,12 @@ struct os_xfer {
     int timed_out; /**< curl timeout or own deadline */
     int not_sent;  /**< connection could not be established */
     int curl_code;
+    /* os_loop.c: a command stream runs on the instance's transfer thread */
+    int use_loop;              /**< set by the caller before os_xfer_perform */
+    int loop_done;             /**< guarded by the loop's mutex */
+    pthread_cond_t loop_cv;    /**< signalled when loop_done is set */
+    struct os_xfer *loop_next; /**< submission queue / active list link */
+    struct os_xfer *loop_prev; /**< active list link (loop thread only) */
 };
 
 rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
@@ -198,6 +213,8 @@ rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value)
 void os_xfer_json(struct os_xfer *x, const char *json);
 void os_xfer_fresh_connection(struct os_xfer *x);
 rk_status os_xfer_perform(struct os_xfer *x);
+/** 1 when the exchange must stop (client gone, a deadline passed); sets x->abort_reason. */
+int os_xfer_should_abort(struct os_xfer *x);
 const char *os_xfer_err(const struct os_xfer *x);
 void os_xfer_cleanup(struct os_xfer *x);
 char *os_escape(const char *s);

@@ -451,6 +451,35 @@ def execute_semantics():
 
 
 @test
+def client_leaving_interrupts_command():
+    """A client that hangs up during a long /execute ends the command upstream: the plugin's
+    transfer loop checks every open stream about twice a second (not only streams with
+    traffic), aborts the stream and interrupts the command (execd DELETE /command)."""
+    admin, sim, redis, _ = setup()
+    sid = start_alive(admin)
+    marker = os.path.join(tmpdir("rock-os-leave-"), "beat")
+    body = json.dumps({"sandbox_id": sid, "timeout": 60,
+                       "command": "while true; do date +%%s%%N > '%s'; sleep 0.2; done" % marker})
+    s = socket.create_connection(("127.0.0.1", admin.port))
+    s.sendall(("POST /apis/envs/sandbox/v1/execute HTTP/1.1\r\nHost: t\r\n"
+               "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+               % (len(body), body)).encode())
+    wait_until(lambda: os.path.exists(marker), 10, 0.1, "the command running")
+    time.sleep(1)
+    s.close()
+    left = time.time()
+
+    def stopped():
+        a = open(marker).read()
+        time.sleep(0.7)
+        return a == open(marker).read()
+    wait_until(stopped, 10, 0.1, "the command stopped after its client left")
+    assert time.time() - left < 6, time.time() - left
+    # the daemon is fine and serves the next command
+    assert run_ok(admin, sid, "echo next")["stdout"] == "next\n"
+
+
+@test
 def file_semantics():
     """read_file with invalid UTF-8 under strict/replace, write_file keeps the
     mode of an existing file, new files get 644, missing parents, missing file."""
@@ -803,8 +832,9 @@ def redis_calls(redis):
 @test
 def get_status_is_one_store_round_trip():
     """With the reconciler keeping the store current, get_status makes one
-    Redis round trip (one EVALSHA: record, idle touch, reconciler mark) and no
-    OpenSandbox call. The interval is long so no pass runs in between."""
+    Redis round trip (record, idle deadline, reconciler mark; the idle touch
+    script once per second) and no OpenSandbox call. The interval is long so no
+    pass runs in between."""
     admin, sim, redis, rec = setup(recorder=True,
                                    admin_cfg={"runtime": {"reconcile_interval_ms": 60000}})
     st, js = admin.api("POST", "/start", dict(START_BODY))
@@ -812,12 +842,21 @@ def get_status_is_one_store_round_trip():
     sid = js["result"]["sandbox_id"]
     before = redis_calls(redis)
     seen = len(rec.requests())
+    t0 = time.time()
     for _ in range(20):
         st, js = status(admin, sid)
         assert js["status"] == "Success" and js["result"]["is_alive"] is True, js
+    seconds = int(time.time()) - int(t0) + 1
     after = redis_calls(redis)
     delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
-    assert delta.get("evalsha") == 20, delta
+    # each read is one round trip: the touching script (at most once per second per sandbox
+    # and process: the idle deadline has one-second resolution) or MGET + ZSCORE pipelined
+    # (commandstats also counts the script's own GET x2, ZSCORE and SISMEMBER)
+    touches, plain = delta.get("evalsha", 0), delta.get("mget", 0)
+    assert touches + plain == 20, delta
+    assert delta.get("zscore", 0) == plain + touches, delta
+    assert delta.get("get", 0) == 2 * touches, delta
+    assert 1 <= touches <= seconds, (delta, seconds)
     for cmd in ("eval", "multi", "exec", "watch"):
         assert delta.get(cmd, 0) == 0, delta
     assert len(rec.requests()) == seen, rec.requests()[seen:]

@@ -133,6 +133,7 @@ struct sim_global {
     int64_t ready_delay_ms;
     int64_t max_timeout_s;
     int max_sandboxes;
+    int max_connections; /* --max-connections: concurrent HTTP connections (default 512) */
     size_t max_upload;
     bool no_pause;      /* --no-pause: pause/resume answer 501 (Kubernetes runtime) */
     bool no_snapshots;  /* --no-snapshots: snapshot creation answers 501 */

@@ -28,6 +28,7 @@ static void sim_usage(FILE *f)
                "  --egress-token TOKEN     egress API requires OPENSANDBOX-EGRESS-AUTH: TOKEN;\n"
                "                           discovery of port 18080 returns it\n"
                "  --max-sandboxes N        live sandbox cap (default 64)\n"
+               "  --max-connections N      concurrent HTTP connections (default 512)\n"
                "  --max-timeout-s N        largest accepted sandbox timeout (default 86400)\n"
                "  --max-upload-mb N        request body cap for uploads/proxy (default 0 = none)\n"
                "  --no-pause               pause/resume answer 501 (like a Kubernetes runtime)\n"
@@ -57,6 +58,7 @@ static void sim_parse_args(int argc, char **argv)
     g_sim.max_sandboxes = 64;
     g_sim.max_timeout_s = 86400;
     g_sim.max_upload = 0; /* no cap: the real execd and server proxy have none */
+    g_sim.max_connections = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -88,6 +90,8 @@ static void sim_parse_args(int argc, char **argv)
             g_sim.ready_delay_ms = sim_opt_num(a, v);
         } else if (!strcmp(a, "--max-sandboxes")) {
             g_sim.max_sandboxes = (int)sim_opt_num(a, v);
+        } else if (!strcmp(a, "--max-connections")) {
+            g_sim.max_connections = (int)sim_opt_num(a, v);
         } else if (!strcmp(a, "--max-timeout-s")) {
             g_sim.max_timeout_s = sim_opt_num(a, v);
         } else if (!strcmp(a, "--max-upload-mb")) {
@@ -166,13 +170,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "opensandbox-sim: --listen host must be an IPv4 address\n");
         return 2;
     }
-    struct MHD_Daemon *d =
-        MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                             MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE,
-                         0, sim_accept_policy, NULL, sim_access_handler, NULL, MHD_OPTION_SOCK_ADDR,
-                         (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, sim_request_completed,
-                         NULL, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)512, MHD_OPTION_END);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+            MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE,
+        0, sim_accept_policy, NULL, sim_access_handler, NULL, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, sim_request_completed, NULL,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)600, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)g_sim.max_connections, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "opensandbox-sim: cannot listen on %s:%d\n", g_sim.listen_host,
                 g_sim.listen_port);

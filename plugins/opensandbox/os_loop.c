@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file os_loop.c
+ * @brief One transfer thread driving the instance's command streams with a curl multi handle.
+ *
+ * A command stream (execd POST /command, a session run) stays open for as long as the command
+ * runs, possibly hours. Driven with curl_easy_perform on the request's own thread, each stream
+ * holds a private multi handle and connection cache and runs libcurl's deep call chains (its
+ * printf keeps a 4 KiB table on the stack) on that thread, whose touched stack stays resident:
+ * about 20 KiB per in-flight command beyond what the request needs anyway. Here the request
+ * thread hands the prepared easy handle to one loop thread and sleeps on a condition variable;
+ * the loop runs every stream in one multi handle (one shared connection cache, so execd
+ * connections are reused across requests) and wakes the waiter when its transfer ends.
+ *
+ * The loop is event driven (curl_multi_socket_action on epoll): a pass touches only the streams
+ * with socket activity or an expired curl timer, so thousands of idle streams cost nothing.
+ * Idle streams still need their progress check (client gone, deadlines: os_xfer_should_abort),
+ * which curl runs only for active transfers, so the loop runs it over every open stream each
+ * OS_LOOP_SWEEP_MS.
+ *
+ * Callbacks (write, progress) run on the loop thread. They must not block: the streams routed
+ * here only parse events and append to the core's in-memory collectors (non-blocking by
+ * contract of their sinks). Transfers whose callbacks may wait for a client (uploads, downloads)
+ * keep using curl_easy_perform on the request thread (os_xfer_perform).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "os_internal.h"
+#include "rkutil.h"
+
+/** How often every open stream gets its abort check (client gone, deadlines). */
+#define OS_LOOP_SWEEP_MS 500
+/** epoll events handled per wake-up. */
+#define OS_LOOP_EVENTS 64
+
+struct os_loop {
+    pthread_mutex_t mu;
+    pthread_t thread;
+    int started;
+    int stop;               /**< guarded by mu */
+    struct os_xfer *queue;  /**< submitted, not yet in the multi (guarded by mu) */
+    CURLM *multi;           /**< loop thread only (after start) */
+    int epfd;               /**< epoll set: curl's sockets and the wake-up eventfd */
+    int wakefd;             /**< eventfd: a submission or stop is pending */
+    int64_t timer_at;       /**< curl's next timeout (monotonic ms), -1 when none */
+    struct os_xfer *active; /**< transfers in the multi (loop thread only) */
+};
+
+/** Monotonic milliseconds. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/** CURLMOPT_SOCKETFUNCTION: mirror curl's interest in a socket into the epoll set. */
+static int sock_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
+{
+    (void)e;
+    (void)socketp;
+    struct os_loop *lp = userp;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(lp->epfd, EPOLL_CTL_DEL, s, NULL);
+        return 0;
+    }
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
+    ev.data.fd = s;
+    if (epoll_ctl(lp->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
+        epoll_ctl(lp->epfd, EPOLL_CTL_ADD, s, &ev);
+    return 0;
+}
+
+/** CURLMOPT_TIMERFUNCTION: remember when curl wants to be called back. */
+static int timer_cb(CURLM *m, long timeout_ms, void *userp)
+{
+    (void)m;
+    struct os_loop *lp = userp;
+    lp->timer_at = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+    return 0;
+}
+
+/** Unlink x from the active list. */
+static void active_unlink(struct os_loop *lp, struct os_xfer *x)
+{
+    if (x->loop_prev)
+        x->loop_prev->loop_next = x->loop_next;
+    else
+        lp->active = x->loop_next;
+    if (x->loop_next)
+        x->loop_next->loop_prev = x->loop_prev;
+    x->loop_next = x->loop_prev = NULL;
+}
+
+/** Take x out of the multi, mark it finished with cc and wake its waiter. */
+static void finish(struct os_loop *lp, struct os_xfer *x, CURLcode cc)
+{
+    curl_multi_remove_handle(lp->multi, x->curl);
+    active_unlink(lp, x);
+    pthread_mutex_lock(&lp->mu);
+    x->curl_code = (int)cc;
+    x->loop_done = 1;
+    pthread_cond_signal(&x->loop_cv);
+    pthread_mutex_unlock(&lp->mu);
+}
+
+/** Add the submitted transfers to the multi. Returns the stop flag. */
+static int take_submissions(struct os_loop *lp)
+{
+    uint64_t n;
+    while (read(lp->wakefd, &n, sizeof n) == (ssize_t)sizeof n)
+        ;
+    pthread_mutex_lock(&lp->mu);
+    struct os_xfer *q = lp->queue;
+    lp->queue = NULL;
+    int stop = lp->stop;
+    pthread_mutex_unlock(&lp->mu);
+    while (q) {
+        struct os_xfer *next = q->loop_next;
+        q->loop_prev = NULL;
+        q->loop_next = lp->active;
+        if (lp->active)
+            lp->active->loop_prev = q;
+        lp->active = q;
+        CURLMcode mc = curl_multi_add_handle(lp->multi, q->curl);
+        if (mc != CURLM_OK) {
+            snprintf(q->errbuf, sizeof q->errbuf, "%s", curl_multi_strerror(mc));
+            finish(lp, q, CURLE_FAILED_INIT);
+        }
+        q = next;
+    }
+    return stop;
+}
+
+/** Hand back every transfer curl reports finished. */
+static void reap(struct os_loop *lp)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(lp->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        struct os_xfer *x = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        CURLcode cc = msg->data.result;
+        if (x)
+            finish(lp, x, cc);
+        else
+            curl_multi_remove_handle(lp->multi, msg->easy_handle);
+    }
+}
+
+/** The abort check for every open stream (curl runs it only for active ones). */
+static void sweep(struct os_loop *lp)
+{
+    struct os_xfer *x = lp->active;
+    while (x) {
+        struct os_xfer *next = x->loop_next;
+        if (os_xfer_should_abort(x))
+            finish(lp, x, CURLE_ABORTED_BY_CALLBACK);
+        x = next;
+    }
+}
+
+/** The loop thread. */
+static void *loop_main(void *arg)
+{
+    struct os_loop *lp = arg;
+    rku_thread_c_locale(); /* the stream parser runs json-c on every event */
+    int64_t sweep_at = mono_ms() + OS_LOOP_SWEEP_MS;
+    struct epoll_event evs[OS_LOOP_EVENTS];
+    int running = 0;
+    for (;;) {
+        int stop = take_submissions(lp);
+        if (stop && !lp->active)
+            break;
+        int64_t now = mono_ms();
+        int64_t until = sweep_at;
+        if (lp->timer_at >= 0 && lp->timer_at < until)
+            until = lp->timer_at;
+        int wait = until > now ? (int)(until - now) : 0;
+        int n = epoll_wait(lp->epfd, evs, OS_LOOP_EVENTS, wait);
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            if (fd == lp->wakefd)
+                continue; /* drained by take_submissions */
+            int mask = 0;
+            if (evs[i].events & EPOLLIN)
+                mask |= CURL_CSELECT_IN;
+            if (evs[i].events & EPOLLOUT)
+                mask |= CURL_CSELECT_OUT;
+            if (evs[i].events & (EPOLLERR | EPOLLHUP))
+                mask |= CURL_CSELECT_ERR;
+            curl_multi_socket_action(lp->multi, fd, mask, &running);
+        }
+        now = mono_ms();
+        if (lp->timer_at >= 0 && now >= lp->timer_at) {
+            lp->timer_at = -1;
+            curl_multi_socket_action(lp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+        }
+        reap(lp);
+        if (now >= sweep_at) {
+            sweep(lp);
+            sweep_at = now + OS_LOOP_SWEEP_MS;
+        }
+    }
+    return NULL;
+}
+
+/** Start the loop on first use (config checks never create it); called with lp->mu held.
+ *  0 on success. */
+static int loop_start(struct os_loop *lp)
+{
+    if (lp->started)
+        return 0;
+    lp->multi = curl_multi_init();
+    lp->epfd = epoll_create1(EPOLL_CLOEXEC);
+    lp->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (!lp->multi || lp->epfd < 0 || lp->wakefd < 0)
+        goto fail;
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN;
+    ev.data.fd = lp->wakefd;
+    if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, lp->wakefd, &ev) != 0)
+        goto fail;
+    lp->timer_at = -1;
+    curl_multi_setopt(lp->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
+    curl_multi_setopt(lp->multi, CURLMOPT_SOCKETDATA, lp);
+    curl_multi_setopt(lp->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(lp->multi, CURLMOPT_TIMERDATA, lp);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    int rc = pthread_create(&lp->thread, &attr, loop_main, lp);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        goto fail;
+    lp->started = 1;
+    return 0;
+fail:
+    if (lp->multi)
+        curl_multi_cleanup(lp->multi);
+    if (lp->epfd >= 0)
+        close(lp->epfd);
+    if (lp->wakefd >= 0)
+        close(lp->wakefd);
+    lp->multi = NULL;
+    lp->epfd = lp->wakefd = -1;
+    return -1;
+}
+
+/** Create the (not yet started) loop of an instance. */
+void os_loop_init(struct os_inst *inst)
+{
+    struct os_loop *lp = calloc(1, sizeof(*lp));
+    if (!lp)
+        return; /* streams then run on the request thread */
+    pthread_mutex_init(&lp->mu, NULL);
+    lp->epfd = lp->wakefd = -1;
+    inst->loop = lp;
+}
+
+/** Wake the loop thread. */
+static void wake(struct os_loop *lp)
+{
+    uint64_t one = 1;
+    ssize_t w = write(lp->wakefd, &one, sizeof one);
+    (void)w; /* EAGAIN: a wake-up is already pending */
+}
+
+/** Stop the loop (after the last request): waits for running transfers, which end by their
+ *  deadline or cancellation (the host reports every call cancelled at shutdown). */
+void os_loop_free(struct os_inst *inst)
+{
+    struct os_loop *lp = inst->loop;
+    if (!lp)
+        return;
+    pthread_mutex_lock(&lp->mu);
+    int started = lp->started;
+    lp->stop = 1;
+    pthread_mutex_unlock(&lp->mu);
+    if (started) {
+        wake(lp);
+        pthread_join(lp->thread, NULL);
+        curl_multi_cleanup(lp->multi);
+        close(lp->epfd);
+        close(lp->wakefd);
+    }
+    pthread_mutex_destroy(&lp->mu);
+    free(lp);
+    inst->loop = NULL;
+}
+
+/** Run a prepared easy handle on the loop and wait for it to end; the result is in
+ *  x->curl_code. Returns -1 when the loop is unavailable (the caller runs it itself). */
+int os_loop_run(struct os_xfer *x)
+{
+    struct os_loop *lp = x->inst->loop;
+    if (!lp)
+        return -1;
+    pthread_mutex_lock(&lp->mu);
+    if (lp->stop || loop_start(lp) != 0) {
+        pthread_mutex_unlock(&lp->mu);
+        return -1;
+    }
+    curl_easy_setopt(x->curl, CURLOPT_PRIVATE, (char *)x);
+    pthread_cond_init(&x->loop_cv, NULL);
+    x->loop_done = 0;
+    x->loop_next = lp->queue;
+    lp->queue = x;
+    pthread_mutex_unlock(&lp->mu);
+    wake(lp);
+    pthread_mutex_lock(&lp->mu);
+    while (!x->loop_done)
+        pthread_cond_wait(&x->loop_cv, &lp->mu);
+    pthread_mutex_unlock(&lp->mu);
+    pthread_cond_destroy(&x->loop_cv);
+    curl_easy_setopt(x->curl, CURLOPT_PRIVATE, NULL);
+    return 0;
+}
