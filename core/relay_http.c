@@ -1049,15 +1049,35 @@ void rk_relay_http_handler(struct rk_req *r)
         size = 0;
     else if (clen >= 0 && !has_te)
         size = (uint64_t)clen;
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(size, 32 * 1024, px_reader, px, px_response_free);
-    if (!resp) {
-        rk_reply_detail(r, 500, "out of memory");
-        return;
+    /* Synchronous mode, a small body of known length: finish the exchange first and answer
+     * from one buffer, so the head and the body leave in one send (libmicrohttpd writes a
+     * callback response's head and body separately: one more syscall and TCP segment, and
+     * often one more wake-up of the client, per request). Anything else streams. */
+    struct MHD_Response *resp = NULL;
+    if (px->sync && size != MHD_SIZE_UNKNOWN && size <= PX_SYNC_BUF_BYTES) {
+        while (!px->finished && px->slen - px->soff < size)
+            if (px_sync_step(px, 200) != 0)
+                break;
+        if (px->finished && px->result == CURLE_OK && px->slen - px->soff == size) {
+            resp = MHD_create_response_from_buffer((size_t)size, px->sbuf + px->soff,
+                                                   MHD_RESPMEM_MUST_COPY);
+            if (!resp) {
+                rk_reply_detail(r, 500, "out of memory");
+                return;
+            }
+            px->soff = px->slen = 0;
+        }
     }
-    pthread_mutex_lock(&px->mu);
-    px->refs++;
-    pthread_mutex_unlock(&px->mu);
+    if (!resp) {
+        resp = MHD_create_response_from_callback(size, 32 * 1024, px_reader, px, px_response_free);
+        if (!resp) {
+            rk_reply_detail(r, 500, "out of memory");
+            return;
+        }
+        pthread_mutex_lock(&px->mu);
+        px->refs++;
+        pthread_mutex_unlock(&px->mu);
+    }
     int redirect = px->status == 301 || px->status == 302 || px->status == 303 ||
                    px->status == 307 || px->status == 308;
     for (size_t i = 0; i < px->nh; i++) {
