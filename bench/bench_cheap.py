@@ -2,7 +2,7 @@
 """Cheap requests side by side (issue 15): rock-admin against nginx, Redis and the OpenSandbox
 simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medians of three.
 
-  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|inflight N] [--seconds S] [--strace]
+  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N] [--seconds S] [--strace]
 
 Run from a configured build directory with the environment described in docs/performance.md
 (ROCK_ADMIN_BIN, ROCK_TEST_PLUGIN_DIR, ROCK_OPENSANDBOX_PLUGIN_DIR, OPENSANDBOX_SIM).
@@ -379,6 +379,63 @@ server { listen 127.0.0.1:%d; location / { proxy_pass http://app; proxy_http_ver
         shutil.rmtree(d, ignore_errors=True)
 
 
+def scenario_upload():
+    """1 GiB multipart upload: curl -> rock-admin /upload -> opensandbox.so -> execd, next to curl
+    straight to the (simulated) execd and through an nginx hop (request buffering off)."""
+    log("== 1 GiB upload (curl -F, median of five) ==")
+    # in memory, so disk write-back does not decide the figure
+    d = tempfile.mkdtemp(prefix="rock-bench-up-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    src = os.path.join(d, "big")
+    with open(src, "wb") as f:  # incompressible, written once
+        for _ in range(1024):
+            f.write(os.urandom(1 << 20))
+    redis = Redis()
+    sim = Sim(api_key=API_KEY, ready_delay_ms=0, extra=["--max-upload-mb", "2048"])
+    admin = os_admin(sim, redis)
+    sid = admin.start_sandbox()
+    st, js = admin.api("GET", "/get_status", query={"sandbox_id": sid})
+    osid = js["result"]["host_name"]
+    meta = os.path.join(d, "meta.json")
+    with open(meta, "w") as f:
+        json.dump({"path": os.path.join(d, "direct.bin"), "owner": None, "group": None,
+                   "mode": 644}, f)
+    execd = "/sandboxes/%s/execd/proxy/44772/files/upload" % osid
+    pxp = free_port()
+    px, _ = nginx("""server { listen 127.0.0.1:%d; client_max_body_size 0;
+  location / { proxy_pass http://127.0.0.1:%d; proxy_request_buffering off;
+  proxy_http_version 1.1; } }""" % (pxp, sim.port))
+    direct_form = ["-F", "metadata=@%s;type=application/json;filename=metadata" % meta,
+                   "-F", "file=@%s;type=application/octet-stream" % src]
+    admin_form = ["-F", "sandbox_id=%s" % sid, "-F", "target_path=%s" % os.path.join(d, "a.bin"),
+                  "-F", "file=@%s;type=application/octet-stream" % src]
+
+    def speed(url, form):
+        runs = []
+        for _ in range(5):
+            out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{speed_upload}",
+                                  "-H", "Expect:"] + form + [url],
+                                 capture_output=True, text=True, timeout=600).stdout.split()
+            assert out and out[0] == "200", out
+            runs.append(float(out[1]) / 1e6)
+            for f in ("direct.bin", "a.bin"):  # the written copies
+                if os.path.exists(os.path.join(d, f)):
+                    os.unlink(os.path.join(d, f))
+        return statistics.median(runs), runs
+    try:
+        for name, url, form in (
+                ("straight to execd", "http://127.0.0.1:%d%s" % (sim.port, execd), direct_form),
+                ("through an nginx hop", "http://127.0.0.1:%d%s" % (pxp, execd), direct_form),
+                ("through rock-admin /upload",
+                 "http://127.0.0.1:%d%s/upload" % (admin.port, PREFIX), admin_form)):
+            med, runs = speed(url, form)
+            RESULTS.append({"name": "1 GiB upload, " + name, "mb_s": med})
+            log("%-58s %6.0f MB/s (runs %s)" % ("1 GiB upload, " + name, med,
+                                                ", ".join("%.0f" % r for r in runs)))
+    finally:
+        stop(px)
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def vm(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -473,6 +530,8 @@ def main():
             scenario_download()
         if what in ("all", "execute"):
             scenario_execute()
+        if what in ("all", "upload"):
+            scenario_upload()
         if what in ("all", "inflight"):
             n = int(args[1]) if what == "inflight" and len(args) > 1 else 5000
             scenario_inflight(n)
