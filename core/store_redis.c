@@ -733,6 +733,20 @@ static rk_store_rc run(struct redis_store *rs, const struct cmd *c, redisReply *
     return rc;
 }
 
+/* Send n commands in one round trip on a pooled connection and read every reply (replies[i] are
+ * the caller's to free on success). */
+static rk_store_rc run_pipeline(struct redis_store *rs, const struct cmd *cmds, size_t n,
+                                redisReply **replies, char *err, size_t errlen)
+{
+    struct rop op;
+    rk_store_rc rc = op_begin(rs, &op, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    rc = op_pipeline(&op, cmds, n, replies, err, errlen);
+    op_end(&op);
+    return rc;
+}
+
 /* Run a command expecting an integer reply. */
 static rk_store_rc run_int(struct redis_store *rs, const struct cmd *c, long long *val, char *err,
                            size_t errlen)
@@ -950,12 +964,7 @@ static rk_store_rc get_many_chunk(struct rk_store *st, const char *const *ids, s
         cmd_build(&cmds[2 + 2 * i], "ZSCORE", zkey, ids[i], (const char *)NULL);
     }
     cmd_build(&cmds[ncmd - 1], "EXEC", (const char *)NULL);
-    struct rop op;
-    rc = op_begin(rs, &op, err, errlen);
-    if (rc != RK_STORE_OK)
-        goto out;
-    rc = op_pipeline(&op, cmds, ncmd, replies, err, errlen);
-    op_end(&op);
+    rc = run_pipeline(rs, cmds, ncmd, replies, err, errlen);
     if (rc != RK_STORE_OK)
         goto out;
     const redisReply *ex = replies[ncmd - 1];
@@ -1536,12 +1545,7 @@ __attribute__((noinline)) static rk_store_rc get_plain(struct redis_store *rs, c
               key_of(rs, k4, "reconcile_mark", NULL), (const char *)NULL);
     cmd_build(&cmds[1], "ZSCORE", key_of(rs, k3, "expire", NULL), id, (const char *)NULL);
     redisReply *rep[2];
-    struct rop op;
-    rk_store_rc rc = op_begin(rs, &op, err, errlen);
-    if (rc != RK_STORE_OK)
-        return rc;
-    rc = op_pipeline(&op, cmds, 2, rep, err, errlen);
-    op_end(&op);
+    rk_store_rc rc = run_pipeline(rs, cmds, 2, rep, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
     const redisReply *m = rep[0];
@@ -1734,12 +1738,7 @@ static rk_store_rc redis_list_page(struct rk_store *st, size_t offset, size_t li
     redisReply *r[2];
     cmd_build(&cmds[0], "ZCARD", k, (const char *)NULL);
     cmd_build(&cmds[1], "ZRANGE", k, from, to, (const char *)NULL);
-    struct rop op;
-    rc = op_begin(rs, &op, err, errlen);
-    if (rc != RK_STORE_OK)
-        return rc;
-    rc = op_pipeline(&op, cmds, 2, r, err, errlen);
-    op_end(&op);
+    rc = run_pipeline(rs, cmds, 2, r, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
     if (r[0]->type != REDIS_REPLY_INTEGER || r[1]->type != REDIS_REPLY_ARRAY) {
@@ -1788,12 +1787,7 @@ static rk_store_rc redis_count_states(struct rk_store *st, size_t *pending_out, 
     redisReply *r[2];
     cmd_build(&cmds[0], "SCARD", key_of(rs, kp, "state:pending", NULL), (const char *)NULL);
     cmd_build(&cmds[1], "SCARD", key_of(rs, kr, "state:running", NULL), (const char *)NULL);
-    struct rop op;
-    rc = op_begin(rs, &op, err, errlen);
-    if (rc != RK_STORE_OK)
-        return rc;
-    rc = op_pipeline(&op, cmds, 2, r, err, errlen);
-    op_end(&op);
+    rc = run_pipeline(rs, cmds, 2, r, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
     if (r[0]->type == REDIS_REPLY_INTEGER && r[1]->type == REDIS_REPLY_INTEGER) {
