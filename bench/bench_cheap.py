@@ -206,6 +206,23 @@ def os_admin(sim, redis, extra=None):
     return Admin(operator="opensandbox", config=cfg, redis=redis)
 
 
+def os_sandbox(sim_extra=None, admin_extra=None):
+    """Redis, the simulator and rock-admin with opensandbox.so, with one running sandbox:
+    (redis, sim, admin, sid, the OpenSandbox id)."""
+    redis = Redis()
+    sim = Sim(api_key=API_KEY, ready_delay_ms=0, extra=sim_extra)
+    admin = os_admin(sim, redis, admin_extra)
+    sid = admin.start_sandbox()
+    st, js = admin.api("GET", "/get_status", query={"sandbox_id": sid})
+    return redis, sim, admin, sid, js["result"]["host_name"]
+
+
+def execd_url(sim, osid, path):
+    """The sandbox's execd URL for path and the headers it needs (endpoint discovery)."""
+    st, ep = sim.request("GET", "/v1/sandboxes/%s/endpoints/44772" % osid)
+    return "http://%s%s" % (ep["endpoint"], path), dict(ep.get("headers") or {})
+
+
 def body_of(port, path):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("GET", path)
@@ -215,12 +232,7 @@ def body_of(port, path):
 
 def scenario_status(do_strace):
     log("== get_status and anchors ==")
-    redis = Redis()
-    sim = Sim(api_key=API_KEY, ready_delay_ms=0)
-    admin = os_admin(sim, redis)
-    sid = admin.start_sandbox()
-    st, js = admin.api("GET", "/get_status", query={"sandbox_id": sid})
-    osid = js["result"]["host_name"]
+    redis, sim, admin, sid, osid = os_sandbox()
     url = "http://127.0.0.1:%d%s/get_status?sandbox_id=%s" % (admin.port, PREFIX, sid)
     measure("get_status, opensandbox.so + Redis store", url, pid=admin.proc.pid, redis=redis)
     if do_strace:
@@ -314,15 +326,8 @@ def wrk_post(url, body, headers, conns=1, seconds=None):
 
 def scenario_execute():
     log("== /execute round trip: rock-admin vs execd directly (one connection, wrk -t1 -c1) ==")
-    redis = Redis()
-    sim = Sim(api_key=API_KEY, ready_delay_ms=0)
-    admin = os_admin(sim, redis)
-    sid = admin.start_sandbox()
-    st, js = admin.api("GET", "/get_status", query={"sandbox_id": sid})
-    osid = js["result"]["host_name"]
-    st, ep = sim.request("GET", "/v1/sandboxes/%s/endpoints/44772" % osid)
-    execd = "http://%s/command" % ep["endpoint"]
-    hdr = dict(ep.get("headers") or {})
+    redis, sim, admin, sid, osid = os_sandbox()
+    execd, hdr = execd_url(sim, osid, "/command")
     hdr["Content-Type"] = "application/json"
     rows = []
     for name, url, body, h in (
@@ -389,23 +394,20 @@ def scenario_upload():
     with open(src, "wb") as f:  # incompressible, written once
         for _ in range(1024):
             f.write(os.urandom(1 << 20))
-    redis = Redis()
-    sim = Sim(api_key=API_KEY, ready_delay_ms=0, extra=["--max-upload-mb", "2048"])
-    admin = os_admin(sim, redis)
-    sid = admin.start_sandbox()
-    st, js = admin.api("GET", "/get_status", query={"sandbox_id": sid})
-    osid = js["result"]["host_name"]
+    redis, sim, admin, sid, osid = os_sandbox(sim_extra=["--max-upload-mb", "2048"])
     meta = os.path.join(d, "meta.json")
     with open(meta, "w") as f:
         json.dump({"path": os.path.join(d, "direct.bin"), "owner": None, "group": None,
                    "mode": 644}, f)
-    execd = "/sandboxes/%s/execd/proxy/44772/files/upload" % osid
+    execd, execd_hdr = execd_url(sim, osid, "/files/upload")
+    execd_path = "/" + execd.split("/", 3)[3]  # the same path through the nginx hop
+    hdr_args = [a for k, v in execd_hdr.items() for a in ("-H", "%s: %s" % (k, v))]
     pxp = free_port()
     px, _ = nginx("""server { listen 127.0.0.1:%d; client_max_body_size 0;
   location / { proxy_pass http://127.0.0.1:%d; proxy_request_buffering off;
   proxy_http_version 1.1; } }""" % (pxp, sim.port))
-    direct_form = ["-F", "metadata=@%s;type=application/json;filename=metadata" % meta,
-                   "-F", "file=@%s;type=application/octet-stream" % src]
+    direct_form = hdr_args + ["-F", "metadata=@%s;type=application/json;filename=metadata" % meta,
+                              "-F", "file=@%s;type=application/octet-stream" % src]
     admin_form = ["-F", "sandbox_id=%s" % sid, "-F", "target_path=%s" % os.path.join(d, "a.bin"),
                   "-F", "file=@%s;type=application/octet-stream" % src]
 
@@ -423,8 +425,8 @@ def scenario_upload():
         return statistics.median(runs), runs
     try:
         for name, url, form in (
-                ("straight to execd", "http://127.0.0.1:%d%s" % (sim.port, execd), direct_form),
-                ("through an nginx hop", "http://127.0.0.1:%d%s" % (pxp, execd), direct_form),
+                ("straight to execd", execd, direct_form),
+                ("through an nginx hop", "http://127.0.0.1:%d%s" % (pxp, execd_path), direct_form),
                 ("through rock-admin /upload",
                  "http://127.0.0.1:%d%s/upload" % (admin.port, PREFIX), admin_form)):
             med, runs = speed(url, form)
@@ -470,11 +472,10 @@ def smaps_breakdown(pid, stack_kib):
 
 def scenario_inflight(n):
     log("== %d in-flight /execute through opensandbox.so ==" % n)
-    redis = Redis()
-    sim = Sim(api_key=API_KEY, ready_delay_ms=0, extra=["--max-connections", str(n + 200)])
-    admin = os_admin(sim, redis, {"server": {"max_connections": n + 200, "per_ip_connections": n + 200,
-                                             "drain_timeout": 60}})
-    sid = admin.start_sandbox()
+    redis, sim, admin, sid, _ = os_sandbox(
+        sim_extra=["--max-connections", str(n + 200)],
+        admin_extra={"server": {"max_connections": n + 200, "per_ip_connections": n + 200,
+                                "drain_timeout": 60}})
     # warm up: one command, so lazily allocated state is not counted per request
     admin.api("POST", "/execute", {"sandbox_id": sid, "command": "true"})
     pid = admin.proc.pid
