@@ -298,7 +298,9 @@ static void *sim_reader_main(void *arg)
      * makes completion seen at once instead of at the next 100 ms poll timeout. It is opened only
      * then, so a running command costs three descriptors, not four (5,000 concurrent commands
      * fit under a 20,000 descriptor limit); a child whose pipes outlive it (a background
-     * grandchild holds them) is still seen within 100 ms, and old kernels fall back to that. */
+     * grandchild holds them) is still seen within 100 ms, and old kernels fall back to that.
+     * (execd ends a command when cmd.Wait() returns, at the process exit: runCommand in
+     * components/execd/pkg/runtime/command.go.) */
     int pid_fd = -1;
     for (;;) {
 #ifdef SYS_pidfd_open
@@ -404,7 +406,8 @@ struct sim_cmd *sim_cmd_spawn(enum sim_cmd_kind kind, const char *script, const 
     argv[ac] = NULL;
     sigset_t all;
     sigemptyset(&all);
-    /* vfork, as Go's os/exec (execd's) spawns on Linux (CLONE_VFORK|CLONE_VM): fork() copies
+    /* vfork, as execd's exec.CommandContext(...).Start() spawns on Linux (Go's forkExec clones
+     * with CLONE_VFORK|CLONE_VM, syscall/exec_linux.go): fork() copies
      * the page tables of a process with thousands of threads, which made spawning 5,000
      * concurrent commands take minutes. The child below only makes system calls, then execs. */
     pid_t pid = vfork();
