@@ -12,7 +12,7 @@
  * request's call and refuses everything on the worker's, so no plugin is
  * needed).
  */
-#include "../../core/upload.c"
+#include "../../core/api/upload.c"
 
 #include <assert.h>
 

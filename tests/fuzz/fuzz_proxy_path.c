@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "relay_common.h"
+#include "relay/relay_common.h"
 
 /* Value of a hex digit or -1. */
 static int hexval(char c)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "relay_common.h"
+#include "relay/relay_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "config.h"
+#include "config/config.h"
 
 #define SECRET_TEXT "Zq9-very-distinctive-s3cret"
 

@@ -13,14 +13,14 @@
 
 #include <cmocka.h>
 
-#include "budget.h"
-#include "bytepipe.h"
-#include "dispatch.h"
-#include "envelope.h"
-#include "log.h"
-#include "record.h"
-#include "util.h"
-#include "validate.h"
+#include "base/budget.h"
+#include "base/bytepipe.h"
+#include "domain/dispatch.h"
+#include "engine/envelope.h"
+#include "obs/log.h"
+#include "domain/record.h"
+#include "base/util.h"
+#include "api/validate.h"
 
 static const char *js(json_object *o)
 {

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "decode.h"
+#include "base/decode.h"
 
 /* Decode and expect success with exactly want (want_len bytes). */
 static void expect_ok(const char *in, size_t len, const char *enc, const char *errors,

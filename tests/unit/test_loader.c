@@ -11,9 +11,9 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "host.h"
-#include "plugin_loader.h"
+#include "config/config.h"
+#include "host/host.h"
+#include "host/plugin_loader.h"
 
 static const char *plugin_dir(void)
 {

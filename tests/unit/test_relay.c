@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "bytepipe.h"
-#include "relay_common.h"
+#include "base/bytepipe.h"
+#include "relay/relay_common.h"
 
 /* Port selection: one source, none, several, bad values (§5.20, U31). */
 static void test_port_sources(void **state)

@@ -12,10 +12,10 @@
 
 #include <cmocka.h>
 
-#include "auth.h"
-#include "config.h"
-#include "cors.h"
-#include "tls.h"
+#include "access/auth.h"
+#include "config/config.h"
+#include "access/cors.h"
+#include "engine/tls.h"
 
 /* Write text to a fresh temporary file; returns its malloc'd path. */
 static char *temp_file(const char *text)

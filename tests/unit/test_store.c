@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "redis_fixture.h"
-#include "store.h"
-#include "store_common.h"
+#include "store/store.h"
+#include "store/store_common.h"
 
 enum backend { BACKEND_MEMORY, BACKEND_REDIS };
 

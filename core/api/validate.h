@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Request validation with the lax rules the SDKs rely on (pydantic lax mode):
+ * unknown fields ignored, explicit null accepted for optional fields, numbers
+ * as int/float/numeric strings, int fields reject fractions, NonBlank strings
+ * are stripped. Problems accumulate as "<loc>: <msg>" joined by "; ".
+ */
+#ifndef RK_VALIDATE_H
+#define RK_VALIDATE_H
+
+#include <json-c/json.h>
+#include <stdint.h>
+
+#include "base/util.h"
+
+struct rk_call;
+struct rk_req;
+
+/** Field flags. */
+#define RK_V_REQUIRED 0x1u /* absent -> "Field required" */
+#define RK_V_NONBLANK 0x2u /* strip; empty -> "String should have at least 1 character" */
+
+/*
+ * Identifier rules, checked at the API edge on every route (docs/operations.md,
+ * "Hostile and careless clients"):
+ *   - sandbox ids: 1-128 bytes of [A-Za-z0-9._-]. ROCK's own ids are 32 hex
+ *     digits; ids travel into upstream URLs, filters and store keys.
+ *   - session names: 1-128 bytes without control characters (ROCK and its
+ *     SDKs accept any text, e.g. "default", "bash-1"; names only reach the
+ *     session registry, never an upstream URL).
+ * Fields named "sandbox_id" / "session" (and the items of "sandbox_ids") read
+ * through rk_v_str, rk_v_qstr and rk_v_strlist are checked automatically.
+ */
+#define RK_ID_MAX 128
+/** The validation message for a sandbox id that breaks the rule. */
+#define RK_ID_RULE_MSG "String should match pattern '^[A-Za-z0-9._-]{1,128}$'"
+/** The validation message for a session name that breaks the rule. */
+#define RK_SESSION_RULE_MSG "String should have 1 to 128 bytes and no control characters"
+/** 1 if s[0..len) follows the sandbox id rule. */
+int rk_id_valid(const char *s, size_t len);
+/** 1 if s[0..len) follows the session name rule. */
+int rk_session_name_valid(const char *s, size_t len);
+
+/** Accumulated validation problems. */
+struct rk_v {
+    struct rk_call *call; /* arena for stripped strings */
+    const char *loc;      /* "body" or "query" */
+    struct rk_buf text;
+    int n;
+};
+
+/** Start validating; loc is "body" or "query". */
+void rk_v_init(struct rk_v *v, struct rk_call *call, const char *loc);
+/** 1 if no problem was found. */
+int rk_v_ok(const struct rk_v *v);
+/** The joined problem text ("" if none). */
+const char *rk_v_text(struct rk_v *v);
+/** Free the problem text. */
+void rk_v_free(struct rk_v *v);
+/** Add a problem for key. */
+void rk_v_problem(struct rk_v *v, const char *key, const char *msg);
+
+/** Parse the request body as a JSON object; on failure adds the problem and
+ *  returns NULL. The object is owned by the caller. */
+json_object *rk_v_body(struct rk_v *v, struct rk_req *r);
+
+/** String field (NULL when absent/null and not required). Result lives in the arena. */
+const char *rk_v_str(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
+                     const char *def);
+/** Number field; *present set to 1 when a non-null value was given. */
+double rk_v_num(struct rk_v *v, json_object *obj, const char *key, unsigned flags, double def,
+                int *present);
+/** Integer field (fractions rejected). */
+int64_t rk_v_int(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int64_t def,
+                 int *present);
+/** Boolean field (true/false, 0/1, and the string forms of rk_parse_bool). */
+int rk_v_bool(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int def);
+/** Object of strings, or NULL when absent/null. Borrowed from obj. */
+json_object *rk_v_strmap(struct rk_v *v, json_object *obj, const char *key, unsigned flags);
+/** Array of strings, or NULL when absent/null. Borrowed from obj. */
+json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, unsigned flags);
+
+/** Query string argument as a string (arena). */
+const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigned flags);
+/** Query boolean (case-insensitive forms); def when absent. */
+int rk_v_qbool(struct rk_v *v, struct rk_req *r, const char *key, int def);
+/** Query integer; def when absent. */
+int64_t rk_v_qint(struct rk_v *v, struct rk_req *r, const char *key, int64_t def);
+
+/** Range check of a number already read: a problem naming key and the range
+ *  when x is outside [lo, hi] (INT64_MIN / INT64_MAX = no bound on that side);
+ *  returns x clamped into the range so callers never compute with an
+ *  out-of-range value. */
+int64_t rk_v_irange(struct rk_v *v, const char *key, int64_t x, int64_t lo, int64_t hi);
+/** Same for floating values (-INFINITY / INFINITY = no bound; NaN refused). */
+double rk_v_frange(struct rk_v *v, const char *key, double x, double lo, double hi);
+/** rk_v_int, then rk_v_irange when a value was given. */
+int64_t rk_v_int_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags, int64_t def,
+                    int64_t lo, int64_t hi, int *present);
+/** rk_v_num, then rk_v_frange when a value was given. */
+double rk_v_num_in(struct rk_v *v, json_object *obj, const char *key, unsigned flags, double def,
+                   double lo, double hi, int *present);
+/** Saturate x into [lo, hi] (for values whose range is not an error). */
+int64_t rk_sat_i64(int64_t x, int64_t lo, int64_t hi);
+
+/** Upper bounds of request numbers (validation errors above them). */
+#define RK_MAX_MINUTES 5256000LL   /* ten years */
+#define RK_MAX_SECONDS 315360000LL /* ten years */
+
+#endif /* RK_VALIDATE_H */

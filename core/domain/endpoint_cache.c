@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Endpoint cache (see endpoint_cache.h): a small open hash table under one
+ * mutex, bounded to EP_MAX entries. Expired entries are removed lazily; when
+ * the table is full a new endpoint is simply not cached.
+ */
+#include "domain/endpoint_cache.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+/** Most cached endpoints. */
+#define EP_MAX 4096
+/** Hash buckets. */
+#define EP_BUCKETS 1024
+/** Idle touches are sent at most this often per sandbox and process. */
+#define EP_TOUCH_MS 1000
+
+struct ep_ent {
+    struct ep_ent *next;
+    char *id;
+    int port;
+    int kind;
+    int64_t stored_ms;
+    int64_t touched_ms;
+    struct rk_ep ep;
+};
+
+static pthread_mutex_t ep_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ep_ent *ep_tab[EP_BUCKETS];
+static size_t ep_count;
+
+/* FNV-1a over the id, mixed with port and kind. */
+static size_t ep_hash(const char *id, int port, int kind)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *s = id; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    h ^= (uint64_t)port * 31u + (uint64_t)kind;
+    h *= 1099511628211ULL;
+    return (size_t)(h % EP_BUCKETS);
+}
+
+void rk_ep_free(struct rk_ep *e)
+{
+    if (!e)
+        return;
+    free(e->base_url);
+    for (size_t i = 0; i < e->headers_len; i++) {
+        free((char *)e->headers[i].key);
+        free((char *)e->headers[i].value);
+    }
+    free(e->headers);
+    free(e->header_flags);
+    memset(e, 0, sizeof *e);
+}
+
+/* Deep copy of an endpoint, credential flags included (a hit must not turn a
+ * backend credential into a routing header); 0 on success. */
+static int ep_copy(struct rk_ep *dst, const char *base_url, const struct rk_kv *h, size_t n,
+                   const uint32_t *flags, int64_t idle_minutes)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->idle_minutes = idle_minutes;
+    dst->base_url = strdup(base_url);
+    dst->headers = n ? calloc(n, sizeof *dst->headers) : NULL;
+    dst->header_flags = n && flags ? malloc(n * sizeof *flags) : NULL;
+    if (!dst->base_url || (n && !dst->headers) || (n && flags && !dst->header_flags)) {
+        rk_ep_free(dst);
+        return -1;
+    }
+    if (dst->header_flags)
+        memcpy(dst->header_flags, flags, n * sizeof *flags);
+    for (size_t i = 0; i < n; i++) {
+        dst->headers[i].key = h[i].key ? strdup(h[i].key) : NULL;
+        dst->headers[i].value = h[i].value ? strdup(h[i].value) : NULL;
+        dst->headers_len = i + 1;
+        if ((h[i].key && !dst->headers[i].key) || (h[i].value && !dst->headers[i].value)) {
+            rk_ep_free(dst);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Unlink and free *pp (caller holds ep_mu). */
+static void ep_unlink(struct ep_ent **pp)
+{
+    struct ep_ent *e = *pp;
+    *pp = e->next;
+    rk_ep_free(&e->ep);
+    free(e->id);
+    free(e);
+    ep_count--;
+}
+
+int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct rk_ep *out,
+                    int *touch_due)
+{
+    *touch_due = 0;
+    if (ttl_ms <= 0 || !id)
+        return -1;
+    int64_t now = rk_now_ms();
+    int rc = -1;
+    pthread_mutex_lock(&ep_mu);
+    for (struct ep_ent **pp = &ep_tab[ep_hash(id, port, kind)]; *pp;) {
+        struct ep_ent *e = *pp;
+        if (e->port == port && e->kind == kind && strcmp(e->id, id) == 0) {
+            if (now - e->stored_ms >= ttl_ms) {
+                ep_unlink(pp);
+                break;
+            }
+            rc = ep_copy(out, e->ep.base_url, e->ep.headers, e->ep.headers_len, e->ep.header_flags,
+                         e->ep.idle_minutes);
+            if (rc == 0 && now - e->touched_ms >= EP_TOUCH_MS) {
+                e->touched_ms = now;
+                *touch_due = 1;
+            }
+            break;
+        }
+        pp = &e->next;
+    }
+    pthread_mutex_unlock(&ep_mu);
+    return rc;
+}
+
+void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_target *pt,
+                     int64_t idle_minutes)
+{
+    if (!id || !pt || !pt->base_url)
+        return;
+    struct ep_ent *n = calloc(1, sizeof *n);
+    if (!n)
+        return;
+    n->id = strdup(id);
+    n->port = port;
+    n->kind = kind;
+    n->stored_ms = n->touched_ms = rk_now_ms(); /* the dispatch gate just touched it */
+    if (!n->id || ep_copy(&n->ep, pt->base_url, pt->headers, pt->headers_len, pt->header_flags,
+                          idle_minutes) != 0) {
+        free(n->id);
+        free(n);
+        return;
+    }
+    size_t b = ep_hash(id, port, kind);
+    pthread_mutex_lock(&ep_mu);
+    for (struct ep_ent **pp = &ep_tab[b]; *pp;) {
+        struct ep_ent *e = *pp;
+        if (e->port == port && e->kind == kind && strcmp(e->id, id) == 0)
+            ep_unlink(pp); /* replaced */
+        else
+            pp = &e->next;
+    }
+    if (ep_count < EP_MAX) {
+        n->next = ep_tab[b];
+        ep_tab[b] = n;
+        ep_count++;
+        n = NULL;
+    }
+    pthread_mutex_unlock(&ep_mu);
+    if (n) {
+        rk_ep_free(&n->ep);
+        free(n->id);
+        free(n);
+    }
+}
+
+void rk_ep_cache_forget(const char *id, int port, int kind)
+{
+    if (!id)
+        return;
+    pthread_mutex_lock(&ep_mu);
+    for (struct ep_ent **pp = &ep_tab[ep_hash(id, port, kind)]; *pp;) {
+        struct ep_ent *e = *pp;
+        if (e->port == port && e->kind == kind && strcmp(e->id, id) == 0)
+            ep_unlink(pp);
+        else
+            pp = &e->next;
+    }
+    pthread_mutex_unlock(&ep_mu);
+}
+
+void rk_ep_cache_forget_sandbox(const char *id)
+{
+    if (!id)
+        return;
+    pthread_mutex_lock(&ep_mu);
+    for (size_t b = 0; b < EP_BUCKETS && ep_count; b++)
+        for (struct ep_ent **pp = &ep_tab[b]; *pp;) {
+            if (strcmp((*pp)->id, id) == 0)
+                ep_unlink(pp);
+            else
+                pp = &(*pp)->next;
+        }
+    pthread_mutex_unlock(&ep_mu);
+}
+
+void rk_ep_cache_clear(void)
+{
+    pthread_mutex_lock(&ep_mu);
+    for (size_t b = 0; b < EP_BUCKETS; b++)
+        while (ep_tab[b])
+            ep_unlink(&ep_tab[b]);
+    pthread_mutex_unlock(&ep_mu);
+}

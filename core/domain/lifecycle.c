@@ -1,0 +1,534 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "domain/lifecycle.h"
+#include "domain/endpoint_cache.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/app.h"
+#include "domain/archive.h"
+#include "config/config.h"
+#include "domain/dispatch.h"
+#include "host/host.h"
+#include "obs/log.h"
+#include "obs/metrics.h"
+#include "host/plugin_loader.h"
+#include "domain/record.h"
+#include "store/store.h"
+#include "base/util.h"
+
+/* Upper bound of concurrent background creates (each holds one thread). */
+#define MAX_BG_CREATES 512
+
+/* ---- record patches --------------------------------------------------------- */
+
+/* A change applied atomically to a stored record (see rk_store_update). */
+struct patch {
+    enum rk_state expect;    /* apply only in this state (0 = any) */
+    enum rk_state to;        /* transition target (0 = none) */
+    const char *event;       /* transition event */
+    const char *tag;         /* backend tag for upstream_id */
+    const char *upstream_id; /* set extended_params.<tag>_id */
+    const char *image;       /* replace image */
+    const char *host_name;   /* replace host_name */
+    const char *failure;     /* set failure phase message */
+    int create_failed;       /* mark the create as failed */
+    int create_done;         /* drop create_deadline */
+    enum rk_state seen;      /* out: state found */
+    const char *observed;    /* set "backend_state" (reconciler: non-active backend state) */
+    int clear_observed;      /* drop "backend_state" */
+};
+
+static int apply_patch(json_object *rec, void *ctx)
+{
+    struct patch *p = ctx;
+    p->seen = rk_rec_state(rec);
+    if (p->expect && p->seen != p->expect)
+        return 1;
+    if (p->upstream_id)
+        rk_rec_set_backend(rec, p->tag, p->upstream_id);
+    if (p->image)
+        rk_rec_set_str(rec, "image", p->image);
+    if (p->host_name)
+        rk_rec_set_str(rec, "host_name", p->host_name);
+    if (p->failure) {
+        json_object *f = json_object_new_object();
+        json_object_object_add(f, "phase", json_object_new_string(p->tag ? p->tag : "backend"));
+        json_object_object_add(f, "message", json_object_new_string(p->failure));
+        json_object_object_add(rec, "failure", f);
+    }
+    if (p->create_failed)
+        json_object_object_add(rec, "create_failed", json_object_new_boolean(1));
+    if (p->create_done)
+        json_object_object_del(rec, "create_deadline");
+    if (p->observed)
+        rk_rec_set_str(rec, "backend_state", p->observed);
+    if (p->clear_observed)
+        json_object_object_del(rec, "backend_state");
+    if (p->to)
+        rk_rec_transition(rec, p->to, p->event);
+    return 0;
+}
+
+/* Apply a patch; returns the store rc and replaces *rec_io (if given) with the
+ * record as stored. */
+static rk_store_rc patch_record(struct rk_app *app, const char *id, struct patch *p,
+                                json_object **rec_io)
+{
+    char err[RK_STORE_ERRLEN];
+    json_object *out = NULL;
+    rk_store_rc rc = rk_store_update(app->store, id, apply_patch, p, &out, err, sizeof err);
+    if (rc == RK_STORE_ERROR)
+        rk_warn("sandbox %s: cannot update its record: %s", id, err);
+    if (rc == RK_STORE_OK && p->to && p->to != RK_STATE_RUNNING)
+        rk_ep_cache_forget_sandbox(id); /* cached proxy endpoints die with it */
+    if (rc == RK_STORE_OK && rec_io && out) {
+        json_object_put(*rec_io);
+        *rec_io = out;
+    } else if (out) {
+        json_object_put(out);
+    }
+    return rc;
+}
+
+static void clear_sessions(struct rk_app *app, const char *id)
+{
+    char err[RK_STORE_ERRLEN];
+    if (rk_session_clear(app->store, id, err, sizeof err) != RK_STORE_OK)
+        rk_warn("sandbox %s: cannot clear its session mappings: %s", id, err);
+}
+
+/* ---- background create -------------------------------------------------------- */
+
+struct create_job {
+    struct rk_app *app;
+    struct rk_create_spec spec;
+    struct rk_kv *env;
+    char request_id[40];
+};
+
+static atomic_int bg_creates;
+
+static void job_free(struct create_job *j)
+{
+    free((char *)j->spec.sandbox_id);
+    free((char *)j->spec.image);
+    free((char *)j->spec.memory);
+    free((char *)j->spec.user_id);
+    free((char *)j->spec.experiment_id);
+    free((char *)j->spec.namespace_name);
+    for (size_t i = 0; i < j->spec.env_len; i++) {
+        free((char *)j->env[i].key);
+        free((char *)j->env[i].value);
+    }
+    free(j->env);
+    free(j);
+}
+
+static void *create_thread(void *arg)
+{
+    struct create_job *j = arg;
+    struct rk_app *app = j->app;
+    const struct rk_plugin *pl = app->plugin;
+    struct rk_call *call = rk_call_new(j->request_id, -1, 0);
+    struct rk_created out = {0};
+    rk_metrics_upstream_begin();
+    rk_status st = pl->ops.create(pl->inst, call, &j->spec, &out);
+    rk_metrics_upstream("create", st);
+    const char *id = j->spec.sandbox_id;
+    if (st == RK_OK && out.upstream_id) {
+        struct patch p = {.expect = RK_STATE_PENDING,
+                          .tag = pl->desc->backend_tag,
+                          .upstream_id = out.upstream_id,
+                          .image = out.image,
+                          .host_name = out.host_name ? out.host_name : out.upstream_id,
+                          .create_done = 1};
+        rk_store_rc rc = patch_record(app, id, &p, NULL);
+        if (rc != RK_STORE_OK) {
+            /* The record was deleted (or is gone) while we created: do not
+             * leave a sandbox that no record owns. */
+            struct rk_sandbox_ref ref = {id, out.upstream_id, pl->desc->backend_tag,
+                                         RK_STATE_DELETED};
+            rk_metrics_upstream_begin();
+            rk_status ds = pl->ops.destroy(pl->inst, call, &ref);
+            rk_metrics_upstream("destroy", ds);
+            rk_info("sandbox %s: deleted during create; removed the new backend sandbox (%s)", id,
+                    ds == RK_OK ? "ok" : rk_call_error_text(call));
+        } else {
+            rk_info("sandbox %s: created in backend", id);
+        }
+    } else {
+        if (st == RK_OK)
+            rk_call_set_error(call, RK_E_UPSTREAM, "backend returned no sandbox id");
+        char *msg = rk_strdup_printf(
+            "Sandbox %s submission failed and has been marked for immediate deletion: %s", id,
+            rk_call_error_text(call));
+        rk_warn("%s", msg);
+        struct patch p = {.expect = RK_STATE_PENDING,
+                          .tag = pl->desc->backend_tag,
+                          .failure = msg,
+                          .create_failed = 1,
+                          .create_done = 1};
+        patch_record(app, id, &p, NULL);
+        char err[RK_STORE_ERRLEN];
+        /* Immediate deletion: the sweeper removes it on its next pass. */
+        rk_store_touch(app->store, id, rk_epoch_s(), err, sizeof err);
+        free(msg);
+    }
+    rk_call_free(call);
+    job_free(j);
+    atomic_fetch_sub(&bg_creates, 1);
+    rk_app_bg_leave();
+    return NULL;
+}
+
+/* strdup that tolerates NULL. */
+static char *dup_or_null(const char *s)
+{
+    return s ? rk_xstrdup(s) : NULL;
+}
+
+rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
+                                    const struct rk_create_spec *spec)
+{
+    if (atomic_fetch_add(&bg_creates, 1) >= MAX_BG_CREATES) {
+        atomic_fetch_sub(&bg_creates, 1);
+        return rk_call_set_error(call, RK_E_UNAVAILABLE,
+                                 "too many sandbox creations in progress (limit %d)",
+                                 MAX_BG_CREATES);
+    }
+    struct create_job *j = calloc(1, sizeof *j);
+    if (!j)
+        abort();
+    j->app = app;
+    j->spec = *spec;
+    j->spec.sandbox_id = dup_or_null(spec->sandbox_id);
+    j->spec.image = dup_or_null(spec->image);
+    j->spec.memory = dup_or_null(spec->memory);
+    j->spec.user_id = dup_or_null(spec->user_id);
+    j->spec.experiment_id = dup_or_null(spec->experiment_id);
+    j->spec.namespace_name = dup_or_null(spec->namespace_name);
+    j->env = calloc(spec->env_len ? spec->env_len : 1, sizeof *j->env);
+    if (!j->env)
+        abort();
+    for (size_t i = 0; i < spec->env_len; i++) {
+        j->env[i].key = rk_xstrdup(spec->env[i].key);
+        j->env[i].value = rk_xstrdup(spec->env[i].value);
+    }
+    j->spec.env = j->env;
+    snprintf(j->request_id, sizeof j->request_id, "%s", rk_call_request_id(call));
+
+    if (rk_app_bg_start(create_thread, j) != 0) {
+        atomic_fetch_sub(&bg_creates, 1);
+        job_free(j);
+        return rk_call_set_error(call, RK_E_INTERNAL, "cannot start the create job");
+    }
+    return RK_OK;
+}
+
+/* ---- status refresh ----------------------------------------------------------- */
+
+/* Apply what the backend said about a sandbox (status() or a list pass) to its record.
+ * info == NULL with st == RK_E_NOT_FOUND: the backend has no such sandbox. touch: refresh the
+ * idle deadline when active (a client asked; the reconciler never touches). */
+static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                     rk_status st, const struct rk_status_info *info_in, int touch,
+                                     enum rk_state *shown, int *alive)
+{
+    const struct rk_plugin *pl = app->plugin;
+    json_object *rec = *rec_io;
+    /* Copy what we need: patch_record() replaces (and frees) *rec_io. */
+    char id[256], upstream[256];
+    snprintf(id, sizeof id, "%s",
+             rk_rec_str(rec, "sandbox_id") ? rk_rec_str(rec, "sandbox_id") : "");
+    enum rk_state stored = rk_rec_state(rec);
+    *shown = stored;
+    *alive = 0;
+    json_object *cf;
+    if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
+        return RK_OK; /* the failed phase tells the client why */
+    int restoring = rk_restore_in_progress(app, rec_io);
+    if (restoring == 1) {
+        rk_dispatch_touch_rec(app, *rec_io);
+        return RK_OK; /* shown pending until the restore recorded its backend id */
+    }
+    if (restoring == 2) { /* a dead restore went back to archived */
+        *shown = rk_rec_state(*rec_io);
+        return RK_OK;
+    }
+
+    const char *tag = pl->desc->backend_tag;
+    const char *up = rk_rec_upstream_id(rec, tag);
+    snprintf(upstream, sizeof upstream, "%s", up ? up : "");
+    struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, stored};
+    struct rk_status_info info = {0};
+    if (info_in)
+        info = *info_in;
+
+    if (st == RK_E_NOT_FOUND) {
+        if (call)
+            rk_call_clear_error(call);
+        if (!ref.upstream_id) {
+            json_object *dl;
+            int64_t deadline = 0;
+            if (json_object_object_get_ex(*rec_io, "create_deadline", &dl) && dl)
+                deadline = json_object_get_int64(dl);
+            if (rk_epoch_s() < deadline)
+                return RK_OK; /* the create is still running somewhere */
+            struct patch p = {.expect = RK_STATE_PENDING,
+                              .tag = tag,
+                              .failure = "sandbox creation did not complete: the backend has "
+                                         "no sandbox for this id",
+                              .create_failed = 1,
+                              .create_done = 1};
+            patch_record(app, id, &p, rec_io);
+            return RK_OK;
+        }
+        /* The backend no longer knows it: it is gone for good. */
+        struct patch p = {.to = RK_STATE_DELETED, .event = "vanished"};
+        patch_record(app, id, &p, rec_io);
+        clear_sessions(app, id);
+        *shown = RK_STATE_DELETED;
+        return RK_OK;
+    }
+    if (st != RK_OK)
+        return st;
+
+    if (info.upstream_id && !ref.upstream_id) {
+        /* Adopted after a lost create reply (reconciled by rock id). */
+        struct patch p = {.tag = tag,
+                          .upstream_id = info.upstream_id,
+                          .host_name = info.upstream_id,
+                          .create_done = 1};
+        patch_record(app, id, &p, rec_io);
+    }
+    /* Reconciler (touch == 0): a non-active backend state the record cannot express (e.g. a
+     * failed sandbox shows as stopped) is kept in "backend_state" for store-only reads. */
+    json_object *obs = NULL;
+    int has_observed = json_object_object_get_ex(*rec_io, "backend_state", &obs) && obs;
+    switch (info.state) {
+    case RK_STATE_RUNNING:
+        *alive = 1;
+        *shown = RK_STATE_RUNNING;
+        if (stored == RK_STATE_PENDING) {
+            struct patch p = {.expect = RK_STATE_PENDING,
+                              .to = RK_STATE_RUNNING,
+                              .event = "alive",
+                              .clear_observed = has_observed};
+            patch_record(app, id, &p, rec_io);
+        } else if (has_observed) {
+            struct patch p = {.clear_observed = 1};
+            patch_record(app, id, &p, rec_io);
+        }
+        if (touch)
+            rk_dispatch_touch_rec(app, *rec_io);
+        break;
+    case RK_STATE_PENDING:
+        *shown = RK_STATE_PENDING;
+        if (touch)
+            rk_dispatch_touch_rec(app, *rec_io);
+        break;
+    case RK_STATE_DELETED: {
+        struct patch p = {.to = RK_STATE_DELETED, .event = "terminated"};
+        patch_record(app, id, &p, rec_io);
+        clear_sessions(app, id);
+        *shown = RK_STATE_DELETED;
+        break;
+    }
+    default:
+        *shown = info.state ? info.state : stored;
+        if (info.failed) {
+            json_object *f;
+            if (!json_object_object_get_ex(*rec_io, "failure", &f) || !f) {
+                struct patch p = {.tag = tag,
+                                  .failure = info.reason ? info.reason : "backend reports failure"};
+                patch_record(app, id, &p, rec_io);
+            }
+        }
+        if (!touch && info.state && info.state != stored) {
+            const char *name = rk_state_name(info.state);
+            const char *had = has_observed ? json_object_get_string(obs) : NULL;
+            if (name && (!had || strcmp(had, name) != 0)) {
+                struct patch p = {.observed = name};
+                patch_record(app, id, &p, rec_io);
+            }
+        }
+        break;
+    }
+    return RK_OK;
+}
+
+rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                               enum rk_state *shown, int *alive)
+{
+    const struct rk_plugin *pl = app->plugin;
+    json_object *rec = *rec_io;
+    *shown = rk_rec_state(rec);
+    *alive = 0;
+    json_object *cf;
+    if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
+        return RK_OK; /* the failed phase tells the client why */
+    char id[256], upstream[256];
+    snprintf(id, sizeof id, "%s",
+             rk_rec_str(rec, "sandbox_id") ? rk_rec_str(rec, "sandbox_id") : "");
+    const char *tag = pl->desc->backend_tag;
+    const char *up = rk_rec_upstream_id(rec, tag);
+    snprintf(upstream, sizeof upstream, "%s", up ? up : "");
+    struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, *shown};
+    struct rk_status_info info = {0};
+    rk_metrics_upstream_begin();
+    rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
+    rk_metrics_upstream("status", st);
+    return apply_backend_state(app, call, rec_io, st, &info, 1, shown, alive);
+}
+
+rk_status rk_lifecycle_reconcile(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                 const struct rk_status_info *info)
+{
+    enum rk_state shown;
+    int alive;
+    return apply_backend_state(app, call, rec_io, info ? RK_OK : RK_E_NOT_FOUND, info, 0, &shown,
+                               &alive);
+}
+
+/* ---- delete -------------------------------------------------------------------- */
+
+rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_object *rec,
+                              const char *event)
+{
+    const struct rk_plugin *pl = app->plugin;
+    const char *id = rk_rec_str(rec, "sandbox_id");
+    const char *tag = pl->desc->backend_tag;
+    struct rk_sandbox_ref ref = {id, rk_rec_upstream_id(rec, tag), tag, rk_rec_state(rec)};
+    rk_metrics_upstream_begin();
+    rk_status st = pl->ops.destroy(pl->inst, call, &ref);
+    rk_metrics_upstream("destroy", st);
+    if (st != RK_OK)
+        return st; /* the record stays as it was (B40) */
+    struct patch p = {.to = RK_STATE_DELETED, .event = event};
+    rk_store_rc rc = patch_record(app, id, &p, NULL);
+    if (rc == RK_STORE_ERROR)
+        return rk_call_set_error(call, RK_E_UNAVAILABLE,
+                                 "sandbox %s was deleted in the backend but its record could not "
+                                 "be updated: sandbox store unavailable",
+                                 id);
+    clear_sessions(app, id);                  /* failures are only logged (B29) */
+    rk_archive_drop_restored(app, call, rec); /* snapshots it still held (ABI 1.1) */
+    return RK_OK;
+}
+
+/* ---- restore (RK_CAP_RESTORE) ------------------------------------------------------ */
+
+rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const char *id,
+                               int *restored)
+{
+    const struct rk_plugin *pl = app->plugin;
+    *restored = 0;
+    if (!(pl->caps & (RK_CAP_RESTORE | RK_CAP_SNAPSHOT)))
+        return RK_OK; /* a start on the id creates a new sandbox, as before */
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = NULL;
+    rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
+    if (rc == RK_STORE_ERROR)
+        return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
+    if (rc != RK_STORE_OK || rk_rec_state(rec) != RK_STATE_ARCHIVED) {
+        json_object_put(rec);
+        return RK_OK;
+    }
+    struct rk_target t;
+    if (pl->caps & RK_CAP_SNAPSHOT) {
+        /* ABI 1.1: restore from the stored snapshot (archive.c), never
+         * overwrite the record and leak its snapshot. */
+        rk_status st = rk_dispatch_record(app, call, RK_OP_STATUS, id, rec, &t);
+        if (st != RK_OK)
+            return st;
+        st = rk_restore_start(app, call, t.rec);
+        rk_target_release(&t);
+        if (st == RK_OK)
+            *restored = 1;
+        return st;
+    }
+    rk_status st = rk_dispatch_record(app, call, RK_OP_RESTORE, id, rec, &t);
+    if (st != RK_OK)
+        return st;
+    rk_metrics_upstream_begin();
+    st = pl->ops.restore(pl->inst, call, &t.ref);
+    rk_metrics_upstream("restore", st);
+    rk_target_release(&t);
+    if (st != RK_OK)
+        return st; /* the record stays archived */
+    struct patch p = {.expect = RK_STATE_ARCHIVED, .to = RK_STATE_PENDING, .event = "restore"};
+    if (patch_record(app, id, &p, NULL) == RK_STORE_ERROR)
+        return rk_call_set_error(call, RK_E_UNAVAILABLE,
+                                 "sandbox %s was restored in the backend but its record could "
+                                 "not be updated: sandbox store unavailable",
+                                 id);
+    *restored = 1;
+    return RK_OK;
+}
+
+/* ---- waiting for running (POST /start) ------------------------------------------------ */
+
+rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, const char *id,
+                                    int wait_s)
+{
+    int64_t until = rk_now_ms() + (int64_t)wait_s * 1000;
+    while (rk_now_ms() < until && !rk_call_cancelled(call)) {
+        char err[RK_STORE_ERRLEN];
+        json_object *rec = NULL;
+        if (rk_store_get(app->store, id, &rec, err, sizeof err) == RK_STORE_OK) {
+            enum rk_state shown;
+            int alive = 0;
+            if (rk_lifecycle_refresh(app, call, &rec, &shown, &alive) != RK_OK)
+                rk_call_clear_error(call);
+            json_object *cf;
+            int failed = json_object_object_get_ex(rec, "failure", &cf) && cf;
+            if (failed) {
+                const char *why = rk_rec_str(cf, "message");
+                rk_call_set_error(call, RK_E_INTERNAL, "%s", why ? why : "sandbox creation failed");
+            }
+            json_object_put(rec);
+            if (alive)
+                return RK_OK;
+            if (failed)
+                return RK_E_INTERNAL;
+        } else if (rec) {
+            json_object_put(rec);
+        }
+        /* Poll once a second, but never sleep past the deadline. */
+        int64_t left = until - rk_now_ms();
+        if (left > 0)
+            usleep((useconds_t)(left < 1000 ? left : 1000) * 1000);
+    }
+    return rk_call_set_error(call, RK_E_TIMEOUT, "sandbox %s not running after %ds", id, wait_s);
+}
+
+/* ---- stop / restart / archive ------------------------------------------------------- */
+
+rk_status rk_lifecycle_state_op(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                                const struct rk_sandbox_ref *ref, enum rk_state to)
+{
+    const struct rk_plugin *pl = app->plugin;
+    rk_status (*fn)(void *, struct rk_call *, const struct rk_sandbox_ref *) =
+        op == RK_OP_STOP      ? pl->ops.stop
+        : op == RK_OP_RESTART ? pl->ops.restart
+        : op == RK_OP_ARCHIVE ? pl->ops.archive
+                              : NULL;
+    if (!fn)
+        return rk_call_set_error(call, RK_E_INTERNAL, "operation %d is not a state change",
+                                 (int)op);
+    const char *event = rk_op_info(op)->name;
+    rk_metrics_upstream_begin();
+    rk_status st = fn(pl->inst, call, ref);
+    rk_metrics_upstream(event, st);
+    if (st != RK_OK)
+        return st;
+    /* The backend changed state: record it (a store failure is logged). */
+    struct patch p = {.to = to, .event = event};
+    patch_record(app, ref->sandbox_id, &p, NULL);
+    return RK_OK;
+}

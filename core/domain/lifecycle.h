@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Lifecycle logic shared by routes and the idle sweeper: background create,
+ * status refresh (persisting pending->running, vanished->deleted, failures),
+ * and delete (kill upstream, mark deleted, clear session mappings).
+ */
+#ifndef RK_LIFECYCLE_H
+#define RK_LIFECYCLE_H
+
+#include <json-c/json.h>
+
+#include "domain/dispatch.h"
+#include "rock-admin/operator.h"
+
+struct rk_app;
+struct rk_call;
+
+/** Start the backend create for a stored pending record on a background
+ *  thread. spec strings are copied. Returns RK_OK or an error on call. */
+rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
+                                    const struct rk_create_spec *spec);
+
+/**
+ * Ask the backend for the state of an active record and persist what it
+ * learned. *rec_io is replaced by the updated record. On success *shown is the
+ * state to report and *alive whether it is running. Backend unreachable gives
+ * an error on call.
+ */
+rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                               enum rk_state *shown, int *alive);
+
+/** Kill the sandbox upstream (gone = success) and mark the record deleted,
+ *  clearing its session mappings. event names the transition. */
+rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_object *rec,
+                              const char *event);
+
+/** Apply one entry of the reconciler's list pass to a stored record (info NULL: the backend
+ *  does not list the sandbox any more). Same transitions as rk_lifecycle_refresh, without the
+ *  idle touch. *rec_io may be replaced. */
+rk_status rk_lifecycle_reconcile(struct rk_app *app, struct rk_call *call, json_object **rec_io,
+                                 const struct rk_status_info *info);
+
+/**
+ * Restore an archived sandbox (RK_CAP_RESTORE): if the plugin has the
+ * capability and id's record is archived, pass the gate, call restore() and
+ * move the record archived -> pending ("restore"); *restored is then 1.
+ * Otherwise *restored is 0 and nothing happens. Errors are on call.
+ */
+rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const char *id,
+                               int *restored);
+
+/**
+ * Wait until the sandbox id is running (POST /start): refresh its state about
+ * once a second for at most wait_s seconds or until the call is cancelled.
+ * RK_OK when running; RK_E_INTERNAL with the stored failure, or RK_E_TIMEOUT,
+ * on call otherwise.
+ */
+rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, const char *id,
+                                    int wait_s);
+
+/**
+ * Run a state-changing plugin operation (RK_OP_STOP, RK_OP_RESTART or
+ * RK_OP_ARCHIVE) on a sandbox that passed the gate, then move its record to
+ * `to` with the operation's name as the event. Errors are on call; the record
+ * is unchanged when the plugin fails.
+ */
+rk_status rk_lifecycle_state_op(struct rk_app *app, struct rk_call *call, enum rk_op op,
+                                const struct rk_sandbox_ref *ref, enum rk_state to);
+
+#endif /* RK_LIFECYCLE_H */

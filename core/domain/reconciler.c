@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The reconciler (see reconciler.h). Staleness bound: a state change upstream
+ * is visible through get_status after at most one interval plus one pass
+ * (list + writes), i.e. about 2 s with the default 1 s interval, and after at
+ * most the lease TTL (3 intervals, at least 3 s) more when the elected admin
+ * dies and another one takes the lease over.
+ *
+ * Ordering: the store's active records are read BEFORE the list call, so a
+ * sandbox created during the pass is never mistaken for a vanished one; a
+ * record without an upstream id (create still running) is only failed after
+ * its create deadline, exactly as the per-request status path does.
+ */
+#include "rkutil.h"
+#include "domain/reconciler.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/app.h"
+#include "config/config.h"
+#include "host/host.h"
+#include "domain/lifecycle.h"
+#include "obs/log.h"
+#include "obs/metrics.h"
+#include "host/plugin_loader.h"
+#include "domain/record.h"
+#include "store/store.h"
+#include "base/util.h"
+
+/** Name of the store lease that elects the reconciling admin. */
+#define RECONCILE_LEASE "reconciler"
+/** Deadline of one pass (list pages + store writes). */
+#define RECONCILE_PASS_MS 30000
+
+static pthread_mutex_t rc_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rc_cv;
+static int rc_stop;
+static _Atomic int rc_running; /* read by request threads (rk_reconciler_active) */
+static pthread_t rc_thread;
+static char rc_owner[128]; /* this process in the lease: host:pid:random */
+static int rc_leader;      /* 1 while this process holds the lease (for log lines) */
+
+/* One sandbox as the backend listed it (copied out of the plugin's callback). */
+struct listed {
+    char *rock_id;
+    char *upstream_id;
+    char *reason;
+    enum rk_state state;
+    int failed;
+};
+
+/* Everything one list pass returned. */
+struct listing {
+    struct listed *v;
+    size_t n, cap;
+    int oom;
+};
+
+/* 1 if the plugin can list and the reconciler is enabled in the config. */
+static int can_reconcile(const struct rk_app *app)
+{
+    return app && app->plugin && (app->plugin->desc->caps & RK_CAP_LIST) && app->plugin->ops.list &&
+           app->cfg->perf.reconcile_interval_ms > 0;
+}
+
+int rk_reconciler_active(const struct rk_app *app)
+{
+    return rc_running && can_reconcile(app);
+}
+
+/* rk_list_fn: copy one listed sandbox. */
+static void collect(void *ctx, const char *sandbox_id, const struct rk_status_info *info)
+{
+    struct listing *l = ctx;
+    if (!sandbox_id || !info || l->oom)
+        return;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        struct listed *nv = realloc(l->v, cap * sizeof *nv);
+        if (!nv) {
+            l->oom = 1;
+            return;
+        }
+        l->v = nv;
+        l->cap = cap;
+    }
+    struct listed *e = &l->v[l->n];
+    e->rock_id = strdup(sandbox_id);
+    e->upstream_id = info->upstream_id ? strdup(info->upstream_id) : NULL;
+    e->reason = info->reason ? strdup(info->reason) : NULL;
+    e->state = info->state;
+    e->failed = info->failed;
+    if (!e->rock_id || (info->upstream_id && !e->upstream_id) || (info->reason && !e->reason)) {
+        free(e->rock_id);
+        free(e->upstream_id);
+        free(e->reason);
+        l->oom = 1;
+        return;
+    }
+    l->n++;
+}
+
+/* Free a listing. */
+static void listing_free(struct listing *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->v[i].rock_id);
+        free(l->v[i].upstream_id);
+        free(l->v[i].reason);
+    }
+    free(l->v);
+}
+
+/* qsort/bsearch order: by ROCK id. */
+static int by_rock_id(const void *a, const void *b)
+{
+    return strcmp(((const struct listed *)a)->rock_id, ((const struct listed *)b)->rock_id);
+}
+
+/* The listed entry for a record: the one with the record's upstream id, else (create outcome
+ * unknown) the first that is not deleted, else any. NULL when the backend did not list it. */
+static const struct listed *find_listed(const struct listing *l, const char *rock_id,
+                                        const char *upstream)
+{
+    if (l->n == 0 || !rock_id)
+        return NULL;
+    struct listed key = {.rock_id = (char *)rock_id};
+    const struct listed *hit = bsearch(&key, l->v, l->n, sizeof *l->v, by_rock_id);
+    if (!hit)
+        return NULL;
+    const struct listed *lo = hit, *hi = hit;
+    while (lo > l->v && strcmp(lo[-1].rock_id, rock_id) == 0)
+        lo--;
+    while (hi + 1 < l->v + l->n && strcmp(hi[1].rock_id, rock_id) == 0)
+        hi++;
+    if (upstream) {
+        for (const struct listed *e = lo; e <= hi; e++)
+            if (e->upstream_id && strcmp(e->upstream_id, upstream) == 0)
+                return e;
+        return NULL; /* only other upstream sandboxes carry this id: ours is gone */
+    }
+    for (const struct listed *e = lo; e <= hi; e++)
+        if (e->state != RK_STATE_DELETED)
+            return e;
+    return lo;
+}
+
+/* Staleness bound of store-only reads, ms: three intervals, at least 3 s. */
+static int64_t fresh_ms(const struct rk_app *app)
+{
+    int64_t b = (int64_t)app->cfg->perf.reconcile_interval_ms * 3;
+    return b < 3000 ? 3000 : b;
+}
+
+/* Mark format: "<epoch ms of the last successful pass> <epoch ms of the last pass> <error>". */
+int rk_reconciler_mark_fresh(const struct rk_app *app, const char *mark)
+{
+    long long ok_ms = 0;
+    if (!mark || sscanf(mark, "%lld", &ok_ms) != 1 || ok_ms <= 0)
+        return 0;
+    int64_t age = rk_epoch_s() * 1000 - ok_ms;
+    return age < fresh_ms(app);
+}
+
+/* Record the outcome of a pass in the store for every admin's reads. */
+static void put_mark(struct rk_app *app, int ok, const char *error)
+{
+    static long long last_ok_ms;
+    long long now = (long long)rk_epoch_s() * 1000;
+    if (ok)
+        last_ok_ms = now;
+    char mark[RK_STORE_MARK_MAX], err[RK_STORE_ERRLEN];
+    snprintf(mark, sizeof mark, "%lld %lld %s", last_ok_ms, now, error ? error : "");
+    if (rk_store_set_mark(app->store, mark, err, sizeof err) != RK_STORE_OK)
+        rk_warn("reconciler: cannot store the pass mark: %s", err);
+}
+
+/* Take or renew the lease; 1 if this process reconciles. */
+static int hold_lease(struct rk_app *app)
+{
+    int ttl = (int)fresh_ms(app);
+    char err[RK_STORE_ERRLEN];
+    rk_store_rc rc = rk_store_lease(app->store, RECONCILE_LEASE, rc_owner, ttl, err, sizeof err);
+    int leader = rc == RK_STORE_OK;
+    if (rc == RK_STORE_ERROR)
+        rk_warn("reconciler: lease: %s", err);
+    if (leader != rc_leader)
+        rk_info("reconciler: this admin %s the reconciler", leader ? "is now" : "is no longer");
+    rc_leader = leader;
+    return leader;
+}
+
+int rk_reconciler_run_once(struct rk_app *app)
+{
+    if (!can_reconcile(app) || !hold_lease(app))
+        return -1;
+    char err[RK_STORE_ERRLEN];
+    char **ids = NULL;
+    size_t n = 0;
+    /* 1. Snapshot the active records first (see the ordering note above). */
+    if (rk_store_list_active(app->store, &ids, &n, err, sizeof err) != RK_STORE_OK) {
+        rk_warn("reconciler: %s", err);
+        return -1;
+    }
+    json_object **recs = n ? calloc(n, sizeof *recs) : NULL;
+    if (n && (!recs || rk_store_get_many(app->store, (const char *const *)ids, n, recs, err,
+                                         sizeof err) != RK_STORE_OK)) {
+        rk_warn("reconciler: %s", recs ? err : "out of memory");
+        free(recs);
+        rk_store_free_ids(ids, n);
+        return -1;
+    }
+    /* 2. One complete list pass. */
+    const struct rk_plugin *pl = app->plugin;
+    struct rk_call *call = rk_call_new("reconciler", -1, rk_now_ms() + RECONCILE_PASS_MS);
+    struct listing l = {0};
+    rk_metrics_upstream_begin();
+    rk_status st = call ? pl->ops.list(pl->inst, call, collect, &l) : RK_E_NOMEM;
+    rk_metrics_upstream("list", st);
+    int changed = -1;
+    if (st != RK_OK || l.oom) {
+        rk_warn("reconciler: list failed: %s", l.oom  ? "out of memory"
+                                               : call ? rk_call_error_text(call)
+                                                      : "out of memory");
+        goto out;
+    }
+    if (l.n)
+        qsort(l.v, l.n, sizeof *l.v, by_rock_id);
+    /* 3. Apply: only differences are written (rk_lifecycle_reconcile patches on change). */
+    changed = 0;
+    const char *tag = pl->desc->backend_tag;
+    for (size_t i = 0; i < n && !app->stopping; i++) {
+        json_object *rec = recs[i];
+        if (!rec || !rk_state_is_active(rk_rec_state(rec)))
+            continue;
+        const char *backend = rk_rec_backend(rec);
+        if (!backend || strcmp(backend, tag) != 0)
+            continue; /* fail closed: never touch another backend's record */
+        const struct listed *e = find_listed(&l, ids[i], rk_rec_upstream_id(rec, tag));
+        struct rk_status_info info = {0};
+        if (e) {
+            info.state = e->state;
+            info.failed = e->failed;
+            info.reason = e->reason;
+            info.upstream_id = e->upstream_id;
+        }
+        enum rk_state before = rk_rec_state(rec);
+        json_object *cf0;
+        int failed_before = json_object_object_get_ex(rec, "failure", &cf0) && cf0;
+        if (rk_lifecycle_reconcile(app, call, &recs[i], e ? &info : NULL) != RK_OK)
+            rk_call_clear_error(call);
+        json_object *cf1;
+        int failed_after = recs[i] && json_object_object_get_ex(recs[i], "failure", &cf1) && cf1;
+        if (recs[i] && (rk_rec_state(recs[i]) != before || failed_after != failed_before)) {
+            changed++;
+            rk_info("reconciler: sandbox %s: %s -> %s", ids[i], rk_state_name(before),
+                    rk_state_name(rk_rec_state(recs[i])));
+        }
+    }
+    put_mark(app, 1, NULL);
+out:
+    listing_free(&l);
+    if (call)
+        rk_call_free(call);
+    for (size_t i = 0; i < n; i++)
+        json_object_put(recs[i]);
+    free(recs);
+    rk_store_free_ids(ids, n);
+    return changed;
+}
+
+/* Thread: one pass per interval until stopped. */
+static void *reconciler_main(void *arg)
+{
+    rku_thread_c_locale(); /* it parses every stored record each pass */
+    struct rk_app *app = arg;
+    int interval = app->cfg->perf.reconcile_interval_ms;
+    pthread_mutex_lock(&rc_mu);
+    while (!rc_stop) {
+        pthread_mutex_unlock(&rc_mu);
+        rk_reconciler_run_once(app);
+        pthread_mutex_lock(&rc_mu);
+        if (rc_stop)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += interval / 1000;
+        ts.tv_nsec += (long)(interval % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&rc_cv, &rc_mu, &ts);
+    }
+    pthread_mutex_unlock(&rc_mu);
+    return NULL;
+}
+
+int rk_reconciler_start(struct rk_app *app)
+{
+    if (!can_reconcile(app))
+        return 0;
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    unsigned long long salt =
+        (unsigned long long)rk_now_ms() ^ ((unsigned long long)getpid() << 20);
+    snprintf(rc_owner, sizeof rc_owner, "%s:%ld:%llx", host, (long)getpid(), salt);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&rc_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    rc_stop = 0;
+    if (pthread_create(&rc_thread, NULL, reconciler_main, app) != 0) {
+        pthread_cond_destroy(&rc_cv);
+        return -1;
+    }
+    rc_running = 1;
+    rk_info("reconciler: every %d ms (status reads come from the store)",
+            app->cfg->perf.reconcile_interval_ms);
+    return 0;
+}
+
+void rk_reconciler_stop(struct rk_app *app)
+{
+    (void)app;
+    if (!rc_running)
+        return;
+    pthread_mutex_lock(&rc_mu);
+    rc_stop = 1;
+    pthread_cond_broadcast(&rc_cv);
+    pthread_mutex_unlock(&rc_mu);
+    pthread_join(rc_thread, NULL);
+    pthread_cond_destroy(&rc_cv);
+    rc_running = 0;
+}

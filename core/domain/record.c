@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "domain/record.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/util.h"
+
+/* Versions the SDKs expect to see (§4.3). */
+#define RK_GATEWAY_VERSION "0.0.45"
+#define RK_SWE_REX_VERSION "1.2.17"
+#define RK_HISTORY_MAX 100
+
+static const char *const state_names[] = {NULL,        "pending",  "running", "stopped",
+                                          "archiving", "archived", "deleted"};
+
+const char *rk_state_name(enum rk_state st)
+{
+    if ((int)st < 1 || (int)st > 6)
+        return NULL;
+    return state_names[st];
+}
+
+enum rk_state rk_state_parse(const char *s)
+{
+    if (!s)
+        return 0;
+    for (int i = 1; i <= 6; i++)
+        if (strcmp(s, state_names[i]) == 0)
+            return (enum rk_state)i;
+    return 0;
+}
+
+int rk_state_is_active(enum rk_state st)
+{
+    return st == RK_STATE_PENDING || st == RK_STATE_RUNNING;
+}
+
+const char *rk_rec_str(json_object *rec, const char *key)
+{
+    json_object *v;
+    if (rec && json_object_object_get_ex(rec, key, &v) && v &&
+        json_object_is_type(v, json_type_string))
+        return json_object_get_string(v);
+    return NULL;
+}
+
+void rk_rec_set_str(json_object *rec, const char *key, const char *value)
+{
+    json_object_object_add(rec, key, value ? json_object_new_string(value) : NULL);
+}
+
+enum rk_state rk_rec_state(json_object *rec)
+{
+    return rk_state_parse(rk_rec_str(rec, "state"));
+}
+
+const char *rk_rec_backend(json_object *rec)
+{
+    json_object *ep;
+    if (!json_object_object_get_ex(rec, "extended_params", &ep) || !ep)
+        return NULL;
+    const char *b = rk_rec_str(ep, "backend");
+    return b && *b ? b : NULL;
+}
+
+const char *rk_rec_upstream_id(json_object *rec, const char *tag)
+{
+    json_object *ep;
+    if (!tag || !json_object_object_get_ex(rec, "extended_params", &ep) || !ep)
+        return NULL;
+    char key[128];
+    snprintf(key, sizeof key, "%s_id", tag);
+    const char *id = rk_rec_str(ep, key);
+    return id && *id ? id : NULL;
+}
+
+void rk_rec_set_backend(json_object *rec, const char *tag, const char *upstream_id)
+{
+    json_object *ep;
+    if (!json_object_object_get_ex(rec, "extended_params", &ep) || !ep ||
+        !json_object_is_type(ep, json_type_object)) {
+        ep = json_object_new_object();
+        json_object_object_add(rec, "extended_params", ep);
+    }
+    json_object_object_add(ep, "backend", json_object_new_string(tag));
+    if (upstream_id) {
+        char key[128];
+        snprintf(key, sizeof key, "%s_id", tag);
+        json_object_object_add(ep, key, json_object_new_string(upstream_id));
+    }
+}
+
+void rk_rec_transition(json_object *rec, enum rk_state to, const char *event)
+{
+    enum rk_state from = rk_rec_state(rec);
+    char now[32];
+    rk_iso_time(rk_epoch_s(), now);
+    if (from == to)
+        return;
+    rk_rec_set_str(rec, "state", rk_state_name(to));
+    if (to == RK_STATE_RUNNING && !rk_rec_str(rec, "start_time"))
+        rk_rec_set_str(rec, "start_time", now);
+    if (to == RK_STATE_DELETED)
+        rk_rec_set_str(rec, "delete_time", now);
+    if (to == RK_STATE_STOPPED)
+        rk_rec_set_str(rec, "stop_time", now);
+    json_object *hist;
+    if (!json_object_object_get_ex(rec, "state_history", &hist) || !hist ||
+        !json_object_is_type(hist, json_type_array)) {
+        hist = json_object_new_array();
+        json_object_object_add(rec, "state_history", hist);
+    }
+    json_object *h = json_object_new_object();
+    json_object_object_add(h, "from_state",
+                           from ? json_object_new_string(rk_state_name(from)) : NULL);
+    json_object_object_add(h, "to_state", json_object_new_string(rk_state_name(to)));
+    json_object_object_add(h, "event", json_object_new_string(event));
+    json_object_object_add(h, "timestamp", json_object_new_string(now));
+    json_object_array_add(hist, h);
+    size_t n = json_object_array_length(hist);
+    if (n > RK_HISTORY_MAX)
+        json_object_array_del_idx(hist, 0, n - RK_HISTORY_MAX);
+}
+
+/* Copy member key of rec into out (null when absent). */
+static void copy_member(json_object *out, json_object *rec, const char *key)
+{
+    json_object *v = NULL;
+    json_object_object_get_ex(rec, key, &v);
+    json_object_object_add(out, key, v ? json_object_get(v) : NULL);
+}
+
+/* Copy a string member, substituting def for absent/null (TS rejects null). */
+static void copy_str_nonnull(json_object *out, json_object *rec, const char *key, const char *def)
+{
+    const char *s = rk_rec_str(rec, key);
+    json_object_object_add(out, key, json_object_new_string(s ? s : def));
+}
+
+json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive)
+{
+    json_object *o = json_object_new_object();
+    copy_str_nonnull(o, rec, "sandbox_id", "");
+
+    /* Phases: {} normally; a failed phase when the backend reported a failure,
+     * so the Python SDK stops waiting at once (Pitfall 7). */
+    json_object *phases = json_object_new_object();
+    json_object *failure;
+    if (json_object_object_get_ex(rec, "failure", &failure) && failure &&
+        json_object_is_type(failure, json_type_object)) {
+        const char *phase = rk_rec_str(failure, "phase");
+        json_object *p = json_object_new_object();
+        json_object_object_add(p, "status", json_object_new_string("failed"));
+        const char *msg = rk_rec_str(failure, "message");
+        json_object_object_add(p, "message", json_object_new_string(msg ? msg : "failed"));
+        json_object_object_add(phases, phase ? phase : "backend", p);
+    }
+    json_object_object_add(o, "status", phases);
+    json_object_object_add(o, "state", json_object_new_string(rk_state_name(state)));
+    json_object_object_add(o, "port_mapping", json_object_new_object());
+    const char *host = rk_rec_str(rec, "host_name");
+    if (!host || !*host)
+        host = rk_rec_str(rec, "sandbox_id");
+    json_object_object_add(o, "host_name", json_object_new_string(host && *host ? host : "-"));
+    json_object_object_add(o, "host_ip", json_object_new_string(""));
+    json_object_object_add(o, "is_alive", json_object_new_boolean(is_alive));
+    copy_str_nonnull(o, rec, "image", "");
+    json_object *md;
+    if (json_object_object_get_ex(rec, "metadata", &md) && md)
+        json_object_object_add(o, "metadata", json_object_get(md));
+    else
+        json_object_object_add(o, "metadata", json_object_new_object());
+    json_object_object_add(o, "gateway_version", json_object_new_string(RK_GATEWAY_VERSION));
+    json_object_object_add(o, "swe_rex_version", json_object_new_string(RK_SWE_REX_VERSION));
+    copy_str_nonnull(o, rec, "user_id", "default");
+    copy_str_nonnull(o, rec, "experiment_id", "default");
+    copy_str_nonnull(o, rec, "namespace", "default");
+    json_object *cpus;
+    double c = 2.0;
+    if (json_object_object_get_ex(rec, "cpus", &cpus) && cpus)
+        c = json_object_get_double(cpus);
+    json_object_object_add(o, "cpus", json_object_new_double(c));
+    copy_str_nonnull(o, rec, "memory", "8.00g");
+    copy_member(o, rec, "num_gpus");
+    copy_member(o, rec, "accelerator_type");
+    copy_member(o, rec, "disk");
+    json_object *disk = NULL;
+    json_object_object_get_ex(rec, "disk", &disk);
+    json_object_object_add(o, "disk_limit_rootfs", disk ? json_object_get(disk) : NULL);
+    copy_member(o, rec, "start_time");
+    copy_member(o, rec, "stop_time");
+    copy_member(o, rec, "create_time");
+    copy_member(o, rec, "archive_time");
+    copy_member(o, rec, "delete_time");
+    json_object *exp;
+    if (rk_state_is_active(rk_rec_state(rec)) &&
+        json_object_object_get_ex(rec, "expire_time", &exp) && exp &&
+        json_object_get_int64(exp) > 0) {
+        char iso[32];
+        rk_iso_time(json_object_get_int64(exp), iso);
+        json_object_object_add(o, "auto_stop_time", json_object_new_string(iso));
+    } else {
+        json_object_object_add(o, "auto_stop_time", NULL);
+    }
+    json_object_object_add(o, "auto_archive_time", NULL);
+    json_object_object_add(o, "auto_delete_time", NULL);
+    json_object *hist;
+    if (json_object_object_get_ex(rec, "state_history", &hist) && hist &&
+        json_object_is_type(hist, json_type_array))
+        json_object_object_add(o, "state_history", json_object_get(hist));
+    else
+        json_object_object_add(o, "state_history", json_object_new_array());
+    return o;
+}
+
+int rk_memory_normalize(const char *mem, char out[32], double *bytes_out)
+{
+    if (!mem)
+        return -1;
+    while (isspace((unsigned char)*mem))
+        mem++;
+    char *end;
+    double v = strtod(mem, &end);
+    if (end == mem || !isfinite(v) || v < 0)
+        return -1;
+    char unit[8] = {0};
+    size_t ul = 0;
+    while (*end && !isspace((unsigned char)*end) && ul < sizeof unit - 1)
+        unit[ul++] = (char)tolower((unsigned char)*end++);
+    while (isspace((unsigned char)*end))
+        end++;
+    if (*end)
+        return -1;
+    double mult;
+    if (ul == 0 || strcmp(unit, "b") == 0)
+        mult = 1;
+    else if (!strcmp(unit, "k") || !strcmp(unit, "kb") || !strcmp(unit, "ki"))
+        mult = 1024.0;
+    else if (!strcmp(unit, "m") || !strcmp(unit, "mb") || !strcmp(unit, "mi"))
+        mult = 1024.0 * 1024;
+    else if (!strcmp(unit, "g") || !strcmp(unit, "gb") || !strcmp(unit, "gi"))
+        mult = 1024.0 * 1024 * 1024;
+    else if (!strcmp(unit, "t") || !strcmp(unit, "tb") || !strcmp(unit, "ti"))
+        mult = 1024.0 * 1024 * 1024 * 1024;
+    else
+        return -1;
+    double bytes = v * mult;
+    if (bytes_out)
+        *bytes_out = bytes;
+    snprintf(out, 32, "%.2fg", bytes / (1024.0 * 1024 * 1024));
+    return 0;
+}
+
+json_object *rk_rec_new_pending(const struct rk_rec_start *s)
+{
+    char iso[32];
+    rk_iso_time(s->now_s, iso);
+    json_object *rec = json_object_new_object();
+    rk_rec_set_str(rec, "sandbox_id", s->sandbox_id);
+    rk_rec_set_str(rec, "state", "pending");
+    rk_rec_set_str(rec, "image", s->image);
+    rk_rec_set_str(rec, "image_os", s->image_os);
+    json_object_object_add(rec, "cpus", json_object_new_double(s->cpus));
+    if (s->limit_cpus > 0)
+        json_object_object_add(rec, "limit_cpus", json_object_new_double(s->limit_cpus));
+    rk_rec_set_str(rec, "memory", s->memory);
+    rk_rec_set_str(rec, "memory_requested", s->memory_requested);
+    rk_rec_set_str(rec, "disk", s->disk);
+    json_object_object_add(rec, "num_gpus",
+                           s->has_gpus ? json_object_new_double(s->num_gpus) : NULL);
+    rk_rec_set_str(rec, "accelerator_type", s->accelerator_type);
+    rk_rec_set_str(rec, "user_id", s->user_id);
+    rk_rec_set_str(rec, "experiment_id", s->experiment_id);
+    rk_rec_set_str(rec, "namespace", s->namespace_name);
+    rk_rec_set_str(rec, "cluster_name", s->cluster_name);
+    json_object_object_add(rec, "env", json_object_new_object());
+    json_object_object_add(rec, "metadata", json_object_new_object());
+    rk_rec_set_str(rec, "create_time", iso);
+    json_object_object_add(rec, "auto_clear_time", json_object_new_int64(s->auto_clear_minutes));
+    json_object_object_add(rec, "state_history", json_object_new_array());
+    rk_rec_set_backend(rec, s->backend_tag, NULL);
+    json_object_object_add(rec, "create_deadline", json_object_new_int64(s->create_deadline_s));
+    return rec;
+}

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "engine/envelope.h"
+
+#include "host/host.h"
+#include "engine/http_server.h"
+#include "engine/router.h"
+
+int rk_status_rock_code(rk_status st)
+{
+    switch (st) {
+    case RK_E_INVALID:
+    case RK_E_NOT_FOUND:
+    case RK_E_CONFLICT:
+    case RK_E_UNSUPPORTED:
+    case RK_E_NOT_RUNNING:
+        return 4000;
+    case RK_E_UPSTREAM:
+    case RK_E_UNAVAILABLE:
+    case RK_E_NOMEM:
+    case RK_E_INTERNAL:
+    case RK_E_TOO_LARGE:
+        return 5000;
+    default:
+        /* Timeouts, failed commands and cancellations carry no code (§2.2). */
+        return 0;
+    }
+}
+
+json_object *rk_envelope_success(json_object *result)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "status", json_object_new_string("Success"));
+    json_object_object_add(o, "message", NULL);
+    json_object_object_add(o, "error", NULL);
+    json_object_object_add(o, "result", result);
+    return o;
+}
+
+/* The SandboxResponse trio every coded failure carries. */
+static void add_code(json_object *o, int code, const char *error)
+{
+    json_object_object_add(o, "code", json_object_new_int(code));
+    json_object_object_add(o, "exit_code", NULL);
+    json_object_object_add(o, "failure_reason", json_object_new_string(error));
+}
+
+/* Build the route's typed result filled with defaults (§2.4). */
+static json_object *failure_shape(enum rk_shape shape, int code, const char *error)
+{
+    json_object *o = json_object_new_object();
+    switch (shape) {
+    case RK_SHAPE_NULL:
+        json_object_put(o);
+        return NULL;
+    case RK_SHAPE_SANDBOX_RESPONSE:
+        add_code(o, code, error);
+        break;
+    case RK_SHAPE_START:
+        add_code(o, code, error);
+        json_object_object_add(o, "sandbox_id", NULL);
+        json_object_object_add(o, "host_name", NULL);
+        json_object_object_add(o, "host_ip", NULL);
+        json_object_object_add(o, "cpus", NULL);
+        json_object_object_add(o, "memory", NULL);
+        json_object_object_add(o, "disk", NULL);
+        json_object_object_add(o, "disk_limit_rootfs", NULL);
+        break;
+    case RK_SHAPE_EXECUTE:
+        json_object_object_add(o, "stdout", json_object_new_string(""));
+        json_object_object_add(o, "stderr", json_object_new_string(""));
+        json_object_object_add(o, "exit_code", NULL);
+        json_object_object_add(o, "code", json_object_new_int(code));
+        json_object_object_add(o, "failure_reason", json_object_new_string(error));
+        break;
+    case RK_SHAPE_CREATE_SESSION:
+        json_object_object_add(o, "output", json_object_new_string(""));
+        json_object_object_add(o, "session_type", json_object_new_string("bash"));
+        json_object_object_add(o, "code", json_object_new_int(code));
+        json_object_object_add(o, "failure_reason", json_object_new_string(error));
+        break;
+    case RK_SHAPE_RUN_SESSION:
+        json_object_object_add(o, "session_type", json_object_new_string("bash"));
+        json_object_object_add(o, "output", json_object_new_string(""));
+        json_object_object_add(o, "exit_code", NULL);
+        json_object_object_add(o, "failure_reason", json_object_new_string(error));
+        json_object_object_add(o, "expect_string", json_object_new_string(""));
+        json_object_object_add(o, "code", json_object_new_int(code));
+        break;
+    case RK_SHAPE_CLOSE_SESSION:
+        json_object_object_add(o, "session_type", json_object_new_string("bash"));
+        json_object_object_add(o, "code", json_object_new_int(code));
+        json_object_object_add(o, "failure_reason", json_object_new_string(error));
+        break;
+    case RK_SHAPE_READ_FILE:
+        /* Keep {"content":""}: the Python SDK returns "" instead of raising. */
+        json_object_object_add(o, "content", json_object_new_string(""));
+        json_object_object_add(o, "code", json_object_new_int(code));
+        json_object_object_add(o, "failure_reason", json_object_new_string(error));
+        break;
+    case RK_SHAPE_WRITE_FILE:
+        json_object_object_add(o, "success", json_object_new_boolean(0));
+        json_object_object_add(o, "message", json_object_new_string(""));
+        json_object_object_add(o, "code", json_object_new_int(code));
+        json_object_object_add(o, "failure_reason", json_object_new_string(error));
+        break;
+    case RK_SHAPE_UPLOAD:
+        json_object_object_add(o, "success", json_object_new_boolean(0));
+        json_object_object_add(o, "message", json_object_new_string(""));
+        json_object_object_add(o, "file_name", json_object_new_string(""));
+        json_object_object_add(o, "code", json_object_new_int(code));
+        json_object_object_add(o, "failure_reason", json_object_new_string(error));
+        break;
+    case RK_SHAPE_LIST:
+        add_code(o, code, error);
+        json_object_object_add(o, "items", json_object_new_array());
+        json_object_object_add(o, "total", json_object_new_int(0));
+        json_object_object_add(o, "has_more", json_object_new_boolean(0));
+        break;
+    case RK_SHAPE_BATCH:
+        add_code(o, code, error);
+        json_object_object_add(o, "statuses", NULL);
+        break;
+    }
+    return o;
+}
+
+json_object *rk_envelope_failure(const char *message, const char *error, int code,
+                                 enum rk_shape shape)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "status", json_object_new_string("Failed"));
+    json_object_object_add(o, "message", message ? json_object_new_string(message) : NULL);
+    json_object_object_add(o, "error", json_object_new_string(error ? error : ""));
+    json_object_object_add(o, "result",
+                           code ? failure_shape(shape, code, error ? error : "") : NULL);
+    return o;
+}
+
+void rk_reply_ok(struct rk_req *r, json_object *result)
+{
+    r->outcome = "success";
+    rk_req_reply_json(r, 200, rk_envelope_success(result));
+}
+
+void rk_reply_error(struct rk_req *r, rk_status st, const char *error)
+{
+    const char *message = r->route ? r->route->fail_message : NULL;
+    enum rk_shape shape = r->route ? (enum rk_shape)r->route->shape : RK_SHAPE_NULL;
+    int code = rk_status_rock_code(st);
+    r->outcome = code == 5000 ? "server_error" : "failed";
+    rk_req_reply_json(r, 200, rk_envelope_failure(message, error, code, shape));
+}
+
+void rk_reply_call_error(struct rk_req *r)
+{
+    rk_status st = rk_call_error_code(r->call);
+    if (st == RK_OK)
+        st = RK_E_INTERNAL;
+    rk_reply_error(r, st, rk_call_error_text(r->call));
+}
+
+void rk_reply_invalid(struct rk_req *r, const char *error)
+{
+    r->outcome = "invalid";
+    rk_req_reply_json(r, 200, rk_envelope_failure("invalid parameter", error, 0, RK_SHAPE_NULL));
+}
+
+void rk_reply_detail(struct rk_req *r, unsigned http_status, const char *detail)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "detail", json_object_new_string(detail));
+    r->outcome = http_status >= 500 ? "server_error" : "client_error";
+    rk_req_reply_json(r, http_status, o);
+}

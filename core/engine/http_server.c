@@ -1,0 +1,890 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * libmicrohttpd glue. Concurrency model: one thread per connection with a
+ * small fixed stack (server.thread_stack_kib). Plugin calls block that thread
+ * only; a 20-minute command costs one mostly idle thread (its stack pages
+ * that were touched, a few KiB of MHD connection pool and one curl handle)
+ * and never delays other requests. The total is bounded by
+ * server.max_connections; see docs/architecture.md.
+ */
+#include "engine/http_server.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/app.h"
+#include "base/budget.h"
+#include "access/auth.h"
+#include "config/config.h"
+#include "access/cors.h"
+#include "engine/envelope.h"
+#include "host/host.h"
+#include "obs/log.h"
+#include "obs/metrics.h"
+#include "engine/router.h"
+#include "rkutil.h"
+#include "engine/tls.h"
+#include "base/util.h"
+
+/* What a connection is waiting for (the watchdog's view of it). */
+enum conn_phase {
+    PH_HEADERS,   /* a new connection: request line and headers (header_timeout) */
+    PH_BODY,      /* headers done, body arriving (min_body_rate) */
+    PH_HANDLER,   /* our handler runs or the response is being sent: no deadline */
+    PH_KEEPALIVE, /* between requests on a persistent connection */
+};
+
+/* One open connection, tracked for deadlines and eviction. Fields are guarded
+ * by http_state.mu; the connection thread and the watchdog both touch them. */
+struct conn_track {
+    struct conn_track *prev, *next;
+    int fd;
+    enum conn_phase phase;
+    int64_t phase_start_ms;
+    int64_t busy_ms;    /* time spent inside our access handler during this phase */
+    int64_t busy_since; /* non-zero while inside it */
+    uint64_t body_bytes;
+    int closing; /* the watchdog shut the socket down */
+};
+
+/* Each buffered JSON body byte is charged this many times to the memory budget. */
+#define RK_BODY_CHARGE 3
+
+struct http_state {
+    struct MHD_Daemon *daemon;
+    int port;
+    atomic_int inflight;
+    int quiesced;
+    /* limits */
+    int conn_limit;         /* MHD connection limit (server.max_connections) */
+    int data_limit;         /* data-route requests admitted at once */
+    atomic_int data_active; /* data-route requests being served */
+    pthread_mutex_t mu;     /* guards conns, nconns, stop */
+    pthread_cond_t cv;
+    struct conn_track *conns; /* newest first */
+    int nconns;
+    int stop;
+    pthread_t watchdog;
+    int watchdog_started;
+};
+
+/* ---- request accessors ------------------------------------------------------ */
+
+const char *rk_req_header(struct rk_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+/* Iteration state for finding the last value of a query key. */
+struct last_ctx {
+    const char *name;
+    const char *value;
+};
+
+static enum MHD_Result last_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    (void)kind;
+    struct last_ctx *c = cls;
+    if (key && strcmp(key, c->name) == 0)
+        c->value = value ? value : "";
+    return MHD_YES;
+}
+
+const char *rk_req_query(struct rk_req *r, const char *name)
+{
+    /* ROCK (Starlette) takes the last value of a repeated key. */
+    struct last_ctx c = {name, NULL};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, last_cb, &c);
+    return c.value;
+}
+
+struct each_ctx {
+    void (*fn)(void *ctx, const char *k, const char *v);
+    void *ctx;
+};
+
+static enum MHD_Result each_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    (void)kind;
+    struct each_ctx *e = cls;
+    e->fn(e->ctx, key, value ? value : "");
+    return MHD_YES;
+}
+
+void rk_req_query_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                       void *ctx)
+{
+    struct each_ctx e = {fn, ctx};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, each_cb, &e);
+}
+
+void rk_req_header_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                        void *ctx)
+{
+    struct each_ctx e = {fn, ctx};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, each_cb, &e);
+}
+
+const char *rk_req_raw_query(struct rk_req *r)
+{
+    const char *q = r->raw_uri ? strchr(r->raw_uri, '?') : NULL;
+    return q ? q + 1 : "";
+}
+
+const char *rk_req_raw_path(struct rk_req *r)
+{
+    if (!r->raw_path) {
+        const char *u = r->raw_uri ? r->raw_uri : r->path;
+        const char *q = strchr(u, '?');
+        r->raw_path = q ? strndup(u, (size_t)(q - u)) : strdup(u);
+    }
+    return r->raw_path ? r->raw_path : r->path;
+}
+
+int rk_req_client_fd(struct rk_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* ---- responses ---------------------------------------------------------------- */
+
+/* Headers every response carries: request id and CORS for listed origins (cors.c). */
+static void add_common_headers(struct rk_req *r, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "X-Request-ID", r->request_id);
+    rk_cors_add_headers(r, resp);
+}
+
+void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp)
+{
+    if (r->responded) {
+        MHD_destroy_response(resp);
+        return;
+    }
+    add_common_headers(r, resp);
+    r->responded = 1;
+    r->http_status = http_status;
+    if (!r->outcome)
+        r->outcome = http_status < 400   ? "success"
+                     : http_status < 500 ? "client_error"
+                                         : "server_error";
+    if (MHD_queue_response(r->conn, http_status, resp) != MHD_YES)
+        rk_warn("request %s: cannot queue the response", r->request_id);
+    MHD_destroy_response(resp);
+}
+
+/* Responses up to this size are not charged to the memory budget: they are
+ * bounded by the connection count, and error replies must always get out. */
+#define RK_UNCHARGED_REPLY_BYTES (64 * 1024)
+
+void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body)
+{
+    size_t len = 0;
+    const char *text = json_object_to_json_string_length(
+        body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+    if (len > RK_UNCHARGED_REPLY_BYTES && !r->responded) {
+        /* The copy MHD keeps until the client has read it. */
+        if (rk_budget_take(&rk_mem_budget, (int64_t)len) != 0) {
+            json_object_put(body);
+            rk_req_reply_busy(r, "the response does not fit the memory budget "
+                                 "(server.max_buffered_bytes)");
+            return;
+        }
+        r->budget_charged += (int64_t)len;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    json_object_put(body);
+    if (!resp) {
+        rk_err("request %s: out of memory building a response", r->request_id);
+        return;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    rk_req_reply_mhd(r, http_status, resp);
+}
+
+void rk_req_reply_busy(struct rk_req *r, const char *why)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "admin is busy: %s; retry later", why);
+    const char *message = r->route ? r->route->fail_message : NULL;
+    enum rk_shape shape = r->route ? (enum rk_shape)r->route->shape : RK_SHAPE_NULL;
+    r->outcome = "busy";
+    rk_req_reply_json(r, 503, rk_envelope_failure(message, msg, 5000, shape));
+}
+
+/* ---- connection guard: deadlines, reserve, eviction ------------------------------ */
+
+/* The tracker of conn (set when MHD reported the connection). */
+static struct conn_track *track_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        conn ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Enter a phase (under the lock). */
+static void track_phase(struct http_state *hs, struct conn_track *t, enum conn_phase ph)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&hs->mu);
+    t->phase = ph;
+    t->phase_start_ms = rk_now_ms();
+    t->busy_ms = 0;
+    t->body_bytes = 0;
+    pthread_mutex_unlock(&hs->mu);
+}
+
+/* Mark the connection as inside (busy = 1) or outside our access handler;
+ * add n body bytes. Time inside our code never counts against the client. */
+static void track_busy(struct http_state *hs, struct conn_track *t, int busy, size_t n)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&hs->mu);
+    int64_t now = rk_now_ms();
+    if (busy) {
+        t->busy_since = now;
+    } else if (t->busy_since) {
+        t->busy_ms += now - t->busy_since;
+        t->busy_since = 0;
+    }
+    t->body_bytes += n;
+    pthread_mutex_unlock(&hs->mu);
+}
+
+/* MHD connection start/close: keep the tracker list. */
+static void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
+                                 enum MHD_ConnectionNotificationCode toe)
+{
+    struct rk_app *app = cls;
+    struct http_state *hs = app->http;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct conn_track *t = calloc(1, sizeof *t);
+        if (!t)
+            return;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t->fd = ci ? ci->connect_fd : -1;
+        t->phase = PH_HEADERS;
+        t->phase_start_ms = rk_now_ms();
+        pthread_mutex_lock(&hs->mu);
+        t->next = hs->conns;
+        if (t->next)
+            t->next->prev = t;
+        hs->conns = t;
+        hs->nconns++;
+        pthread_mutex_unlock(&hs->mu);
+        *socket_context = t;
+        return;
+    }
+    struct conn_track *t = *socket_context;
+    if (!t)
+        return;
+    /* MHD reports the close before it closes the socket, so the watchdog never
+     * shuts down a descriptor that was reused. */
+    pthread_mutex_lock(&hs->mu);
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        hs->conns = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    hs->nconns--;
+    pthread_mutex_unlock(&hs->mu);
+    *socket_context = NULL;
+    free(t);
+}
+
+/* Shut a connection down (under the lock); its MHD thread then closes it. */
+static void track_kill(struct conn_track *t, const char *why)
+{
+    if (t->closing || t->fd < 0)
+        return;
+    t->closing = 1;
+    rk_info("closing a connection: %s", why);
+    shutdown(t->fd, SHUT_RDWR);
+}
+
+/* One watchdog pass (under the lock). */
+static void watchdog_pass(struct http_state *hs, const struct rk_config *cfg, int64_t now)
+{
+    int64_t header_ms = (int64_t)cfg->server.header_timeout_s * 1000;
+    int64_t keepalive_ms = ((int64_t)cfg->server.connection_timeout_s + 1) * 1000 + header_ms;
+    int64_t rate = cfg->server.min_body_rate;
+    for (struct conn_track *t = hs->conns; t; t = t->next) {
+        int64_t age = now - t->phase_start_ms;
+        if (t->closing || t->busy_since)
+            continue;
+        if (t->phase == PH_HEADERS && age > header_ms) {
+            track_kill(t, "header_timeout");
+        } else if (t->phase == PH_KEEPALIVE && age > keepalive_ms) {
+            track_kill(t, "header_timeout");
+        } else if (t->phase == PH_BODY && rate > 0) {
+            /* After a grace of header_timeout, the body must average min_body_rate. */
+            int64_t eff = age - t->busy_ms - header_ms;
+            if (eff > 0 && (double)t->body_bytes < (double)eff / 1000.0 * (double)rate)
+                track_kill(t, "min_body_rate");
+        }
+    }
+    /* Keep server.reserved_connections slots free for health probes: when the
+     * connection table is that full, close the connections that have been
+     * sending headers the longest (over a second: real clients send them at once). */
+    int want_free = cfg->server.reserved_connections;
+    int live = 0;
+    for (struct conn_track *t = hs->conns; t; t = t->next)
+        live += !t->closing;
+    while (want_free > 0 && hs->conn_limit - live < want_free) {
+        struct conn_track *oldest = NULL;
+        for (struct conn_track *t = hs->conns; t; t = t->next)
+            if (!t->closing && !t->busy_since &&
+                (t->phase == PH_HEADERS || t->phase == PH_KEEPALIVE) &&
+                now - t->phase_start_ms > 1000 &&
+                (!oldest || t->phase_start_ms < oldest->phase_start_ms))
+                oldest = t;
+        if (!oldest)
+            break;
+        track_kill(oldest, "reserve");
+        live--;
+    }
+}
+
+/* Watchdog thread: a pass every 250 ms until rk_http_stop. */
+static void *watchdog_main(void *arg)
+{
+    struct rk_app *app = arg;
+    struct http_state *hs = app->http;
+    pthread_mutex_lock(&hs->mu);
+    while (!hs->stop) {
+        watchdog_pass(hs, app->cfg, rk_now_ms());
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 250 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&hs->cv, &hs->mu, &ts);
+    }
+    pthread_mutex_unlock(&hs->mu);
+    return NULL;
+}
+
+/* 1 for the routes that must answer whatever the load (probes and metrics). */
+static int is_health_route(const struct rk_route *route)
+{
+    return route && (!strcmp(route->name, "livez") || !strcmp(route->name, "readyz") ||
+                     !strcmp(route->name, "metrics"));
+}
+
+/* Request-start checks, run once when the headers are complete and the route
+ * is known. Returns 0 to go on, or non-zero after answering. This is the place
+ * for further admission checks (authentication, ...). */
+static int admit_request(struct rk_req *r)
+{
+    struct http_state *hs = r->app->http;
+    if (is_health_route(r->route))
+        return 0;
+    if (atomic_fetch_add(&hs->data_active, 1) >= hs->data_limit) {
+        atomic_fetch_sub(&hs->data_active, 1);
+        rk_req_reply_busy(r, "all connection slots for data routes are in use "
+                             "(server.max_connections minus server.reserved_connections)");
+        return 1;
+    }
+    r->data_slot = 1;
+    return 0;
+}
+
+/* ---- request lifecycle ------------------------------------------------------ */
+
+/* Called by MHD with the raw request URI before anything else. */
+static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct rk_app *app = cls;
+    struct conn_track *t = track_of(conn);
+    if (t && t->phase == PH_KEEPALIVE)
+        track_phase(app->http, t, PH_HEADERS);
+    struct rk_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->app = cls;
+    r->raw_uri = strdup(uri ? uri : "/");
+    r->start_ms = rk_now_ms();
+    return r;
+}
+
+/* Keep a client's X-Request-ID when it is sane; otherwise make one. */
+static void choose_request_id(struct rk_req *r)
+{
+    const char *given = rk_req_header(r, "X-Request-ID");
+    if (given) {
+        size_t n = strlen(given);
+        int ok = n > 0 && n < sizeof r->request_id;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)given[i]) || strchr("-_.:", given[i]);
+        if (ok) {
+            memcpy(r->request_id, given, n + 1);
+            return;
+        }
+    }
+    rk_random_hex(r->request_id, 32);
+}
+
+static int is_websocket_upgrade(struct rk_req *r)
+{
+    const char *up = rk_req_header(r, "Upgrade");
+    return up && strcasestr(up, "websocket") != NULL;
+}
+
+/* Answer 404/405/307 for requests that match no route. */
+static void reply_unrouted(struct rk_req *r, enum rk_match m)
+{
+    if (m == RK_MATCH_BAD_METHOD) {
+        rk_reply_detail(r, 405, "Method Not Allowed");
+        return;
+    }
+    if (m == RK_MATCH_REDIRECT) {
+        struct rk_buf loc = {0};
+        rk_buf_append(&loc, r->path, strlen(r->path) - 1);
+        const char *q = rk_req_raw_query(r);
+        if (*q)
+            rk_buf_printf(&loc, "?%s", q);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(resp, "Location", rk_buf_cstr(&loc));
+        rk_buf_free(&loc);
+        r->outcome = "redirect";
+        rk_req_reply_mhd(r, 307, resp);
+        return;
+    }
+    rk_reply_detail(r, 404, "Not Found");
+}
+
+/* 413 for a JSON body over server.max_body_bytes. */
+static void reply_too_large(struct rk_req *r)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "Request body exceeds the configured limit of %lld bytes (server.max_body_bytes)",
+             (long long)r->app->cfg->server.max_body_bytes);
+    rk_reply_detail(r, 413, msg);
+}
+
+/* 503 busy for a JSON body that does not fit the memory budget. */
+static void reply_body_busy(struct rk_req *r)
+{
+    rk_req_reply_busy(r, "the memory budget for request bodies is in use "
+                         "(server.max_buffered_bytes)");
+}
+
+/* JSON routes: take the budget for the whole declared body at once, so
+ * concurrent bodies are admitted whole or refused whole rather than all
+ * stalling half-charged. Each buffered byte is charged RK_BODY_CHARGE times:
+ * the body, its parsed tree and the copies a handler makes of its strings.
+ * Returns non-zero after answering (never, today: refusals answer at the end). */
+static int reserve_body(struct rk_req *r)
+{
+    if (r->responded || r->route->body_mode != RK_BODY_JSON)
+        return 0;
+    const char *cl = rk_req_header(r, "Content-Length");
+    char *end = NULL;
+    long long n = cl ? strtoll(cl, &end, 10) : 0;
+    if (!cl || end == cl || *end || n <= 0 || n > r->app->cfg->server.max_body_bytes)
+        return 0; /* chunked, empty or too large (413 later): charged as it comes */
+    if (rk_budget_take(&rk_mem_budget, (int64_t)n * RK_BODY_CHARGE) != 0) {
+        /* Read and drop the body (at most max_body_bytes, at min_body_rate),
+         * then answer: a client that writes its whole body before reading
+         * gets the 503 instead of a reset. */
+        r->budget_refused = 1;
+        return 0;
+    }
+    r->budget_charged += (int64_t)n * RK_BODY_CHARGE;
+    r->body_reserved = n;
+    return 0;
+}
+
+static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection *conn,
+                                      const char *url, const char *method, const char *upload_data,
+                                      size_t *upload_data_size, void **con_cls)
+{
+    struct http_state *hs = app->http;
+    struct rk_req *r = *con_cls;
+    if (!r)
+        return MHD_NO;
+
+    if (!r->call) {
+        /* First call: headers are complete. */
+        r->conn = conn;
+        r->method = method;
+        r->path = url;
+        choose_request_id(r);
+        r->call = rk_call_new(r->request_id, rk_req_client_fd(r), 0);
+        atomic_fetch_add(&hs->inflight, 1);
+        rk_metrics_inflight_add(1);
+        /* Security gates (preflight, token, cross-site/content type): cors.c, auth.c. */
+        if (rk_cors_preflight(r))
+            return MHD_YES;
+        enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), &r->route, r);
+        if (m != RK_MATCH_OK)
+            r->route = NULL;
+        if (rk_auth_gate(r)) /* before 404/405: unknown paths are not disclosed either */
+            return MHD_YES;
+        if (m != RK_MATCH_OK) {
+            reply_unrouted(r, m);
+            return MHD_YES;
+        }
+        if (rk_cors_gate(r) || admit_request(r) || reserve_body(r))
+            return MHD_YES;
+        if (r->route->body_mode == RK_BODY_STREAM && r->route->begin && r->route->begin(r))
+            return MHD_YES;
+        if (r->route->websocket && r->route->handler) {
+            r->route->handler(r);
+            if (!r->responded)
+                rk_reply_detail(r, 500, "websocket route produced no response");
+        }
+        return MHD_YES;
+    }
+
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (r->responded)
+            return MHD_YES; /* discard the rest */
+        if (r->auth_refused) {
+            /* Unauthenticated body: drain (bounded, nothing kept) so the client
+             * reads the 401 rather than a reset; past that, answer at once. */
+            r->body_len += n;
+            if (r->body_len > (size_t)16 * 1024 * 1024)
+                rk_auth_reply_refused(r);
+            return MHD_YES;
+        }
+        if (r->body_too_large) {
+            /* Drain a bounded amount so the client reads our 413 instead of
+             * a reset; past that, answer at once and let MHD close. */
+            r->body_len += n;
+            if (r->body_len > (size_t)16 * 1024 * 1024)
+                reply_too_large(r);
+            return MHD_YES;
+        }
+        if (!r->route || r->route->body_mode == RK_BODY_NONE)
+            return MHD_YES;
+        if (r->route->body_mode == RK_BODY_STREAM) {
+            if (r->route->body && r->route->body(r, upload_data, n))
+                r->body_too_large = 1; /* the route stopped reading */
+            return MHD_YES;
+        }
+        int64_t limit = app->cfg->server.max_body_bytes;
+        if ((int64_t)(r->body_len + n) > limit) {
+            r->body_too_large = 1;
+            free(r->body);
+            r->body = NULL;
+            r->body_len = n;
+            return MHD_YES;
+        }
+        if (r->budget_refused)
+            return MHD_YES; /* discard; answered at the end */
+        /* Bytes past the Content-Length reserved at the start (chunked bodies). */
+        int64_t extra = (int64_t)(r->body_len + n) - r->body_reserved;
+        if (extra > 0) {
+            if (rk_budget_take(&rk_mem_budget, extra * RK_BODY_CHARGE) != 0) {
+                free(r->body);
+                r->body = NULL;
+                r->body_len = 0;
+                r->budget_refused = 1;
+                return MHD_YES;
+            }
+            r->budget_charged += extra * RK_BODY_CHARGE;
+            r->body_reserved += extra;
+        }
+        char *nb = realloc(r->body, r->body_len + n + 1);
+        if (!nb) {
+            r->body_too_large = 1;
+            rk_reply_detail(r, 500, "out of memory");
+            return MHD_YES;
+        }
+        r->body = nb;
+        memcpy(r->body + r->body_len, upload_data, n);
+        r->body_len += n;
+        r->body[r->body_len] = '\0';
+        return MHD_YES;
+    }
+
+    /* Final call: the whole body has arrived. */
+    track_phase(app->http, track_of(conn), PH_HANDLER);
+    rk_auth_reply_refused(r); /* a 401 deferred until the body was drained */
+    if (!r->responded && r->budget_refused)
+        reply_body_busy(r);
+    if (!r->responded && r->body_too_large && r->route && r->route->body_mode == RK_BODY_JSON)
+        reply_too_large(r);
+    if (!r->responded && r->route && !r->route->websocket) {
+        r->route->handler(r);
+        if (!r->responded)
+            rk_reply_detail(r, 500, "handler produced no response");
+    }
+    if (!r->responded)
+        rk_reply_detail(r, 500, "no response");
+    return MHD_YES;
+}
+
+/* MHD access callback: the request handling above, with the connection marked
+ * busy while our code runs and the body bytes counted for min_body_rate. */
+static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                      const char *method, const char *version,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **con_cls)
+{
+    (void)version;
+    rku_thread_c_locale(); /* once per connection thread: cheap json-c parses */
+    struct rk_app *app = cls;
+    struct conn_track *t = track_of(conn);
+    struct rk_req *r = *con_cls;
+    if (r && !r->call)
+        track_phase(app->http, t, PH_BODY);
+    size_t n = *upload_data_size;
+    track_busy(app->http, t, 1, 0);
+    enum MHD_Result res =
+        handle_request(app, conn, url, method, upload_data, upload_data_size, con_cls);
+    track_busy(app->http, t, 0, n);
+    /* A WebSocket route has upgraded (or answered): no deadline from here. */
+    if (r && r->route && r->route->websocket)
+        track_phase(app->http, t, PH_HANDLER);
+    return res;
+}
+
+#define RK_ACCESS_SANDBOX_ID_MAX 129
+
+/* The sandbox a request names, for the access log, or NULL: the {id} path
+ * parameter, else the sandbox_id query argument, else a top-level
+ * "sandbox_id" string in a buffered JSON body (found by a scan for the key,
+ * without parsing the body again). Copied into buf, truncated. */
+static const char *request_sandbox_id(struct rk_req *r, char buf[RK_ACCESS_SANDBOX_ID_MAX])
+{
+    const char *v = NULL;
+    if (r->route && strstr(r->route->pattern, "{id}"))
+        v = r->params[0];
+    if (!v && r->conn)
+        v = rk_req_query(r, "sandbox_id");
+    if (v) {
+        snprintf(buf, RK_ACCESS_SANDBOX_ID_MAX, "%s", v);
+        return buf;
+    }
+    if (!r->body || !r->route || r->route->body_mode != RK_BODY_JSON)
+        return NULL;
+    /* Inside JSON strings quotes are escaped, so an unescaped "sandbox_id"
+     * followed by ':' is a key. */
+    for (const char *k = strstr(r->body, "\"sandbox_id\""); k;
+         k = strstr(k + 1, "\"sandbox_id\"")) {
+        const char *p = k + 12;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p != ':')
+            continue;
+        p++;
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+            p++;
+        if (*p != '"')
+            return NULL;
+        p++;
+        size_t n = 0;
+        while (p[n] && p[n] != '"' && p[n] != '\\' && n < RK_ACCESS_SANDBOX_ID_MAX - 1)
+            n++;
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        return n ? buf : NULL;
+    }
+    return NULL;
+}
+
+/* Called by MHD when a request ends (answered, failed or client gone). */
+static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct rk_app *app = cls;
+    struct http_state *hs = app->http;
+    struct rk_req *r = *con_cls;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    if (r->call) {
+        int64_t dur = rk_now_ms() - r->start_ms;
+        const char *route = r->route ? r->route->name : "unrouted";
+        const char *outcome = r->outcome ? r->outcome : "unknown";
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http_status != 101)
+            outcome = "client_closed";
+        rk_metrics_request(route, outcome, r->http_status, dur);
+        char sid[RK_ACCESS_SANDBOX_ID_MAX];
+        struct rk_access_entry e = {.request_id = r->request_id,
+                                    .method = r->method,
+                                    .path = r->path,
+                                    .route = route,
+                                    .outcome = outcome,
+                                    .sandbox_id = request_sandbox_id(r, sid),
+                                    .status = r->http_status,
+                                    .duration_ms = dur,
+                                    .token = r->auth_name[0] ? r->auth_name : NULL};
+        rk_log_access(&e);
+        atomic_fetch_sub(&hs->inflight, 1);
+        rk_metrics_inflight_add(-1);
+    }
+    if (r->data_slot)
+        atomic_fetch_sub(&hs->data_active, 1);
+    rk_budget_give(&rk_mem_budget, r->budget_charged);
+    struct conn_track *t = track_of(conn);
+    if (t && t->phase != PH_KEEPALIVE && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        track_phase(hs, t, PH_KEEPALIVE);
+    if (r->route_ctx_free)
+        r->route_ctx_free(r);
+    rk_call_free(r->call);
+    free(r->body);
+    free(r->param_buf);
+    free(r->raw_uri);
+    free(r->raw_path);
+    free(r);
+}
+
+/* Route libmicrohttpd's own diagnostics into our log. */
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    rk_log(RK_LOG_WARNING, "http: %s", line);
+}
+
+int rk_http_start(struct rk_app *app)
+{
+    struct http_state *hs = calloc(1, sizeof *hs);
+    if (!hs)
+        return -1;
+    app->http = hs;
+    const struct rk_config *cfg = app->cfg;
+    pthread_mutex_init(&hs->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hs->cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | MHD_USE_ITC;
+    const char *host = cfg->server.host;
+    struct MHD_OptionItem tls_opts[3];
+    rk_tls_mhd_options(tls_opts, 3);
+    if (rk_tls_enabled())
+        flags |= MHD_USE_TLS;
+    if (strchr(host, ':')) {
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)cfg->server.port);
+        if (inet_pton(AF_INET6, host, &a6->sin6_addr) != 1) {
+            rk_err("server.host: \"%s\" is not an IPv6 address", host);
+            return -1;
+        }
+        flags |= MHD_USE_IPv6;
+    } else {
+        struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)cfg->server.port);
+        if (inet_pton(AF_INET, host, &a4->sin_addr) != 1) {
+            rk_err("server.host: \"%s\" is not an IPv4 address", host);
+            return -1;
+        }
+    }
+
+    rk_budget_init(cfg->server.max_buffered_bytes, cfg->server.max_spool_bytes);
+    hs->conn_limit = cfg->server.max_connections;
+    hs->data_limit = cfg->server.max_connections - cfg->server.reserved_connections;
+    if (hs->data_limit < 1)
+        hs->data_limit = 1;
+    /* -1 (the default): a quarter of the connections per client address. */
+    int per_ip = cfg->server.per_ip_connections;
+    if (per_ip < 0)
+        per_ip = cfg->server.max_connections / 4 > 0 ? cfg->server.max_connections / 4 : 1;
+
+    hs->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->server.port, NULL, NULL, access_handler, app,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->server.max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)cfg->server.connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)cfg->server.max_header_bytes, MHD_OPTION_THREAD_STACK_SIZE,
+        (size_t)cfg->server.thread_stack_kib * 1024, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
+        app, MHD_OPTION_NOTIFY_CONNECTION, notify_connection_cb, app, MHD_OPTION_ARRAY, tls_opts,
+        MHD_OPTION_END);
+    if (!hs->daemon) {
+        rk_err("cannot listen on %s:%d (address in use or not permitted)", host, cfg->server.port);
+        return -1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(hs->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    hs->port = di ? di->port : cfg->server.port;
+    if (pthread_create(&hs->watchdog, NULL, watchdog_main, app) != 0) {
+        rk_err("cannot start the connection watchdog thread");
+        return -1;
+    }
+    hs->watchdog_started = 1;
+    return 0;
+}
+
+int rk_http_port(const struct rk_app *app)
+{
+    const struct http_state *hs = app->http;
+    return hs ? hs->port : 0;
+}
+
+void rk_http_quiesce(struct rk_app *app)
+{
+    struct http_state *hs = app->http;
+    if (!hs || !hs->daemon || hs->quiesced)
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(hs->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    hs->quiesced = 1;
+}
+
+int rk_http_inflight(const struct rk_app *app)
+{
+    const struct http_state *hs = app->http;
+    return hs ? atomic_load(&((struct http_state *)hs)->inflight) : 0;
+}
+
+void rk_http_stop(struct rk_app *app)
+{
+    struct http_state *hs = app->http;
+    if (!hs)
+        return;
+    if (hs->watchdog_started) {
+        pthread_mutex_lock(&hs->mu);
+        hs->stop = 1;
+        pthread_cond_signal(&hs->cv);
+        pthread_mutex_unlock(&hs->mu);
+        pthread_join(hs->watchdog, NULL);
+    }
+    if (hs->daemon)
+        MHD_stop_daemon(hs->daemon);
+    pthread_mutex_destroy(&hs->mu);
+    pthread_cond_destroy(&hs->cv);
+    free(hs);
+    app->http = NULL;
+}

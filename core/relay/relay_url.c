@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Upstream URLs of the relays: splitting the endpoint's base URL (libcurl's
+ * URL API), building the proxied URL and the WebSocket request target, and
+ * rewriting redirect Locations to stay under the proxy prefix.
+ */
+#include <ctype.h>
+#include <curl/curl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "relay/relay_common.h"
+#include "base/util.h"
+
+/* A part of u as a malloc'd string ("" when the part is absent), or NULL on OOM. */
+static char *url_part(CURLU *u, CURLUPart what)
+{
+    char *v = NULL;
+    if (curl_url_get(u, what, &v, 0) != CURLUE_OK || !v)
+        return rk_xstrdup("");
+    char *copy = rk_xstrdup(v);
+    curl_free(v);
+    return copy;
+}
+
+/* Parse scheme://[user@]host[:port][/path][?query] with libcurl's URL parser
+ * (path kept as is: no dot-segment removal, no re-encoding). */
+int rk_relay_split_url(const char *base, struct rk_url_parts *out)
+{
+    memset(out, 0, sizeof *out);
+    /* curl's own default scheme is https; a bare "host:port/path" means http here. */
+    char *full = strstr(base, "://") ? rk_xstrdup(base) : rk_strdup_printf("http://%s", base);
+    CURLU *u = curl_url();
+    char *scheme = NULL, *port = NULL;
+    int rc = -1;
+    /* curl skips extra slashes ("http:///h"); an empty authority stays refused. */
+    if (strchr("/?#", strstr(full, "://")[3]))
+        goto out;
+    if (!u ||
+        curl_url_set(u, CURLUPART_URL, full,
+                     CURLU_NON_SUPPORT_SCHEME | CURLU_PATH_AS_IS | CURLU_ALLOW_SPACE) != CURLUE_OK)
+        goto out;
+    if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK)
+        goto out;
+    if (!strcasecmp(scheme, "https") || !strcasecmp(scheme, "wss"))
+        out->tls = 1;
+    else if (strcasecmp(scheme, "http") && strcasecmp(scheme, "ws"))
+        goto out;
+    out->host = url_part(u, CURLUPART_HOST);
+    if (!out->host[0])
+        goto out;
+    char *zone = NULL; /* curl splits an IPv6 zone off the host; the URL keeps it */
+    if (out->host[0] == '[' && curl_url_get(u, CURLUPART_ZONEID, &zone, 0) == CURLUE_OK && zone) {
+        char *withzone =
+            rk_strdup_printf("%.*s%%25%s]", (int)strlen(out->host) - 1, out->host, zone);
+        free(out->host);
+        out->host = withzone;
+    }
+    curl_free(zone);
+    /* curl percent-decodes host names: keep control bytes out of Host:. */
+    for (const char *c = out->host; *c; c++)
+        if ((unsigned char)*c <= 0x20 || *c == 0x7f)
+            goto out;
+    out->port = out->tls ? 443 : 80;
+    if (curl_url_get(u, CURLUPART_PORT, &port, 0) == CURLUE_OK && port) {
+        out->port = atoi(port); /* curl has checked 0-65535 */
+        if (out->port < 1)
+            goto out;
+        out->hostport = rk_strdup_printf("%s:%s", out->host, port);
+    } else {
+        out->hostport = rk_xstrdup(out->host);
+    }
+    /* IPv6: curl gives "[addr]"; Host: and the URL keep the brackets, host drops them. */
+    size_t hlen = strlen(out->host);
+    if (out->host[0] == '[' && hlen >= 2 && out->host[hlen - 1] == ']') {
+        memmove(out->host, out->host + 1, hlen - 2);
+        out->host[hlen - 2] = '\0';
+    }
+    out->path = url_part(u, CURLUPART_PATH);
+    size_t plen = strlen(out->path);
+    while (plen > 0 && out->path[plen - 1] == '/')
+        out->path[--plen] = '\0';
+    out->query = url_part(u, CURLUPART_QUERY);
+    rc = 0;
+out:
+    curl_free(scheme);
+    curl_free(port);
+    curl_url_cleanup(u);
+    free(full);
+    if (rc != 0)
+        rk_relay_url_parts_free(out);
+    return rc;
+}
+
+/* Release the strings of a split URL. */
+void rk_relay_url_parts_free(struct rk_url_parts *u)
+{
+    free(u->host);
+    free(u->hostport);
+    free(u->path);
+    free(u->query);
+    memset(u, 0, sizeof *u);
+}
+
+/* Endpoint path + '/' + forwarded path, endpoint query first (B101, B102).
+ * Hand-joined from the parts curl split: the client's raw path and query must
+ * pass byte for byte, without the base's userinfo or fragment. */
+char *rk_relay_build_url(const char *base, const char *fwd, const char *client_query)
+{
+    struct rk_url_parts u;
+    if (rk_relay_split_url(base, &u) != 0)
+        return NULL;
+    int has_cq = client_query && client_query[0];
+    int has_bq = u.query[0] != '\0';
+    char *url = rk_strdup_printf("%s://%s%s/%s%s%s%s%s", u.tls ? "https" : "http", u.hostport,
+                                 u.path, fwd, has_bq || has_cq ? "?" : "", u.query,
+                                 has_bq && has_cq ? "&" : "", has_cq ? client_query : "");
+    rk_relay_url_parts_free(&u);
+    return url;
+}
+
+/* Request-line target of the upstream handshake (no client query). */
+char *rk_relay_ws_request_target(const struct rk_url_parts *u, const char *fwd)
+{
+    return rk_strdup_printf("%s/%s%s%s", u->path, fwd, u->query[0] ? "?" : "", u->query);
+}
+
+/* 1 if s starts with prefix followed by '/', '?', '#' or the end. */
+static int has_path_prefix(const char *s, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (n == 0 || strncmp(s, prefix, n) != 0)
+        return 0;
+    return s[n] == '\0' || s[n] == '/' || s[n] == '?' || s[n] == '#';
+}
+
+/* Keep redirects under the proxy prefix. Hand-written: a Location may be any
+ * text (relative, malformed, another scheme) and must pass unchanged; curl_url
+ * would refuse or normalise what we only cut at the authority. */
+char *rk_relay_rewrite_location(const char *loc, const char *prefix, const char *base_path)
+{
+    const char *rest = loc;
+    size_t slen = 0;
+    while (isalnum((unsigned char)loc[slen]) || loc[slen] == '+' || loc[slen] == '-' ||
+           loc[slen] == '.')
+        slen++;
+    int absolute = 0;
+    if (slen > 0 && isalpha((unsigned char)loc[0]) && strncmp(loc + slen, "://", 3) == 0) {
+        absolute = 1;
+        rest = loc + slen + 3;
+    } else if (loc[0] == '/' && loc[1] == '/') {
+        absolute = 1;
+        rest = loc + 2;
+    }
+    if (absolute) {
+        rest += strcspn(rest, "/?#");
+        if (*rest != '/') {
+            char *tmp = rk_strdup_printf("/%s", rest);
+            char *res = rk_relay_rewrite_location(tmp, prefix, base_path);
+            free(tmp);
+            return res;
+        }
+    }
+    if (rest[0] != '/')
+        return rk_xstrdup(loc);
+    if (base_path && has_path_prefix(rest, base_path)) {
+        rest += strlen(base_path);
+        if (*rest != '/') {
+            char *tmp = rk_strdup_printf("/%s", rest);
+            char *res = rk_relay_rewrite_location(tmp, prefix, NULL);
+            free(tmp);
+            return res;
+        }
+    }
+    if (prefix && has_path_prefix(rest, prefix))
+        return rk_xstrdup(rest);
+    return rk_strdup_printf("%s%s", prefix ? prefix : "", rest);
+}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Private to the store: the backend vtable, the shared error counter and the
+ * helpers both backends use (tokens, the active-state test, registry values). */
+#ifndef RK_STORE_COMMON_H
+#define RK_STORE_COMMON_H
+
+#include "store/store.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+/** Longest sandbox id, session name, claim name or session id accepted. */
+#define RK_STORE_MAX_NAME 256
+/** Hex characters in a reservation token (128 random bits). */
+#define RK_STORE_TOKEN_HEX 32
+/** Most attempts of an optimistic (WATCH/MULTI/EXEC) transaction. */
+#define RK_STORE_MAX_ATTEMPTS 5
+
+/** Backend entry points; arguments are already validated by store_common.c. */
+struct rk_store_ops {
+    void (*close)(struct rk_store *st);
+    rk_store_rc (*ping)(struct rk_store *st, char *err, size_t errlen);
+    rk_store_rc (*get)(struct rk_store *st, const char *id, json_object **out, char *err,
+                       size_t errlen);
+    rk_store_rc (*get_many)(struct rk_store *st, const char *const *ids, size_t n,
+                            json_object **out, char *err, size_t errlen);
+    rk_store_rc (*create)(struct rk_store *st, const char *id, json_object *rec,
+                          int64_t expire_time, char *err, size_t errlen);
+    rk_store_rc (*update)(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
+                          json_object **out, char *err, size_t errlen);
+    rk_store_rc (*list_active)(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                               size_t errlen);
+    rk_store_rc (*touch)(struct rk_store *st, const char *id, int64_t expire_time, char *err,
+                         size_t errlen);
+    rk_store_rc (*expired)(struct rk_store *st, int64_t now, size_t max, char ***ids_out,
+                           size_t *n_out, char *err, size_t errlen);
+    rk_store_rc (*claim)(struct rk_store *st, const char *name, int ttl_s, char *err,
+                         size_t errlen);
+    rk_store_rc (*reserve)(struct rk_store *st, const char *sandbox_id, const char *name, int ttl_s,
+                           const char *token, char *err, size_t errlen);
+    rk_store_rc (*commit)(struct rk_store *st, const char *sandbox_id, const char *name,
+                          const char *token, const char *session_id, char *err, size_t errlen);
+    rk_store_rc (*rollback)(struct rk_store *st, const char *sandbox_id, const char *name,
+                            const char *token, char *err, size_t errlen);
+    rk_store_rc (*session_get)(struct rk_store *st, const char *sandbox_id, const char *name,
+                               char **session_id_out, char *err, size_t errlen);
+    rk_store_rc (*session_remove)(struct rk_store *st, const char *sandbox_id, const char *name,
+                                  const char *expected_session_id, char *err, size_t errlen);
+    rk_store_rc (*session_clear)(struct rk_store *st, const char *sandbox_id, char *err,
+                                 size_t errlen);
+    rk_store_rc (*session_count)(struct rk_store *st, const char *sandbox_id, size_t *n_out,
+                                 char *err, size_t errlen);
+    rk_store_rc (*get_touch)(struct rk_store *st, const char *id, int64_t now_s, json_object **out,
+                             char *mark, size_t marklen, char *err, size_t errlen);
+    rk_store_rc (*set_mark)(struct rk_store *st, const char *value, char *err, size_t errlen);
+    rk_store_rc (*lease)(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                         char *err, size_t errlen);
+    /* issue 14: indexed list pages and per-state counts */
+    rk_store_rc (*list_page)(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                             size_t *n_out, size_t *total_out, char *err, size_t errlen);
+    rk_store_rc (*count_states)(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                                char *err, size_t errlen);
+};
+
+/** Common head of every backend's store object (first member). */
+struct rk_store {
+    const struct rk_store_ops *ops;
+    int shared;
+    atomic_uint_least64_t errors;
+    int64_t deleted_retention_s; /* 0 = keep deleted records forever */
+};
+
+/** Initialise the common head. */
+void rk_store_base_init(struct rk_store *st, const struct rk_store_ops *ops, int shared);
+
+/** Write a formatted message to err (if not NULL) and return RK_STORE_ERROR. */
+rk_store_rc rk_store_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/** 1 if rec's "state" is "pending" or "running". */
+bool rk_store_rec_active(json_object *rec);
+
+/** 1 if rec's "state" is "deleted" (subject to the retention). */
+bool rk_store_rec_deleted(json_object *rec);
+
+/** Read a secret from the first line of path into a malloc'd string (trailing
+ *  CR/LF stripped); NULL with msg filled on failure. The message never
+ *  contains the secret. */
+char *rk_store_read_secret_file(const char *path, char *msg, size_t msglen);
+
+/** Sort key of a record in list order: "<create_time>\x01<id>" (malloc'd;
+ *  byte order equals the list order: create_time, then id). */
+char *rk_store_list_key(json_object *rec, const char *id);
+
+/** Fill out with RK_STORE_TOKEN_HEX random lowercase hex characters + NUL; -1 on failure. */
+int rk_store_new_token(char out[RK_STORE_TOKEN_HEX + 1]);
+
+/** Wall clock in epoch milliseconds. */
+int64_t rk_store_now_ms(void);
+
+/** Registry value of a committed mapping: "s:<session id>" (malloc'd). */
+char *rk_store_session_value(const char *session_id);
+
+/** Registry value of a reservation: "r:<token>:<deadline ms>" (malloc'd). */
+char *rk_store_reservation_value(const char *token, int64_t deadline_ms);
+
+/** 1 if a registry value blocks a new reservation at now_ms: a committed
+ *  mapping, a live reservation, or a reservation with an unparsable deadline. */
+bool rk_store_value_blocks(const char *value, int64_t now_ms);
+
+/** 1 if value is a reservation held by token. */
+bool rk_store_value_is_reservation_of(const char *value, const char *token);
+
+/** Duplicate an array of n strings into a malloc'd array (NULL on OOM). */
+char **rk_store_dup_ids(const char *const *ids, size_t n);
+
+#endif /* RK_STORE_COMMON_H */
