@@ -12,29 +12,6 @@
 #include "engine/http_server.h"
 #include "rkutil.h"
 
-int rk_id_valid(const char *s, size_t len)
-{
-    if (!s || len == 0 || len > RK_ID_MAX)
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
-int rk_session_name_valid(const char *s, size_t len)
-{
-    if (!s || len == 0 || len > RK_ID_MAX)
-        return 0;
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-            return 0;
-    return 1;
-}
-
 /* Apply the identifier rules to a non-empty value of an identifier field. An
  * empty value keeps the route's own handling (Field required / not found). */
 static int id_ok(struct rk_v *v, const char *key, const char *s, size_t len)

@@ -11,6 +11,7 @@
 #include <json-c/json.h>
 #include <stdint.h>
 
+#include "base/ident.h"
 #include "base/util.h"
 
 struct rk_call;
@@ -20,26 +21,8 @@ struct rk_req;
 #define RK_V_REQUIRED 0x1u /* absent -> "Field required" */
 #define RK_V_NONBLANK 0x2u /* strip; empty -> "String should have at least 1 character" */
 
-/*
- * Identifier rules, checked at the API edge on every route (docs/operations.md,
- * "Hostile and careless clients"):
- *   - sandbox ids: 1-128 bytes of [A-Za-z0-9._-]. ROCK's own ids are 32 hex
- *     digits; ids travel into upstream URLs, filters and store keys.
- *   - session names: 1-128 bytes without control characters (ROCK and its
- *     SDKs accept any text, e.g. "default", "bash-1"; names only reach the
- *     session registry, never an upstream URL).
- * Fields named "sandbox_id" / "session" (and the items of "sandbox_ids") read
- * through rk_v_str, rk_v_qstr and rk_v_strlist are checked automatically.
- */
-#define RK_ID_MAX 128
-/** The validation message for a sandbox id that breaks the rule. */
-#define RK_ID_RULE_MSG "String should match pattern '^[A-Za-z0-9._-]{1,128}$'"
-/** The validation message for a session name that breaks the rule. */
-#define RK_SESSION_RULE_MSG "String should have 1 to 128 bytes and no control characters"
-/** 1 if s[0..len) follows the sandbox id rule. */
-int rk_id_valid(const char *s, size_t len);
-/** 1 if s[0..len) follows the session name rule. */
-int rk_session_name_valid(const char *s, size_t len);
+/* The identifier rules (base/ident.h) apply to fields read through rk_v_str,
+ * rk_v_qstr and rk_v_strlist with RK_V_SANDBOX_ID or RK_V_SESSION. */
 
 /** Accumulated validation problems. */
 struct rk_v {

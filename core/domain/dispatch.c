@@ -12,8 +12,7 @@
 #include "domain/record.h"
 #include "store/store.h"
 #include "base/util.h"
-#include "api/validate.h"
-#include "api/validate.h"
+#include "base/ident.h"
 
 /* One row per operation: the gate's whole policy lives in this table. */
 static const struct rk_op_info op_table[RK_OP_COUNT] = {
@@ -201,7 +200,7 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
     memset(t, 0, sizeof *t);
     char err[RK_STORE_ERRLEN];
     /* 0. Defence in depth for routes that read the id without rk_v_* (path
-     *    parameters): the identifier rule of validate.h, before any store call. */
+     *    parameters): the identifier rule of base/ident.h, before any store call. */
     if (sandbox_id && *sandbox_id && !rk_id_valid(sandbox_id, strlen(sandbox_id)))
         return rk_call_set_error(call, RK_E_INVALID, "sandbox_id: " RK_ID_RULE_MSG);
     /* 1. The record must exist. Runtime entry points read it and refresh the
