@@ -19,6 +19,8 @@
 #include "obs/log.h"
 #include "host/plugin_loader.h"
 #include "relay/relay.h"
+#include "api/routes.h"
+#include "engine/router.h"
 #include "store/store.h"
 #include "domain/sweeper.h"
 #include "domain/reconciler.h"
@@ -366,6 +368,10 @@ int main(int argc, char **argv)
         rk_err("cannot open the sandbox store");
         goto out;
     }
+    /* The relay's routes are matched before the API's (its /proxy/{id}/port/...
+     * form wins over the API's /proxy/{id}/{*} stub). */
+    rk_router_use(rk_relay_routes);
+    rk_router_use(rk_api_routes);
     if (rk_http_start(&app) != 0)
         goto out;
     if (rk_sweeper_start(&app) != 0)

@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Route handlers (see router.c for the table). */
+/* The API's route table (route_table.c) and its handlers. */
 #ifndef RK_ROUTES_H
 #define RK_ROUTES_H
 
 #include <stddef.h>
 
+#include "engine/router.h"
+
 struct rk_req;
+
+
+/** The API and operational routes (NULL-pattern terminated), for rk_router_use. */
+extern const struct rk_route rk_api_routes[];
 
 /* routes_lifecycle.c */
 void rk_route_start_async(struct rk_req *r);
@@ -44,7 +50,7 @@ void rk_route_proxy_stub(struct rk_req *r);
 void rk_route_livez(struct rk_req *r);
 void rk_route_readyz(struct rk_req *r);
 void rk_route_metrics(struct rk_req *r);
-void rk_route_openapi(struct rk_req *r); /* GET /openapi.json (issue 16) */
-void rk_route_docs(struct rk_req *r);    /* GET /docs (issue 16) */
+void rk_route_openapi(struct rk_req *r); /* GET /openapi.json */
+void rk_route_docs(struct rk_req *r);    /* GET /docs */
 
 #endif /* RK_ROUTES_H */

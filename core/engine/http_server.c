@@ -153,6 +153,14 @@ const char *rk_req_raw_path(struct rk_req *r)
     return r->raw_path ? r->raw_path : r->path;
 }
 
+void rk_req_set_sandbox(struct rk_req *r, const char *sandbox_id)
+{
+    size_t n = sandbox_id ? strlen(sandbox_id) : 0;
+    if (!r || !rk_id_valid(sandbox_id, n))
+        return;
+    memcpy(r->sandbox_id, sandbox_id, n + 1);
+}
+
 int rk_req_client_fd(struct rk_req *r)
 {
     const union MHD_ConnectionInfo *ci =
@@ -388,8 +396,7 @@ static void *watchdog_main(void *arg)
 /* 1 for the routes that must answer whatever the load (probes and metrics). */
 static int is_health_route(const struct rk_route *route)
 {
-    return route && (!strcmp(route->name, "livez") || !strcmp(route->name, "readyz") ||
-                     !strcmp(route->name, "metrics"));
+    return route && (route->flags & RK_ROUTE_HEALTH);
 }
 
 /* Request-start checks, run once when the headers are complete and the route
@@ -674,10 +681,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
  * without parsing the body again). Copied into buf, truncated. */
 static const char *request_sandbox_id(struct rk_req *r, char buf[RK_ACCESS_SANDBOX_ID_MAX])
 {
+    if (r->sandbox_id[0])
+        return r->sandbox_id;
     const char *v = NULL;
-    if (r->route && strstr(r->route->pattern, "{id}"))
-        v = r->params[0];
-    if (!v && r->conn)
+    if (r->conn)
         v = rk_req_query(r, "sandbox_id");
     if (v) {
         snprintf(buf, RK_ACCESS_SANDBOX_ID_MAX, "%s", v);

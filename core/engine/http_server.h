@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/ident.h"
+
 struct rk_app;
 struct rk_route;
 struct rk_call;
@@ -49,6 +51,9 @@ struct rk_req {
     struct rk_call *call; /* deadline, arena, error slot, request id */
     int64_t start_ms;     /* monotonic start time */
     char request_id[40];  /* from X-Request-ID or generated */
+    /* the sandbox the request names, for the access log: set by the router
+     * (RK_ROUTE_SANDBOX_PARAM) and by the validators (sandbox_id fields) */
+    char sandbox_id[RK_ID_MAX + 1];
     /* body handling */
     char *body; /* buffered body (JSON routes), NUL-terminated */
     size_t body_len;
@@ -59,7 +64,7 @@ struct rk_req {
     int responded;
     unsigned http_status;
     const char *outcome; /* "ok", "failed", "client_error", ... for metrics */
-    /* limits (issue 10) */
+    /* limits and budgets */
     int data_slot;          /* holds one of the data-route slots (not health) */
     int64_t budget_charged; /* bytes taken from rk_mem_budget, given back at the end */
     int64_t body_reserved;  /* body bytes already covered by budget_charged */
@@ -97,6 +102,10 @@ const char *rk_req_raw_query(struct rk_req *r);
 const char *rk_req_raw_path(struct rk_req *r);
 /** Socket of the client connection (for client-gone checks and upgrades). */
 int rk_req_client_fd(struct rk_req *r);
+
+/** Note the sandbox the request names (for the access log); an id that
+ *  breaks the identifier rule (base/ident.h) is not kept. */
+void rk_req_set_sandbox(struct rk_req *r, const char *sandbox_id);
 
 /** Answer 503 with a 5000 envelope "admin is busy: <why>" (a limit was reached). */
 void rk_req_reply_busy(struct rk_req *r, const char *why);

@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Route table and matcher for the ROCK Admin API and the operational endpoints. */
+/*
+ * The route matcher. It knows no route of its own: the layers above hand it
+ * their tables at start-up (rk_router_use; main.c: the relay's routes, then
+ * the API's), and it matches a request against them in that order without
+ * allocating; only the matched route's path parameters are copied.
+ */
 #ifndef RK_ROUTER_H
 #define RK_ROUTER_H
 
@@ -39,8 +44,10 @@ struct rk_route {
 };
 
 /* Route flags. */
-#define RK_ROUTE_VNC 0x1u       /* relay to the fixed VNC port, no port selection */
-#define RK_ROUTE_PORT_PATH 0x2u /* /proxy/{id}/port/{port}/...: sub-path starts at "port/" */
+#define RK_ROUTE_VNC 0x1u           /* relay to the fixed VNC port, no port selection */
+#define RK_ROUTE_PORT_PATH 0x2u     /* /proxy/{id}/port/{port}/...: sub-path starts at "port/" */
+#define RK_ROUTE_HEALTH 0x4u        /* probes and metrics: always admitted, even at the limits */
+#define RK_ROUTE_SANDBOX_PARAM 0x8u /* the first path parameter is a sandbox id */
 
 /** Result of matching a request line. */
 enum rk_match {
@@ -50,11 +57,21 @@ enum rk_match {
     RK_MATCH_REDIRECT = 3, /* trailing slash: redirect to the path without it */
 };
 
-/** Find the route for method+decoded path, filling r->params. */
+/** Find the route for method+decoded path. With r, the matched route's path
+ *  parameters are copied into r->param_buf/r->params, and for a route with
+ *  RK_ROUTE_SANDBOX_PARAM the first one becomes r->sandbox_id. */
 enum rk_match rk_router_match(const char *method, const char *path, int is_websocket,
                               const struct rk_route **route_out, struct rk_req *r);
 
-/** The route table (NULL-pattern terminated), for tests. */
-extern const struct rk_route rk_routes[];
+/** Maximum number of route tables the router holds. */
+#define RK_ROUTER_MAX_TABLES 4
+
+/** Add a route table (NULL-pattern terminated, static storage) after the
+ *  ones added before; tables are tried in that order. Called at start-up,
+ *  before the server runs. Returns 0, or -1 when RK_ROUTER_MAX_TABLES are
+ *  in use already. */
+int rk_router_use(const struct rk_route *table);
+/** Forget every table (tests). */
+void rk_router_reset(void);
 
 #endif /* RK_ROUTER_H */

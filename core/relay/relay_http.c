@@ -1097,7 +1097,7 @@ void rk_relay_http_handler(struct rk_req *r)
     rk_req_reply_mhd(r, (unsigned)px->status, resp);
 }
 
-/* Route table: relay routes are matched before the main table. */
+/* Route table: main.c hands it to the router before the API table. */
 #define P RK_API_PREFIX
 /* A streamed HTTP relay route for any method. */
 #define HTTP_RELAY_ROUTE(pat, nm, msg, fl)                                                         \
@@ -1105,18 +1105,19 @@ void rk_relay_http_handler(struct rk_req *r)
         .method = "*", .pattern = pat, .name = nm, .body_mode = RK_BODY_STREAM,                    \
         .begin = rk_relay_http_begin, .body = rk_relay_http_body,                                  \
         .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE, \
-        .flags = fl                                                                                \
+        .flags = (fl) | RK_ROUTE_SANDBOX_PARAM                                                     \
     }
 
 /* A WebSocket relay route (matched only for Upgrade: websocket requests). */
 #define WS_RELAY_ROUTE(pat, nm, fn, msg, fl)                                                       \
     {                                                                                              \
         .method = "GET", .pattern = pat, .name = nm, .handler = fn, .websocket = 1,                \
-        .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE, .flags = fl                       \
+        .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE,                                   \
+        .flags = (fl) | RK_ROUTE_SANDBOX_PARAM                                                     \
     }
 
 const struct rk_route rk_relay_routes[] = {
-    /* The user-doc form; matched before the admin stub /proxy/{id}/{*} of router.c. */
+    /* The user-doc form; matched before the admin stub /proxy/{id}/{*} of api/route_table.c. */
     HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}", "proxy_port_path", "http proxy failed",
                      RK_ROUTE_PORT_PATH),
     HTTP_RELAY_ROUTE(P "/proxy/{id}/port/{port}/{*}", "proxy_port_path", "http proxy failed",

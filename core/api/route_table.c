@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The ROCK Admin API's route table and the operational endpoints (the relay's
+ * routes are in relay/relay_http.c); main.c hands both to the router. */
+#include "api/routes.h"
+
+#include "engine/envelope.h"
+#include "engine/router.h"
+
+#define P RK_API_PREFIX
+
+/* JSON route helper: method, path, name, handler, failure message, shape. */
+#define JSON_ROUTE(m, pat, nm, fn, msg, shp)                                                       \
+    {                                                                                              \
+        .method = m, .pattern = pat, .name = nm, .body_mode = RK_BODY_JSON, .handler = fn,         \
+        .fail_message = msg, .shape = shp                                                          \
+    }
+#define GET_ROUTE(pat, nm, fn, msg, shp)                                                           \
+    {                                                                                              \
+        .method = "GET", .pattern = pat, .name = nm, .body_mode = RK_BODY_NONE, .handler = fn,     \
+        .fail_message = msg, .shape = shp                                                          \
+    }
+
+const struct rk_route rk_api_routes[] = {
+    GET_ROUTE("/", "root", rk_route_root, NULL, RK_SHAPE_NULL),
+    {.method = "GET",
+     .pattern = "/livez",
+     .name = "livez",
+     .handler = rk_route_livez,
+     .flags = RK_ROUTE_HEALTH},
+    {.method = "GET",
+     .pattern = "/readyz",
+     .name = "readyz",
+     .handler = rk_route_readyz,
+     .flags = RK_ROUTE_HEALTH},
+    {.method = "GET",
+     .pattern = "/metrics",
+     .name = "metrics",
+     .handler = rk_route_metrics,
+     .flags = RK_ROUTE_HEALTH},
+    GET_ROUTE("/openapi.json", "openapi", rk_route_openapi, NULL, RK_SHAPE_NULL),
+    GET_ROUTE("/docs", "docs", rk_route_docs, NULL, RK_SHAPE_NULL),
+    JSON_ROUTE("POST", P "/start_async", "start_async", rk_route_start_async,
+               "async start sandbox failed", RK_SHAPE_START),
+    JSON_ROUTE("POST", P "/start", "start", rk_route_start, "start sandbox failed", RK_SHAPE_START),
+    GET_ROUTE(P "/get_status", "get_status", rk_route_get_status, "get sandbox status failed",
+              RK_SHAPE_SANDBOX_RESPONSE),
+    GET_ROUTE(P "/is_alive", "is_alive", rk_route_is_alive, "get sandbox is alive failed",
+              RK_SHAPE_SANDBOX_RESPONSE),
+    GET_ROUTE(P "/get_sandbox_statistics", "get_sandbox_statistics", rk_route_statistics,
+              "get sandbox statistics failed", RK_SHAPE_SANDBOX_RESPONSE),
+    JSON_ROUTE("POST", P "/execute", "execute", rk_route_execute, "execute command failed",
+               RK_SHAPE_EXECUTE),
+    JSON_ROUTE("POST", P "/create_session", "create_session", rk_route_create_session,
+               "create session failed", RK_SHAPE_CREATE_SESSION),
+    JSON_ROUTE("POST", P "/run_in_session", "run_in_session", rk_route_run_in_session,
+               "run in session failed", RK_SHAPE_RUN_SESSION),
+    JSON_ROUTE("POST", P "/close_session", "close_session", rk_route_close_session,
+               "close session failed", RK_SHAPE_CLOSE_SESSION),
+    JSON_ROUTE("POST", P "/read_file", "read_file", rk_route_read_file, "read file failed",
+               RK_SHAPE_READ_FILE),
+    JSON_ROUTE("POST", P "/write_file", "write_file", rk_route_write_file, "write file failed",
+               RK_SHAPE_WRITE_FILE),
+    {.method = "POST",
+     .pattern = P "/upload",
+     .name = "upload",
+     .body_mode = RK_BODY_STREAM,
+     .begin = rk_route_upload_begin,
+     .body = rk_route_upload_body,
+     .handler = rk_route_upload,
+     .fail_message = "upload file failed",
+     .shape = RK_SHAPE_UPLOAD},
+    JSON_ROUTE("POST", P "/stop", "stop", rk_route_stop, "stop sandbox failed",
+               RK_SHAPE_SANDBOX_RESPONSE),
+    JSON_ROUTE("POST", P "/delete", "delete", rk_route_delete, "delete sandbox failed",
+               RK_SHAPE_SANDBOX_RESPONSE),
+    JSON_ROUTE("POST", P "/restart", "restart", rk_route_restart, "restart sandbox failed",
+               RK_SHAPE_START),
+    {.method = "POST",
+     .pattern = P "/sandboxes/{id}/restart",
+     .name = "restart",
+     .body_mode = RK_BODY_NONE,
+     .handler = rk_route_restart_path,
+     .fail_message = "restart sandbox failed",
+     .shape = RK_SHAPE_START,
+     .flags = RK_ROUTE_SANDBOX_PARAM},
+    {.method = "POST",
+     .pattern = P "/sandboxes/{id}/archive",
+     .name = "archive",
+     .body_mode = RK_BODY_NONE,
+     .handler = rk_route_archive,
+     .fail_message = "archive sandbox failed",
+     .shape = RK_SHAPE_SANDBOX_RESPONSE,
+     .flags = RK_ROUTE_SANDBOX_PARAM},
+    JSON_ROUTE("POST", P "/commit", "commit", rk_route_commit, "commit sandbox failed",
+               RK_SHAPE_SANDBOX_RESPONSE),
+    {.method = "GET",
+     .pattern = P "/commit/{id}",
+     .name = "commit_status",
+     .handler = rk_route_commit_get,
+     .fail_message = "get commit status failed",
+     .shape = RK_SHAPE_SANDBOX_RESPONSE,
+     .flags = RK_ROUTE_SANDBOX_PARAM},
+    GET_ROUTE(P "/sandboxes", "list", rk_route_list, "list sandboxes failed", RK_SHAPE_LIST),
+    JSON_ROUTE("POST", P "/sandboxes/batch", "batch", rk_route_batch,
+               "batch get sandbox status failed", RK_SHAPE_BATCH),
+    GET_ROUTE(P "/get_token", "get_token", rk_route_get_token, "get oss sts token failed",
+              RK_SHAPE_SANDBOX_RESPONSE),
+    {.method = "POST",
+     .pattern = P "/host/proxy/{*}",
+     .name = "host_proxy",
+     .body_mode = RK_BODY_NONE,
+     .handler = rk_route_host_proxy,
+     .fail_message = "host proxy post failed",
+     .shape = RK_SHAPE_SANDBOX_RESPONSE},
+    {.method = "*",
+     .pattern = P "/proxy/{id}/{*}",
+     .name = "proxy_stub",
+     .body_mode = RK_BODY_JSON,
+     .handler = rk_route_proxy_stub,
+     .fail_message = "http proxy failed",
+     .shape = RK_SHAPE_SANDBOX_RESPONSE,
+     .flags = RK_ROUTE_SANDBOX_PARAM},
+    {.pattern = NULL},
+};
