@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "base/app.h"
+#include "access/access.h"
 #include "access/auth.h"
 #include "config/config.h"
 #include "access/cors.h"
@@ -21,7 +22,9 @@
 #include "relay/relay.h"
 #include "api/routes.h"
 #include "engine/router.h"
+#include "obs/metrics.h"
 #include "store/store.h"
+#include "store/store_metrics.h"
 #include "domain/sweeper.h"
 #include "domain/reconciler.h"
 #include "domain/endpoint_cache.h"
@@ -372,6 +375,9 @@ int main(int argc, char **argv)
      * form wins over the API's /proxy/{id}/{*} stub). */
     rk_router_use(rk_relay_routes);
     rk_router_use(rk_api_routes);
+    rk_metrics_set_operator(pl->desc->name, pl->desc->version);
+    rk_metrics_collector_add("store", rk_store_metrics_collect, app.store);
+    rk_access_install();
     if (rk_http_start(&app) != 0)
         goto out;
     if (rk_sweeper_start(&app) != 0)

@@ -21,6 +21,7 @@
 #include "base/app.h"
 #include "config/config.h"
 #include "engine/envelope.h"
+#include "engine/reply.h"
 #include "engine/http_server.h"
 #include "obs/log.h"
 #include "base/util.h"
@@ -433,6 +434,7 @@ int rk_auth_gate(struct rk_req *r)
     if (rk_req_header(r, "Transfer-Encoding") || (cl && strspn(cl, " 0") != strlen(cl))) {
         r->auth_refused = presented ? 2 : 1; /* answered once the body is drained */
         r->outcome = "unauthorized";
+        rk_req_refuse_after_body(r, rk_auth_reply_refused);
         return 1;
     }
     reply_unauthorized(r, presented);

@@ -11,6 +11,7 @@
 #include "base/app.h"
 #include "config/config.h"
 #include "engine/envelope.h"
+#include "engine/reply.h"
 #include "engine/http_server.h"
 #include "engine/router.h"
 

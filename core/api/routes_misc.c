@@ -7,6 +7,7 @@
 #include "api/api_assets.h"
 #include "base/app.h"
 #include "engine/envelope.h"
+#include "engine/reply.h"
 #include "host/host.h"
 #include "engine/http_server.h"
 #include "obs/metrics.h"

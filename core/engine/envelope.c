@@ -1,9 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* The ROCK envelope and failure shapes as JSON (envelope.h); no request state. */
 #include "engine/envelope.h"
-
-#include "host/host.h"
-#include "engine/http_server.h"
-#include "engine/router.h"
 
 int rk_status_rock_code(rk_status st)
 {
@@ -136,39 +133,9 @@ json_object *rk_envelope_failure(const char *message, const char *error, int cod
     return o;
 }
 
-void rk_reply_ok(struct rk_req *r, json_object *result)
-{
-    r->outcome = "success";
-    rk_req_reply_json(r, 200, rk_envelope_success(result));
-}
-
-void rk_reply_error(struct rk_req *r, rk_status st, const char *error)
-{
-    const char *message = r->route ? r->route->fail_message : NULL;
-    enum rk_shape shape = r->route ? (enum rk_shape)r->route->shape : RK_SHAPE_NULL;
-    int code = rk_status_rock_code(st);
-    r->outcome = code == 5000 ? "server_error" : "failed";
-    rk_req_reply_json(r, 200, rk_envelope_failure(message, error, code, shape));
-}
-
-void rk_reply_call_error(struct rk_req *r)
-{
-    rk_status st = rk_call_error_code(r->call);
-    if (st == RK_OK)
-        st = RK_E_INTERNAL;
-    rk_reply_error(r, st, rk_call_error_text(r->call));
-}
-
-void rk_reply_invalid(struct rk_req *r, const char *error)
-{
-    r->outcome = "invalid";
-    rk_req_reply_json(r, 200, rk_envelope_failure("invalid parameter", error, 0, RK_SHAPE_NULL));
-}
-
-void rk_reply_detail(struct rk_req *r, unsigned http_status, const char *detail)
+json_object *rk_envelope_detail(const char *detail)
 {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "detail", json_object_new_string(detail));
-    r->outcome = http_status >= 500 ? "server_error" : "client_error";
-    rk_req_reply_json(r, http_status, o);
+    return o;
 }

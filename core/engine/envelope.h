@@ -2,7 +2,8 @@
 /*
  * The ROCK response envelope {"status","message","error","result"} and the
  * per-route failure result shapes of the wire contract (§2.4). Business and
- * validation errors are HTTP 200 with status "Failed".
+ * validation errors are HTTP 200 with status "Failed". Pure JSON builders:
+ * answering a request with them is reply.h's.
  */
 #ifndef RK_ENVELOPE_H
 #define RK_ENVELOPE_H
@@ -10,8 +11,6 @@
 #include <json-c/json.h>
 
 #include "rock-admin/operator.h"
-
-struct rk_req;
 
 /** The `result` object a route carries on 4000/5000 failures. */
 enum rk_shape {
@@ -40,20 +39,7 @@ json_object *rk_envelope_success(json_object *result);
 json_object *rk_envelope_failure(const char *message, const char *error, int code,
                                  enum rk_shape shape);
 
-/** Reply Success with result (takes ownership). */
-void rk_reply_ok(struct rk_req *r, json_object *result);
-
-/** Reply Failed for status st with text error, using the route's message and
- *  shape (code from rk_status_rock_code). */
-void rk_reply_error(struct rk_req *r, rk_status st, const char *error);
-
-/** Reply Failed for the error recorded on r->call. */
-void rk_reply_call_error(struct rk_req *r);
-
-/** Reply a validation failure: message "invalid parameter", result null. */
-void rk_reply_invalid(struct rk_req *r, const char *error);
-
-/** Reply {"detail": detail} with an HTTP status (404, 405, 400, 413, 500...). */
-void rk_reply_detail(struct rk_req *r, unsigned http_status, const char *detail);
+/** {"detail": detail}: the body of FastAPI-style HTTP errors (404, 405, 413...). */
+json_object *rk_envelope_detail(const char *detail);
 
 #endif /* RK_ENVELOPE_H */

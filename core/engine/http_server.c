@@ -24,9 +24,7 @@
 
 #include "base/app.h"
 #include "base/budget.h"
-#include "access/auth.h"
 #include "config/config.h"
-#include "access/cors.h"
 #include "engine/envelope.h"
 #include "host/host.h"
 #include "obs/log.h"
@@ -170,11 +168,55 @@ int rk_req_client_fd(struct rk_req *r)
 
 /* ---- responses ---------------------------------------------------------------- */
 
-/* Headers every response carries: request id and CORS for listed origins (cors.c). */
+/* ---- admission table ------------------------------------------------------------ */
+
+#define RK_MAX_ADMISSIONS 8
+static const struct rk_admission *admissions[RK_MAX_ADMISSIONS];
+static int nadmissions;
+
+int rk_http_admission_add(const struct rk_admission *a)
+{
+    if (nadmissions >= RK_MAX_ADMISSIONS)
+        return -1;
+    admissions[nadmissions++] = a;
+    return 0;
+}
+
+void rk_http_admission_reset(void)
+{
+    nadmissions = 0;
+}
+
+/* Run the checks registered for one point in registration order; non-zero
+ * when one of them answered (or deferred its refusal). */
+static int admit_at(struct rk_req *r, enum rk_admit_point point)
+{
+    for (int i = 0; i < nadmissions; i++)
+        if (admissions[i]->check && admissions[i]->point == point && admissions[i]->check(r))
+            return 1;
+    return 0;
+}
+
+void rk_req_refuse_after_body(struct rk_req *r, void (*refuse)(struct rk_req *r))
+{
+    r->refusal = refuse;
+}
+
+/* Answer a refusal that waited for the body (once; nothing if answered). */
+static void answer_refusal(struct rk_req *r)
+{
+    if (r->refusal && !r->responded)
+        r->refusal(r);
+}
+
+/* Headers every response carries: the request id, and what the registered
+ * admissions add (CORS headers for listed origins). */
 static void add_common_headers(struct rk_req *r, struct MHD_Response *resp)
 {
     MHD_add_response_header(resp, "X-Request-ID", r->request_id);
-    rk_cors_add_headers(r, resp);
+    for (int i = 0; i < nadmissions; i++)
+        if (admissions[i]->decorate)
+            admissions[i]->decorate(r, resp);
 }
 
 void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp)
@@ -223,6 +265,13 @@ void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body
     }
     MHD_add_response_header(resp, "Content-Type", "application/json");
     rk_req_reply_mhd(r, http_status, resp);
+}
+
+/* A FastAPI-style {"detail"} error of the engine itself (404, 405, 413, 500). */
+static void reply_detail(struct rk_req *r, unsigned http_status, const char *detail)
+{
+    r->outcome = http_status >= 500 ? "server_error" : "client_error";
+    rk_req_reply_json(r, http_status, rk_envelope_detail(detail));
 }
 
 void rk_req_reply_busy(struct rk_req *r, const char *why)
@@ -462,7 +511,7 @@ static int is_websocket_upgrade(struct rk_req *r)
 static void reply_unrouted(struct rk_req *r, enum rk_match m)
 {
     if (m == RK_MATCH_BAD_METHOD) {
-        rk_reply_detail(r, 405, "Method Not Allowed");
+        reply_detail(r, 405, "Method Not Allowed");
         return;
     }
     if (m == RK_MATCH_REDIRECT) {
@@ -479,7 +528,7 @@ static void reply_unrouted(struct rk_req *r, enum rk_match m)
         rk_req_reply_mhd(r, 307, resp);
         return;
     }
-    rk_reply_detail(r, 404, "Not Found");
+    reply_detail(r, 404, "Not Found");
 }
 
 /* 413 for a JSON body over server.max_body_bytes. */
@@ -489,7 +538,7 @@ static void reply_too_large(struct rk_req *r)
     snprintf(msg, sizeof msg,
              "Request body exceeds the configured limit of %lld bytes (server.max_body_bytes)",
              (long long)r->app->cfg->server.max_body_bytes);
-    rk_reply_detail(r, 413, msg);
+    reply_detail(r, 413, msg);
 }
 
 /* 503 busy for a JSON body that does not fit the memory budget. */
@@ -543,26 +592,30 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         r->call = rk_call_new(r->request_id, rk_req_client_fd(r), 0);
         atomic_fetch_add(&hs->inflight, 1);
         rk_metrics_inflight_add(1);
-        /* Security gates (preflight, token, cross-site/content type): cors.c, auth.c. */
-        if (rk_cors_preflight(r))
+        /* The admissions registered by the layers above (access/: CORS
+         * preflight, tokens, cross-site and content type) at their points. */
+        if (admit_at(r, RK_ADMIT_BEFORE_ROUTE))
             return MHD_YES;
-        enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), &r->route, r);
+        struct rk_params params = {.v = r->params, .buf = &r->param_buf};
+        enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), &r->route, &params);
         if (m != RK_MATCH_OK)
             r->route = NULL;
-        if (rk_auth_gate(r)) /* before 404/405: unknown paths are not disclosed either */
+        else if (r->route->flags & RK_ROUTE_SANDBOX_PARAM)
+            rk_req_set_sandbox(r, r->params[0]);
+        if (admit_at(r, RK_ADMIT_MATCHED)) /* before 404/405: unknown paths are not disclosed */
             return MHD_YES;
         if (m != RK_MATCH_OK) {
             reply_unrouted(r, m);
             return MHD_YES;
         }
-        if (rk_cors_gate(r) || admit_request(r) || reserve_body(r))
+        if (admit_at(r, RK_ADMIT_ROUTED) || admit_request(r) || reserve_body(r))
             return MHD_YES;
         if (r->route->body_mode == RK_BODY_STREAM && r->route->begin && r->route->begin(r))
             return MHD_YES;
         if (r->route->websocket && r->route->handler) {
             r->route->handler(r);
             if (!r->responded)
-                rk_reply_detail(r, 500, "websocket route produced no response");
+                reply_detail(r, 500, "websocket route produced no response");
         }
         return MHD_YES;
     }
@@ -572,12 +625,13 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         *upload_data_size = 0;
         if (r->responded)
             return MHD_YES; /* discard the rest */
-        if (r->auth_refused) {
-            /* Unauthenticated body: drain (bounded, nothing kept) so the client
-             * reads the 401 rather than a reset; past that, answer at once. */
+        if (r->refusal) {
+            /* A refused request's body: drain (bounded, nothing kept) so the
+             * client reads the refusal rather than a reset; past that, answer
+             * at once. */
             r->body_len += n;
             if (r->body_len > (size_t)16 * 1024 * 1024)
-                rk_auth_reply_refused(r);
+                answer_refusal(r);
             return MHD_YES;
         }
         if (r->body_too_large) {
@@ -621,7 +675,7 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         char *nb = realloc(r->body, r->body_len + n + 1);
         if (!nb) {
             r->body_too_large = 1;
-            rk_reply_detail(r, 500, "out of memory");
+            reply_detail(r, 500, "out of memory");
             return MHD_YES;
         }
         r->body = nb;
@@ -633,7 +687,7 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
 
     /* Final call: the whole body has arrived. */
     track_phase(app->http, track_of(conn), PH_HANDLER);
-    rk_auth_reply_refused(r); /* a 401 deferred until the body was drained */
+    answer_refusal(r); /* a refusal deferred until the body was drained */
     if (!r->responded && r->budget_refused)
         reply_body_busy(r);
     if (!r->responded && r->body_too_large && r->route && r->route->body_mode == RK_BODY_JSON)
@@ -641,10 +695,10 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
     if (!r->responded && r->route && !r->route->websocket) {
         r->route->handler(r);
         if (!r->responded)
-            rk_reply_detail(r, 500, "handler produced no response");
+            reply_detail(r, 500, "handler produced no response");
     }
     if (!r->responded)
-        rk_reply_detail(r, 500, "no response");
+        reply_detail(r, 500, "no response");
     return MHD_YES;
 }
 

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "base/ident.h"
+#include "engine/router.h"
 
 struct rk_app;
 struct rk_route;
@@ -33,9 +34,6 @@ struct MHD_Connection;
 
 /** Size of rk_req.auth_name (token names are at most 63 characters). */
 #define RK_AUTH_NAME_MAX 64
-
-/** Maximum path parameters a route can capture. */
-#define RK_MAX_PARAMS 4
 
 /** One in-flight HTTP request. */
 struct rk_req {
@@ -73,7 +71,38 @@ struct rk_req {
     char auth_name[RK_AUTH_NAME_MAX]; /* token name for the access log, "-" if none */
     int auth_via_authorization;       /* the Authorization header carried our token */
     int auth_refused; /* 401 owed once the body is drained: 1 no token, 2 a wrong one */
+    /* a refusal an admission check owes once the body is drained (rk_req_refuse_after_body) */
+    void (*refusal)(struct rk_req *r);
 };
+
+/** Where in a request an admission check runs (in this order). */
+enum rk_admit_point {
+    RK_ADMIT_BEFORE_ROUTE = 1, /* headers complete, before routing (CORS preflight) */
+    RK_ADMIT_MATCHED,          /* route looked up, before 404/405 are answered (tokens) */
+    RK_ADMIT_ROUTED,           /* a route was found, before its body is read (origin, type) */
+};
+
+/** An admission check that a layer above the engine registers at start-up
+ *  (access/ registers CORS and token checks). check returns 0 to let the
+ *  request go on, non-zero once it answered the request or deferred its
+ *  refusal (rk_req_refuse_after_body). decorate, when set, adds headers to
+ *  every response. */
+struct rk_admission {
+    const char *name;
+    enum rk_admit_point point;
+    int (*check)(struct rk_req *r);
+    void (*decorate)(struct rk_req *r, struct MHD_Response *resp);
+};
+
+/** Register an admission check (static storage; before rk_http_start).
+ *  Checks of one point run in registration order. 0, or -1 when full. */
+int rk_http_admission_add(const struct rk_admission *a);
+/** Forget every admission check (tests). */
+void rk_http_admission_reset(void);
+/** From an admission check: answer the request with refuse(r) once its
+ *  body has been drained (bounded), so the client reads the refusal rather
+ *  than a reset. */
+void rk_req_refuse_after_body(struct rk_req *r, void (*refuse)(struct rk_req *r));
 
 /** Start listening per app->cfg->server. Returns 0, or -1 with an error logged. */
 int rk_http_start(struct rk_app *app);

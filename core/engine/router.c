@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/http_server.h"
-
 static const struct rk_route *tables[RK_ROUTER_MAX_TABLES];
 static int ntables;
 
@@ -62,8 +60,8 @@ static int match_pattern(const char *pat, const char *path, size_t len,
     return s == end ? np + 1 : 0;
 }
 
-/* Copy the captures into r (one allocation for the matched route only). */
-static int keep_params(struct rk_req *r, const struct rk_route *rt, const struct span *caps, int n)
+/* Copy the captures (one allocation for the matched route only). */
+static int keep_params(struct rk_params *out, const struct span *caps, int n)
 {
     size_t need = 0;
     for (int i = 0; i < n; i++)
@@ -71,24 +69,22 @@ static int keep_params(struct rk_req *r, const struct rk_route *rt, const struct
     char *buf = malloc(need ? need : 1);
     if (!buf)
         return -1;
-    free(r->param_buf);
-    r->param_buf = buf;
-    memset(r->params, 0, sizeof r->params);
+    free(*out->buf);
+    *out->buf = buf;
+    memset(out->v, 0, sizeof(const char *) * RK_MAX_PARAMS);
     for (int i = 0; i < n; i++) {
         memcpy(buf, caps[i].p, caps[i].n);
         buf[caps[i].n] = '\0';
-        r->params[i] = buf;
+        out->v[i] = buf;
         buf += caps[i].n + 1;
     }
-    if ((rt->flags & RK_ROUTE_SANDBOX_PARAM) && n > 0)
-        rk_req_set_sandbox(r, r->params[0]);
     return 0;
 }
 
 /* Try every table; 1 = matched route, 2 = path matched with another method,
  * 0 = no route has this path. */
 static int match_tables(const char *method, const char *path, size_t len, int is_ws,
-                        const struct rk_route **out, struct rk_req *r)
+                        const struct rk_route **out, struct rk_params *params)
 {
     int path_seen = 0;
     for (int t = 0; t < ntables; t++) {
@@ -104,7 +100,7 @@ static int match_tables(const char *method, const char *path, size_t len, int is
                 path_seen = 1;
                 continue;
             }
-            if (r && keep_params(r, rt, caps, m - 1) != 0)
+            if (params && keep_params(params, caps, m - 1) != 0)
                 return 0;
             *out = rt;
             return 1;
@@ -114,10 +110,10 @@ static int match_tables(const char *method, const char *path, size_t len, int is
 }
 
 enum rk_match rk_router_match(const char *method, const char *path, int is_websocket,
-                              const struct rk_route **route_out, struct rk_req *r)
+                              const struct rk_route **route_out, struct rk_params *params)
 {
     size_t n = strlen(path);
-    int a = match_tables(method, path, n, is_websocket, route_out, r);
+    int a = match_tables(method, path, n, is_websocket, route_out, params);
     if (a == 1)
         return RK_MATCH_OK;
     if (a == 2)

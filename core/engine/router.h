@@ -12,6 +12,16 @@
 
 struct rk_req;
 
+/** Maximum path parameters a route can capture. */
+#define RK_MAX_PARAMS 4
+
+/** Where the matched route's path parameters go: v[] points into *buf
+ *  (allocated by the matcher, the previous *buf freed). */
+struct rk_params {
+    const char **v; /* RK_MAX_PARAMS slots */
+    char **buf;
+};
+
 /** The common prefix of every sandbox route. */
 #define RK_API_PREFIX "/apis/envs/sandbox/v1"
 
@@ -57,11 +67,10 @@ enum rk_match {
     RK_MATCH_REDIRECT = 3, /* trailing slash: redirect to the path without it */
 };
 
-/** Find the route for method+decoded path. With r, the matched route's path
- *  parameters are copied into r->param_buf/r->params, and for a route with
- *  RK_ROUTE_SANDBOX_PARAM the first one becomes r->sandbox_id. */
+/** Find the route for method+decoded path. With params, the matched route's
+ *  path parameters are copied there. */
 enum rk_match rk_router_match(const char *method, const char *path, int is_websocket,
-                              const struct rk_route **route_out, struct rk_req *r);
+                              const struct rk_route **route_out, struct rk_params *params);
 
 /** Maximum number of route tables the router holds. */
 #define RK_ROUTER_MAX_TABLES 4

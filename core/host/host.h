@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/status.h"
 #include "rock-admin/operator.h"
 
 /** The host table given to the plugin's init(). */
@@ -52,7 +53,5 @@ int rk_call_deadline_passed(const struct rk_call *call);
 /** The request id. */
 const char *rk_call_request_id(const struct rk_call *call);
 
-/** Generic name of a status ("timeout", "upstream error", ...). */
-const char *rk_status_name(rk_status st);
 
 #endif /* RK_HOST_H */

@@ -15,11 +15,7 @@
 #include <time.h>
 
 #include "base/app.h"
-#include "access/auth.h"
-#include "host/host.h"
-#include "host/plugin_loader.h"
-#include "domain/record.h"
-#include "store/store.h"
+#include "base/status.h"
 #include "base/util.h"
 
 #ifndef PACKAGE_VERSION
@@ -230,18 +226,40 @@ void rk_metrics_store(const char *op, double seconds)
     histo_observe(&store_hist, op, seconds);
 }
 
-/* Count active sandboxes by state from the store's per-state index (O(1)). */
-static void count_states(struct rk_app *app, unsigned long long *pending,
-                         unsigned long long *running, int *ok)
+/* ---- collectors: families that other layers own ------------------------------ */
+
+#define MAX_COLLECTORS 8
+static struct {
+    const char *name;
+    rk_metrics_collector_fn fn;
+    void *arg;
+} collectors[MAX_COLLECTORS];
+static int ncollectors;
+static char operator_name[64], operator_version[64];
+
+int rk_metrics_collector_add(const char *name, rk_metrics_collector_fn fn, void *arg)
 {
-    char err[RK_STORE_ERRLEN];
-    size_t p = 0, n = 0;
-    *ok = rk_store_count_states(app->store, &p, &n, err, sizeof err) == RK_STORE_OK;
-    *pending = p;
-    *running = n;
+    if (ncollectors >= MAX_COLLECTORS || !fn)
+        return -1;
+    collectors[ncollectors].name = name;
+    collectors[ncollectors].fn = fn;
+    collectors[ncollectors].arg = arg;
+    ncollectors++;
+    return 0;
 }
 
-static void render_header(struct rk_buf *out, const char *name, const char *type, const char *help)
+void rk_metrics_collectors_reset(void)
+{
+    ncollectors = 0;
+}
+
+void rk_metrics_set_operator(const char *name, const char *version)
+{
+    snprintf(operator_name, sizeof operator_name, "%s", name ? name : "");
+    snprintf(operator_version, sizeof operator_version, "%s", version ? version : "");
+}
+
+void rk_metrics_family(struct rk_buf *out, const char *name, const char *type, const char *help)
 {
     rk_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -249,7 +267,7 @@ static void render_header(struct rk_buf *out, const char *name, const char *type
 static void render_histo(struct rk_buf *out, struct histo *h, const char *name, const char *label,
                          const char *help)
 {
-    render_header(out, name, "histogram", help);
+    rk_metrics_family(out, name, "histogram", help);
     pthread_mutex_lock(&h->mu);
     for (size_t i = 0; i < h->n; i++) {
         const struct histo_series *s = &h->s[i];
@@ -271,7 +289,7 @@ static void render_histo(struct rk_buf *out, struct histo *h, const char *name, 
 static void render_pairs(struct rk_buf *out, struct pair_counter *c, const char *name,
                          const char *la, const char *lb, const char *help)
 {
-    render_header(out, name, "counter", help);
+    rk_metrics_family(out, name, "counter", help);
     pthread_mutex_lock(&c->mu);
     for (size_t i = 0; i < c->n; i++)
         rk_buf_printf(out, "%s{%s=\"%s\",%s=\"%s\"} %llu\n", name, la, c->s[i].a, lb, c->s[i].b,
@@ -281,21 +299,16 @@ static void render_pairs(struct rk_buf *out, struct pair_counter *c, const char 
 
 void rk_metrics_render(struct rk_app *app, struct rk_buf *out)
 {
-    unsigned long long pending = 0, running = 0;
-    int states_ok = 0;
-    count_states(app, &pending, &running, &states_ok);
     pthread_once(&start_once, record_start);
-
-    const struct rk_operator *d = app->plugin ? app->plugin->desc : NULL;
-    render_header(out, "rock_admin_build_info", "gauge",
-                  "Build and plugin information; the value is always 1.");
+    rk_metrics_family(out, "rock_admin_build_info", "gauge",
+                      "Build and plugin information; the value is always 1.");
     rk_buf_printf(out,
                   "rock_admin_build_info{version=\"%s\",abi=\"%d.%d\",operator=\"%s\","
                   "operator_version=\"%s\"} 1\n",
-                  PACKAGE_VERSION, RK_OPERATOR_ABI_MAJOR, RK_OPERATOR_ABI_MINOR,
-                  d && d->name ? d->name : "", d && d->version ? d->version : "");
-    render_header(out, "rock_admin_process_start_time_seconds", "gauge",
-                  "Start time of the process since the Unix epoch in seconds.");
+                  PACKAGE_VERSION, RK_OPERATOR_ABI_MAJOR, RK_OPERATOR_ABI_MINOR, operator_name,
+                  operator_version);
+    rk_metrics_family(out, "rock_admin_process_start_time_seconds", "gauge",
+                      "Start time of the process since the Unix epoch in seconds.");
     rk_buf_printf(out, "rock_admin_process_start_time_seconds %.3f\n", start_time_s);
 
     render_pairs(out, &requests, "rock_admin_requests_total", "route", "outcome",
@@ -305,31 +318,22 @@ void rk_metrics_render(struct rk_app *app, struct rk_buf *out)
     pthread_mutex_lock(&gauge_mu);
     long long inflight_now = inflight, upstream_now = upstream_inflight;
     pthread_mutex_unlock(&gauge_mu);
-    render_header(out, "rock_admin_inflight_requests", "gauge", "HTTP requests being handled.");
+    rk_metrics_family(out, "rock_admin_inflight_requests", "gauge", "HTTP requests being handled.");
     rk_buf_printf(out, "rock_admin_inflight_requests %lld\n", inflight_now);
 
     render_pairs(out, &upstream_calls, "rock_admin_upstream_calls_total", "op", "outcome",
                  "Operator plugin (upstream) calls by operation and outcome.");
     render_histo(out, &upstream_hist, "rock_admin_upstream_call_duration_seconds", "op",
                  "Operator plugin (upstream) call duration by operation.");
-    render_header(out, "rock_admin_upstream_inflight_calls", "gauge",
-                  "Operator plugin (upstream) calls in progress.");
+    rk_metrics_family(out, "rock_admin_upstream_inflight_calls", "gauge",
+                      "Operator plugin (upstream) calls in progress.");
     rk_buf_printf(out, "rock_admin_upstream_inflight_calls %lld\n", upstream_now);
 
     render_histo(out, &store_hist, "rock_admin_store_duration_seconds", "op",
                  "Store (Redis or in-process) round-trip duration by operation.");
-    render_header(out, "rock_admin_store_errors_total", "counter",
-                  "Failed store (Redis) operations.");
-    rk_buf_printf(out, "rock_admin_store_errors_total %llu\n",
-                  (unsigned long long)rk_store_error_count(app->store));
-
-    render_header(out, "rock_admin_sandboxes", "gauge", "Active sandboxes by state.");
-    if (states_ok)
-        rk_buf_printf(out,
-                      "rock_admin_sandboxes{state=\"pending\"} %llu\n"
-                      "rock_admin_sandboxes{state=\"running\"} %llu\n",
-                      pending, running);
-    render_header(out, "rock_admin_draining", "gauge", "1 while the process drains for shutdown.");
-    rk_buf_printf(out, "rock_admin_draining %d\n", app->draining ? 1 : 0);
-    rk_auth_metrics_render(out);
+    rk_metrics_family(out, "rock_admin_draining", "gauge",
+                      "1 while the process drains for shutdown.");
+    rk_buf_printf(out, "rock_admin_draining %d\n", app && app->draining ? 1 : 0);
+    for (int i = 0; i < ncollectors; i++)
+        collectors[i].fn(collectors[i].arg, out);
 }

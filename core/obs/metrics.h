@@ -34,7 +34,19 @@ void rk_metrics_store(const char *op, double seconds);
 /** The class of a route name for the latency histogram: "ops", "status",
  *  "lifecycle", "command", "file", "proxy" or "other". */
 const char *rk_metrics_route_class(const char *route);
-/** Render the exposition text (sandboxes by state read from the store). */
+/** A collector appends the families a layer above owns to a scrape
+ *  (Prometheus text; rk_metrics_family for the HELP/TYPE lines). */
+typedef void (*rk_metrics_collector_fn)(void *arg, struct rk_buf *out);
+/** Register a collector at start-up; collectors render after the core's
+ *  own families, in registration order. 0, or -1 when the table is full. */
+int rk_metrics_collector_add(const char *name, rk_metrics_collector_fn fn, void *arg);
+/** Forget every collector (tests). */
+void rk_metrics_collectors_reset(void);
+/** The loaded operator's name and version for rock_admin_build_info. */
+void rk_metrics_set_operator(const char *name, const char *version);
+/** Append the "# HELP" and "# TYPE" lines of one family. */
+void rk_metrics_family(struct rk_buf *out, const char *name, const char *type, const char *help);
+/** Render the exposition text: the core's families, then every collector's. */
 void rk_metrics_render(struct rk_app *app, struct rk_buf *out);
 
 #endif /* RK_METRICS_H */

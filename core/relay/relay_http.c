@@ -45,6 +45,7 @@
 #include "domain/dispatch.h"
 #include "domain/endpoint_cache.h"
 #include "engine/envelope.h"
+#include "engine/reply.h"
 #include "host/host.h"
 #include "engine/http_server.h"
 #include "obs/log.h"

@@ -31,6 +31,7 @@
 #include "config/config.h"
 #include "domain/dispatch.h"
 #include "engine/envelope.h"
+#include "engine/reply.h"
 #include "host/host.h"
 #include "engine/http_server.h"
 #include "obs/log.h"
