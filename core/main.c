@@ -185,7 +185,7 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
 
 /* File descriptors per connection (client socket + upstream connection) and a reserve for
  * pooled connections, Redis, plugins and logs: server.max_connections is checked against the
- * descriptor limit with these (issue 15). */
+ * descriptor limit with these. */
 #define FDS_PER_CONNECTION 2
 #define FDS_RESERVE 1024
 
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
     /* No glibc fastbins: a request frees many small objects, and every later allocation of
      * 1 KiB or more (response buffers, the call arena) then ran malloc_consolidate over them
      * (3% of get_status CPU). Freed chunks past the per-thread cache go straight to the normal
-     * bins instead (issue 15: get_status 2-3% cheaper, measured). */
+     * bins instead (get_status 2-3% cheaper, measured). */
     mallopt(M_MXFAST, 0);
     const char *cfg_path = getenv("ROCK_CONFIG");
     const char *port_opt = NULL;

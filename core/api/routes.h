@@ -9,7 +9,6 @@
 
 struct rk_req;
 
-
 /** The API and operational routes (NULL-pattern terminated), for rk_router_use. */
 extern const struct rk_route rk_api_routes[];
 

@@ -79,7 +79,7 @@ const struct core_key rk_core_keys[] = {
     {"server", "max_read_bytes", CT_I64, F(server.max_read_bytes), 0, INT64_MAX, 0, NULL},
     {"server", "drain_timeout", CT_INT, F(server.drain_timeout_s), 0, INT_MAX, 0, NULL},
     {"server", "thread_stack_kib", CT_INT, F(server.thread_stack_kib), 64, INT_MAX / 1024, 0, NULL},
-    /* issue 10: limits against hostile and careless clients */
+    /* limits against hostile and careless clients */
     {"server", "max_buffered_bytes", CT_I64, F(server.max_buffered_bytes), 0, INT64_MAX, 0, NULL},
     {"server", "max_spool_bytes", CT_I64, F(server.max_spool_bytes), 0, INT64_MAX, 0, NULL},
     {"server", "header_timeout", CT_INT, F(server.header_timeout_s), 1, INT_MAX, 0, NULL},
@@ -103,10 +103,10 @@ const struct core_key rk_core_keys[] = {
     {"runtime", "session_reservation_ttl", CT_INT, F(runtime.session_reservation_ttl_s), 1, INT_MAX,
      0, NULL},
     {"runtime", "start_wait", CT_INT, F(runtime.start_wait_s), 0, INT_MAX, 0, NULL},
-    /* issue 13: the core owns command deadlines (timeout + this grace). */
+    /* the core owns command deadlines (timeout + this grace). */
     {"runtime", "command_timeout_margin", CT_INT, F(runtime.command_timeout_margin_s), 0, 86400, 0,
      NULL},
-    /* issue 12: X-Key allow-list of /archive (comma-separated; unset = any key) */
+    /* X-Key allow-list of /archive (comma-separated; unset = any key) */
     {"runtime", "archive_keys", CT_STR, F(runtime.archive_keys), 0, 0, CKF_SECRET, NULL},
     {"redis", "host", CT_STR, F(redis.host), 0, 0, 0, NULL},
     {"redis", "port", CT_INT, F(redis.port), 1, 65535, 0, NULL},
@@ -116,7 +116,7 @@ const struct core_key rk_core_keys[] = {
     {"redis", "timeout_ms", CT_INT, F(redis.timeout_ms), 1, INT_MAX, 0, NULL},
     {"redis", "pool_size", CT_INT, F(redis.pool_size), 1, INT_MAX, 0, NULL},
     {"redis", "key_prefix", CT_STR, F(redis.key_prefix), 0, 0, 0, NULL},
-    /* issue 14: Sentinel, ACL, secrets from files, WAIT, retention */
+    /* Sentinel, ACL, secrets from files, WAIT, retention */
     {"redis", "sentinels", CT_LIST, F(redis.sentinels), 0, 0, 0, NULL},
     {"redis", "master_name", CT_STR, F(redis.master_name), 0, 0, 0, NULL},
     {"redis", "username", CT_STR, F(redis.username), 0, 0, 0, NULL},
@@ -134,11 +134,11 @@ const struct core_key rk_core_keys[] = {
     {"proxy", "timeout", CT_INT, F(proxy.timeout_s), 1, INT_MAX, 0, NULL},
     {"proxy", "connect_timeout", CT_INT, F(proxy.connect_timeout_s), 1, INT_MAX, 0, NULL},
     {"log", "level", CT_LEVEL, F(log.level), 0, 0, 0, NULL},
-    /* issue 15: state from a reconciler; proxy endpoint cache */
+    /* state from a reconciler; proxy endpoint cache */
     {"runtime", "reconcile_interval_ms", CT_INT, F(perf.reconcile_interval_ms), 0, INT_MAX, 0,
      NULL},
     {"proxy", "endpoint_cache_ttl_ms", CT_INT, F(perf.proxy_endpoint_ttl_ms), 0, INT_MAX, 0, NULL},
-    /* issue 16: log.format */
+    /* log.format */
     {"log", "format", CT_LOGFMT, F(log.format), 0, 0, 0, NULL},
 };
 
@@ -155,7 +155,7 @@ static const char *const core_sections[] = {"server",    "runtime", "redis",
 
 /* Accepted log levels. */
 static const char *const log_levels[] = {"error", "warning", "info", "debug", NULL};
-/* Accepted log formats (issue 16). */
+/* Accepted log formats. */
 static const char *const log_formats[] = {"text", "json", NULL};
 
 /* Pointer to the field of cfg described by k. */
@@ -201,9 +201,9 @@ struct rk_config *rk_config_defaults(void)
     c->runtime.sweep_interval_s = 30;
     c->runtime.session_reservation_ttl_s = 120;
     c->runtime.start_wait_s = 85;
-    c->runtime.command_timeout_margin_s = 30; /* issue 13 */
-    c->perf.reconcile_interval_ms = 1000;     /* issue 15 */
-    c->perf.proxy_endpoint_ttl_ms = 5000;     /* issue 15 */
+    c->runtime.command_timeout_margin_s = 30;
+    c->perf.reconcile_interval_ms = 1000;
+    c->perf.proxy_endpoint_ttl_ms = 5000;
     c->redis.host = rk_config_strdup("");
     c->redis.port = 6379;
     c->redis.password = rk_config_strdup("");
@@ -211,7 +211,7 @@ struct rk_config *rk_config_defaults(void)
     c->redis.connect_timeout_ms = 1000;
     c->redis.timeout_ms = 2000;
     c->redis.pool_size =
-        64; /* issue 15: >= wrk -c64 concurrency; waiting for a connection costs more */
+        64; /* >= wrk -c64 concurrency; waiting for a connection costs more */
     c->redis.key_prefix = rk_config_strdup("rock:");
     c->redis.sentinels = rk_config_calloc(1, sizeof(char *));
     c->redis.master_name = rk_config_strdup("");
@@ -385,7 +385,7 @@ static void apply_strlist(struct loader *L, const struct core_key *k, int line,
     *(char ***)field(L->cfg, k) = list;
 }
 
-/* Cross-key checks of the redis HA keys (issue 14): every sentinel is
+/* Cross-key checks of the redis HA keys: every sentinel is
  * host:port (IPv6 as [addr]:port) and master_name is set with sentinels. */
 static void check_redis_ha(struct loader *L)
 {

@@ -56,7 +56,7 @@ struct rk_config {
         int64_t max_read_bytes;   /* /read_file content, default 64 MiB */
         int drain_timeout_s;      /* SIGTERM drain deadline, default 30 */
         int thread_stack_kib;     /* per-connection thread stack, default 256 */
-        /* issue 10: limits against hostile and careless clients */
+        /* limits against hostile and careless clients */
         int64_t max_buffered_bytes; /* global budget for buffered bodies/responses, 512 MiB */
         int64_t max_spool_bytes;    /* total /upload spool, default 1 GiB; 0 = unlimited */
         int header_timeout_s;       /* request line + headers deadline, default 15 */
@@ -81,7 +81,7 @@ struct rk_config {
         int session_reservation_ttl_s;  /* default 120 */
         int start_wait_s;               /* /start waits this long, default 85 */
         int command_timeout_margin_s;   /* grace after a command timeout, default 30 */
-        /* issue 12 */
+        /* /archive access */
         char *archive_keys; /* X-Key allow-list of /archive, comma-separated; NULL = any */
     } runtime;
     struct {
@@ -93,7 +93,7 @@ struct rk_config {
         int timeout_ms;         /* default 2000 */
         int pool_size;          /* default 64 */
         char *key_prefix;       /* default "rock:" */
-        /* issue 14: high availability */
+        /* high availability */
         char **sentinels;             /* NULL-terminated "host:port" list (empty = fixed host) */
         char *master_name;            /* sentinel master name */
         char *username;               /* ACL user ("" = default user) */
@@ -114,11 +114,11 @@ struct rk_config {
     } proxy;
     struct {
         char *level;  /* error|warning|info|debug, default info */
-        char *format; /* text|json, default text (issue 16) */
+        char *format; /* text|json, default text */
     } log;
     struct {
-        int reconcile_interval_ms; /* issue 15: reconciler pass period, default 1000; 0 = off */
-        int proxy_endpoint_ttl_ms; /* issue 15: proxy endpoint cache TTL, default 5000 */
+        int reconcile_interval_ms; /* reconciler pass period, default 1000; 0 = off */
+        int proxy_endpoint_ttl_ms; /* proxy endpoint cache TTL, default 5000 */
     } perf;
     struct rk_cfg_raw_section *sections; /* unknown top-level sections, raw */
     size_t n_sections;

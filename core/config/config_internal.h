@@ -58,7 +58,7 @@ enum core_type {
     CT_DOUBLE, /* double > 0 */
     CT_SIZE,   /* char *, a size like "64g" */
     CT_LEVEL,  /* char *, a log level */
-    CT_LOGFMT, /* char *, a log format: text|json (issue 16) */
+    CT_LOGFMT, /* char *, a log format: text|json */
     CT_OPTYPE, /* char *, [a-z0-9_]+ */
     CT_ANY,    /* accepted and ignored (ROCK compatibility) */
     CT_LIST,   /* char **, NULL-terminated, from a sequence of strings */

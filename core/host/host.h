@@ -53,5 +53,4 @@ int rk_call_deadline_passed(const struct rk_call *call);
 /** The request id. */
 const char *rk_call_request_id(const struct rk_call *call);
 
-
 #endif /* RK_HOST_H */

@@ -15,7 +15,7 @@ static enum rk_log_format log_format = RK_LOG_FORMAT_TEXT;
 
 static const char *const level_names[] = {"error", "warning", "info", "debug"};
 
-/* Rate limit of repeated identical lines (issue 15: libmicrohttpd's accept error at the
+/* Rate limit of repeated identical lines (libmicrohttpd's accept error at the
  * descriptor limit was logged ~800,000 times per second). A line identical to the previous
  * one within LOG_REPEAT_WINDOW_MS of its last written copy is counted instead of written;
  * the count is written as "last message repeated N times" before the next different line

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Hostile and careless clients (issue 10), tried from the outside against a
+"""Hostile and careless clients, tried from the outside against a
 real rock-admin + redis-server + the OpenSandbox simulator on loopback:
 
 - crafted ids (`&`, `=`, `%26`, NUL, over-long) get a validation error naming
@@ -14,7 +14,7 @@ real rock-admin + redis-server + the OpenSandbox simulator on loopback:
 - proxy paths: NUL and dot-segment spellings refused;
 - numbers out of range rejected with a 4000 naming the field and the range.
 
-The 64 MiB early-answer proxy case is in test_proxy.py (issue 15).
+The 64 MiB early-answer proxy case is in test_proxy.py.
 """
 import json
 import os

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The whole ROCK lifecycle on OpenSandbox (issue 12), end to end through
+"""The whole ROCK lifecycle on OpenSandbox, end to end through
 rock-admin + the OpenSandbox simulator + a real redis-server, in every
 opensandbox.stop_mode:
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Observability (issue 16): a live /metrics passes `promtool check metrics`
+"""Observability: a live /metrics passes `promtool check metrics`
 and carries the documented families; log.format: json writes one JSON object
 per line with the access fields; /openapi.json serves api/openapi.json and
 /docs is a self-contained page."""

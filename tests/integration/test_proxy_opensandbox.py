@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Service proxy (issue 6) against applications running INSIDE sandboxes of the
+"""Service proxy against applications running INSIDE sandboxes of the
 OpenSandbox backend: a real redis-server, the OpenSandbox simulator
 (tests/opensandbox-sim) and rock-admin with operator_type opensandbox, all on
 127.0.0.1. The applications (a python HTTP server, a node `ws` echo server)

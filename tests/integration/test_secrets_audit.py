@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Secrets audit (issue 11): rock-admin runs with a token file, an OpenSandbox
+"""Secrets audit: rock-admin runs with a token file, an OpenSandbox
 API key, the egress sidecar's token handed out by the backend and a canary in
 its own environment, at log level debug. Every route is driven with the right
 token, a wrong one and none, along its failure paths (bad bodies, unknown

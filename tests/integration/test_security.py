@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Who may drive sandboxes (issue 11): bearer-token authentication on every
+"""Who may drive sandboxes: bearer-token authentication on every
 route, token reload on SIGHUP, `-t` checks, CORS allow-list, the JSON
 content-type policy, and the OpenSandbox egress credential. Real rock-admin
 processes over loopback sockets; clients send headers exactly as the ROCK SDKs

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Bash sessions on OpenSandbox end to end (issue 5): a real redis-server, the
+"""Bash sessions on OpenSandbox end to end: a real redis-server, the
 OpenSandbox simulator and two rock-admin processes A and B on different ports
 sharing the session-name registry in Redis.
 

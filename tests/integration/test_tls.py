@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""HTTPS (issue 11): rock-admin with server.tls_cert_file / tls_key_file,
+"""HTTPS: rock-admin with server.tls_cert_file / tls_key_file,
 a test CA generated at test time with openssl, Python's ssl module as the
 client. The SDK flow over https://, the WebSocket proxy over wss://, the
 certificate reloaded on SIGHUP, and `-t` refusing broken pairs.

@@ -251,7 +251,7 @@ class Admin(Process):
         wait_until(alive, timeout, 0.1, "sandbox %s alive" % sid)
 
 
-# ---- response recording (issue 16, opt-in) ----------------------------------
+# ---- response recording (opt-in) ----------------------------------
 # With ROCK_RECORD_RESPONSES=DIR every response rock-admin gives to
 # Admin.request() is appended to DIR/<test>.jsonl; tests/api/openapi-responses.js
 # later validates them all against api/openapi.json.

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Helpers for the security tests (issue 11): clients that send headers exactly
+"""Helpers for the security tests: clients that send headers exactly
 as the ROCK SDKs do, over http:// or https://, a hand-written WebSocket client
 and echo server (python3 stdlib only), and a test CA made with openssl.
 

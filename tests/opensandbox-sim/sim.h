@@ -171,7 +171,7 @@ struct sim_faults {
     int64_t cut_stream_after; /* events; -1 = off */
     int64_t stall_stream_after;
     int64_t drop_create_reply_count;
-    /* Pause/resume and snapshot switches (issue 12). */
+    /* Pause/resume and snapshot switches. */
     bool pause_unsupported, pause_fail, resume_fail, paused_execd_refuse;
     int64_t pause_delay_ms, resume_delay_ms;
     bool snapshot_unsupported, snapshot_fail, restore_fail;

@@ -695,7 +695,7 @@ static void test_dump(void **state)
     rk_config_free(c);
 }
 
-/* Redis HA keys (issue 14): sentinels as a sequence of host:port,
+/* Redis HA keys: sentinels as a sequence of host:port,
  * master_name required with them, bad addresses named, secrets hidden. */
 static void test_redis_ha_keys(void **state)
 {

@@ -403,7 +403,7 @@ static void create_idle(struct rk_store *st, const char *id, int minutes, int64_
 }
 
 /* get_touch: the record, its deadline moved to now + auto_clear_time (never backwards, only
- * for active records), and the reconciler's mark, in one call (issue 15). */
+ * for active records), and the reconciler's mark, in one call. */
 static void test_get_touch(void **state)
 {
     struct tctx *tc = *state;
@@ -1065,7 +1065,7 @@ static void test_redis_open_and_unreachable(void **state)
     rk_store_close(st);
 }
 
-/* ---- issue 14: retention, ACL, secrets from files, WAIT, Sentinel ---------- */
+/* ---- retention, ACL, secrets from files, WAIT, Sentinel ---------- */
 
 /* Retry op until it returns want or timeout_ms passes; returns the last rc. */
 static rk_store_rc poll_get(struct rk_store *st, const char *id, rk_store_rc want, int timeout_ms)
