@@ -33,174 +33,10 @@
 #include "rkutil.h"
 #include "engine/tls.h"
 #include "base/util.h"
-
-/* What a connection is waiting for (the watchdog's view of it). */
-enum conn_phase {
-    PH_HEADERS,   /* a new connection: request line and headers (header_timeout) */
-    PH_BODY,      /* headers done, body arriving (min_body_rate) */
-    PH_HANDLER,   /* our handler runs or the response is being sent: no deadline */
-    PH_KEEPALIVE, /* between requests on a persistent connection */
-};
-
-/* One open connection, tracked for deadlines and eviction. Fields are guarded
- * by http_state.mu; the connection thread and the watchdog both touch them. */
-struct conn_track {
-    struct conn_track *prev, *next;
-    int fd;
-    enum conn_phase phase;
-    int64_t phase_start_ms;
-    int64_t busy_ms;    /* time spent inside our access handler during this phase */
-    int64_t busy_since; /* non-zero while inside it */
-    uint64_t body_bytes;
-    int closing; /* the watchdog shut the socket down */
-};
+#include "engine/engine_internal.h"
 
 /* Each buffered JSON body byte is charged this many times to the memory budget. */
 #define RK_BODY_CHARGE 3
-
-struct http_state {
-    struct MHD_Daemon *daemon;
-    int port;
-    atomic_int inflight;
-    int quiesced;
-    /* limits */
-    int conn_limit;         /* MHD connection limit (server.max_connections) */
-    int data_limit;         /* data-route requests admitted at once */
-    atomic_int data_active; /* data-route requests being served */
-    pthread_mutex_t mu;     /* guards conns, nconns, stop */
-    pthread_cond_t cv;
-    struct conn_track *conns; /* newest first */
-    int nconns;
-    int stop;
-    pthread_t watchdog;
-    int watchdog_started;
-};
-
-/* ---- request accessors ------------------------------------------------------ */
-
-const char *rk_req_header(struct rk_req *r, const char *name)
-{
-    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
-}
-
-/* Iteration state for finding the last value of a query key. */
-struct last_ctx {
-    const char *name;
-    const char *value;
-};
-
-static enum MHD_Result last_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-                               const char *value)
-{
-    (void)kind;
-    struct last_ctx *c = cls;
-    if (key && strcmp(key, c->name) == 0)
-        c->value = value ? value : "";
-    return MHD_YES;
-}
-
-const char *rk_req_query(struct rk_req *r, const char *name)
-{
-    /* ROCK (Starlette) takes the last value of a repeated key. */
-    struct last_ctx c = {name, NULL};
-    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, last_cb, &c);
-    return c.value;
-}
-
-struct each_ctx {
-    void (*fn)(void *ctx, const char *k, const char *v);
-    void *ctx;
-};
-
-static enum MHD_Result each_cb(void *cls, enum MHD_ValueKind kind, const char *key,
-                               const char *value)
-{
-    (void)kind;
-    struct each_ctx *e = cls;
-    e->fn(e->ctx, key, value ? value : "");
-    return MHD_YES;
-}
-
-void rk_req_query_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
-                       void *ctx)
-{
-    struct each_ctx e = {fn, ctx};
-    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, each_cb, &e);
-}
-
-void rk_req_header_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
-                        void *ctx)
-{
-    struct each_ctx e = {fn, ctx};
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, each_cb, &e);
-}
-
-const char *rk_req_raw_query(struct rk_req *r)
-{
-    const char *q = r->raw_uri ? strchr(r->raw_uri, '?') : NULL;
-    return q ? q + 1 : "";
-}
-
-const char *rk_req_raw_path(struct rk_req *r)
-{
-    if (!r->raw_path) {
-        const char *u = r->raw_uri ? r->raw_uri : r->path;
-        const char *q = strchr(u, '?');
-        r->raw_path = q ? strndup(u, (size_t)(q - u)) : strdup(u);
-    }
-    return r->raw_path ? r->raw_path : r->path;
-}
-
-void rk_req_set_sandbox(struct rk_req *r, const char *sandbox_id)
-{
-    size_t n = sandbox_id ? strlen(sandbox_id) : 0;
-    if (!r || !rk_id_valid(sandbox_id, n))
-        return;
-    memcpy(r->sandbox_id, sandbox_id, n + 1);
-}
-
-int rk_req_client_fd(struct rk_req *r)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? ci->connect_fd : -1;
-}
-
-/* ---- responses ---------------------------------------------------------------- */
-
-/* ---- admission table ------------------------------------------------------------ */
-
-#define RK_MAX_ADMISSIONS 8
-static const struct rk_admission *admissions[RK_MAX_ADMISSIONS];
-static int nadmissions;
-
-int rk_http_admission_add(const struct rk_admission *a)
-{
-    if (nadmissions >= RK_MAX_ADMISSIONS)
-        return -1;
-    admissions[nadmissions++] = a;
-    return 0;
-}
-
-void rk_http_admission_reset(void)
-{
-    nadmissions = 0;
-}
-
-/* Run the checks registered for one point in registration order; non-zero
- * when one of them answered (or deferred its refusal). */
-static int admit_at(struct rk_req *r, enum rk_admit_point point)
-{
-    for (int i = 0; i < nadmissions; i++)
-        if (admissions[i]->check && admissions[i]->point == point && admissions[i]->check(r))
-            return 1;
-    return 0;
-}
-
-void rk_req_refuse_after_body(struct rk_req *r, void (*refuse)(struct rk_req *r))
-{
-    r->refusal = refuse;
-}
 
 /* Answer a refusal that waited for the body (once; nothing if answered). */
 static void answer_refusal(struct rk_req *r)
@@ -209,237 +45,11 @@ static void answer_refusal(struct rk_req *r)
         r->refusal(r);
 }
 
-/* Headers every response carries: the request id, and what the registered
- * admissions add (CORS headers for listed origins). */
-static void add_common_headers(struct rk_req *r, struct MHD_Response *resp)
-{
-    MHD_add_response_header(resp, "X-Request-ID", r->request_id);
-    for (int i = 0; i < nadmissions; i++)
-        if (admissions[i]->decorate)
-            admissions[i]->decorate(r, resp);
-}
-
-void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp)
-{
-    if (r->responded) {
-        MHD_destroy_response(resp);
-        return;
-    }
-    add_common_headers(r, resp);
-    r->responded = 1;
-    r->http_status = http_status;
-    if (!r->outcome)
-        r->outcome = http_status < 400   ? "success"
-                     : http_status < 500 ? "client_error"
-                                         : "server_error";
-    if (MHD_queue_response(r->conn, http_status, resp) != MHD_YES)
-        rk_warn("request %s: cannot queue the response", r->request_id);
-    MHD_destroy_response(resp);
-}
-
-/* Responses up to this size are not charged to the memory budget: they are
- * bounded by the connection count, and error replies must always get out. */
-#define RK_UNCHARGED_REPLY_BYTES (64 * 1024)
-
-void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body)
-{
-    size_t len = 0;
-    const char *text = json_object_to_json_string_length(
-        body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
-    if (len > RK_UNCHARGED_REPLY_BYTES && !r->responded) {
-        /* The copy MHD keeps until the client has read it. */
-        if (rk_budget_take(&rk_mem_budget, (int64_t)len) != 0) {
-            json_object_put(body);
-            rk_req_reply_busy(r, "the response does not fit the memory budget "
-                                 "(server.max_buffered_bytes)");
-            return;
-        }
-        r->budget_charged += (int64_t)len;
-    }
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
-    json_object_put(body);
-    if (!resp) {
-        rk_err("request %s: out of memory building a response", r->request_id);
-        return;
-    }
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    rk_req_reply_mhd(r, http_status, resp);
-}
-
 /* A FastAPI-style {"detail"} error of the engine itself (404, 405, 413, 500). */
 static void reply_detail(struct rk_req *r, unsigned http_status, const char *detail)
 {
     r->outcome = http_status >= 500 ? "server_error" : "client_error";
     rk_req_reply_json(r, http_status, rk_envelope_detail(detail));
-}
-
-void rk_req_reply_busy(struct rk_req *r, const char *why)
-{
-    char msg[256];
-    snprintf(msg, sizeof msg, "admin is busy: %s; retry later", why);
-    const char *message = r->route ? r->route->fail_message : NULL;
-    enum rk_shape shape = r->route ? (enum rk_shape)r->route->shape : RK_SHAPE_NULL;
-    r->outcome = "busy";
-    rk_req_reply_json(r, 503, rk_envelope_failure(message, msg, 5000, shape));
-}
-
-/* ---- connection guard: deadlines, reserve, eviction ------------------------------ */
-
-/* The tracker of conn (set when MHD reported the connection). */
-static struct conn_track *track_of(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        conn ? MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
-    return ci ? ci->socket_context : NULL;
-}
-
-/* Enter a phase (under the lock). */
-static void track_phase(struct http_state *hs, struct conn_track *t, enum conn_phase ph)
-{
-    if (!t)
-        return;
-    pthread_mutex_lock(&hs->mu);
-    t->phase = ph;
-    t->phase_start_ms = rk_now_ms();
-    t->busy_ms = 0;
-    t->body_bytes = 0;
-    pthread_mutex_unlock(&hs->mu);
-}
-
-/* Mark the connection as inside (busy = 1) or outside our access handler;
- * add n body bytes. Time inside our code never counts against the client. */
-static void track_busy(struct http_state *hs, struct conn_track *t, int busy, size_t n)
-{
-    if (!t)
-        return;
-    pthread_mutex_lock(&hs->mu);
-    int64_t now = rk_now_ms();
-    if (busy) {
-        t->busy_since = now;
-    } else if (t->busy_since) {
-        t->busy_ms += now - t->busy_since;
-        t->busy_since = 0;
-    }
-    t->body_bytes += n;
-    pthread_mutex_unlock(&hs->mu);
-}
-
-/* MHD connection start/close: keep the tracker list. */
-static void notify_connection_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
-                                 enum MHD_ConnectionNotificationCode toe)
-{
-    struct rk_app *app = cls;
-    struct http_state *hs = app->http;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        struct conn_track *t = calloc(1, sizeof *t);
-        if (!t)
-            return;
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        t->fd = ci ? ci->connect_fd : -1;
-        t->phase = PH_HEADERS;
-        t->phase_start_ms = rk_now_ms();
-        pthread_mutex_lock(&hs->mu);
-        t->next = hs->conns;
-        if (t->next)
-            t->next->prev = t;
-        hs->conns = t;
-        hs->nconns++;
-        pthread_mutex_unlock(&hs->mu);
-        *socket_context = t;
-        return;
-    }
-    struct conn_track *t = *socket_context;
-    if (!t)
-        return;
-    /* MHD reports the close before it closes the socket, so the watchdog never
-     * shuts down a descriptor that was reused. */
-    pthread_mutex_lock(&hs->mu);
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        hs->conns = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    hs->nconns--;
-    pthread_mutex_unlock(&hs->mu);
-    *socket_context = NULL;
-    free(t);
-}
-
-/* Shut a connection down (under the lock); its MHD thread then closes it. */
-static void track_kill(struct conn_track *t, const char *why)
-{
-    if (t->closing || t->fd < 0)
-        return;
-    t->closing = 1;
-    rk_info("closing a connection: %s", why);
-    shutdown(t->fd, SHUT_RDWR);
-}
-
-/* One watchdog pass (under the lock). */
-static void watchdog_pass(struct http_state *hs, const struct rk_config *cfg, int64_t now)
-{
-    int64_t header_ms = (int64_t)cfg->server.header_timeout_s * 1000;
-    int64_t keepalive_ms = ((int64_t)cfg->server.connection_timeout_s + 1) * 1000 + header_ms;
-    int64_t rate = cfg->server.min_body_rate;
-    for (struct conn_track *t = hs->conns; t; t = t->next) {
-        int64_t age = now - t->phase_start_ms;
-        if (t->closing || t->busy_since)
-            continue;
-        if (t->phase == PH_HEADERS && age > header_ms) {
-            track_kill(t, "header_timeout");
-        } else if (t->phase == PH_KEEPALIVE && age > keepalive_ms) {
-            track_kill(t, "header_timeout");
-        } else if (t->phase == PH_BODY && rate > 0) {
-            /* After a grace of header_timeout, the body must average min_body_rate. */
-            int64_t eff = age - t->busy_ms - header_ms;
-            if (eff > 0 && (double)t->body_bytes < (double)eff / 1000.0 * (double)rate)
-                track_kill(t, "min_body_rate");
-        }
-    }
-    /* Keep server.reserved_connections slots free for health probes: when the
-     * connection table is that full, close the connections that have been
-     * sending headers the longest (over a second: real clients send them at once). */
-    int want_free = cfg->server.reserved_connections;
-    int live = 0;
-    for (struct conn_track *t = hs->conns; t; t = t->next)
-        live += !t->closing;
-    while (want_free > 0 && hs->conn_limit - live < want_free) {
-        struct conn_track *oldest = NULL;
-        for (struct conn_track *t = hs->conns; t; t = t->next)
-            if (!t->closing && !t->busy_since &&
-                (t->phase == PH_HEADERS || t->phase == PH_KEEPALIVE) &&
-                now - t->phase_start_ms > 1000 &&
-                (!oldest || t->phase_start_ms < oldest->phase_start_ms))
-                oldest = t;
-        if (!oldest)
-            break;
-        track_kill(oldest, "reserve");
-        live--;
-    }
-}
-
-/* Watchdog thread: a pass every 250 ms until rk_http_stop. */
-static void *watchdog_main(void *arg)
-{
-    struct rk_app *app = arg;
-    struct http_state *hs = app->http;
-    pthread_mutex_lock(&hs->mu);
-    while (!hs->stop) {
-        watchdog_pass(hs, app->cfg, rk_now_ms());
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 250 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&hs->cv, &hs->mu, &ts);
-    }
-    pthread_mutex_unlock(&hs->mu);
-    return NULL;
 }
 
 /* 1 for the routes that must answer whatever the load (probes and metrics). */
@@ -472,9 +82,9 @@ static int admit_request(struct rk_req *r)
 static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     struct rk_app *app = cls;
-    struct conn_track *t = track_of(conn);
+    struct conn_track *t = rk_track_of(conn);
     if (t && t->phase == PH_KEEPALIVE)
-        track_phase(app->http, t, PH_HEADERS);
+        rk_track_phase(app->http, t, PH_HEADERS);
     struct rk_req *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
@@ -594,7 +204,7 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         rk_metrics_inflight_add(1);
         /* The admissions registered by the layers above (access/: CORS
          * preflight, tokens, cross-site and content type) at their points. */
-        if (admit_at(r, RK_ADMIT_BEFORE_ROUTE))
+        if (rk_admission_run(r, RK_ADMIT_BEFORE_ROUTE))
             return MHD_YES;
         struct rk_params params = {.v = r->params, .buf = &r->param_buf};
         enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), &r->route, &params);
@@ -602,13 +212,14 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
             r->route = NULL;
         else if (r->route->flags & RK_ROUTE_SANDBOX_PARAM)
             rk_req_set_sandbox(r, r->params[0]);
-        if (admit_at(r, RK_ADMIT_MATCHED)) /* before 404/405: unknown paths are not disclosed */
+        if (rk_admission_run(
+                r, RK_ADMIT_MATCHED)) /* before 404/405: unknown paths are not disclosed */
             return MHD_YES;
         if (m != RK_MATCH_OK) {
             reply_unrouted(r, m);
             return MHD_YES;
         }
-        if (admit_at(r, RK_ADMIT_ROUTED) || admit_request(r) || reserve_body(r))
+        if (rk_admission_run(r, RK_ADMIT_ROUTED) || admit_request(r) || reserve_body(r))
             return MHD_YES;
         if (r->route->body_mode == RK_BODY_STREAM && r->route->begin && r->route->begin(r))
             return MHD_YES;
@@ -686,7 +297,7 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
     }
 
     /* Final call: the whole body has arrived. */
-    track_phase(app->http, track_of(conn), PH_HANDLER);
+    rk_track_phase(app->http, rk_track_of(conn), PH_HANDLER);
     answer_refusal(r); /* a refusal deferred until the body was drained */
     if (!r->responded && r->budget_refused)
         reply_body_busy(r);
@@ -712,18 +323,18 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     (void)version;
     rku_thread_c_locale(); /* once per connection thread: cheap json-c parses */
     struct rk_app *app = cls;
-    struct conn_track *t = track_of(conn);
+    struct conn_track *t = rk_track_of(conn);
     struct rk_req *r = *con_cls;
     if (r && !r->call)
-        track_phase(app->http, t, PH_BODY);
+        rk_track_phase(app->http, t, PH_BODY);
     size_t n = *upload_data_size;
-    track_busy(app->http, t, 1, 0);
+    rk_track_busy(app->http, t, 1, 0);
     enum MHD_Result res =
         handle_request(app, conn, url, method, upload_data, upload_data_size, con_cls);
-    track_busy(app->http, t, 0, n);
+    rk_track_busy(app->http, t, 0, n);
     /* A WebSocket route has upgraded (or answered): no deadline from here. */
     if (r && r->route && r->route->websocket)
-        track_phase(app->http, t, PH_HANDLER);
+        rk_track_phase(app->http, t, PH_HANDLER);
     return res;
 }
 
@@ -805,9 +416,9 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (r->data_slot)
         atomic_fetch_sub(&hs->data_active, 1);
     rk_budget_give(&rk_mem_budget, r->budget_charged);
-    struct conn_track *t = track_of(conn);
+    struct conn_track *t = rk_track_of(conn);
     if (t && t->phase != PH_KEEPALIVE && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        track_phase(hs, t, PH_KEEPALIVE);
+        rk_track_phase(hs, t, PH_KEEPALIVE);
     if (r->route_ctx_free)
         r->route_ctx_free(r);
     rk_call_free(r->call);
@@ -891,7 +502,7 @@ int rk_http_start(struct rk_app *app)
         (size_t)cfg->server.max_header_bytes, MHD_OPTION_THREAD_STACK_SIZE,
         (size_t)cfg->server.thread_stack_kib * 1024, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-        app, MHD_OPTION_NOTIFY_CONNECTION, notify_connection_cb, app, MHD_OPTION_ARRAY, tls_opts,
+        app, MHD_OPTION_NOTIFY_CONNECTION, rk_track_notify_cb, app, MHD_OPTION_ARRAY, tls_opts,
         MHD_OPTION_END);
     if (!hs->daemon) {
         rk_err("cannot listen on %s:%d (address in use or not permitted)", host, cfg->server.port);
@@ -899,7 +510,7 @@ int rk_http_start(struct rk_app *app)
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(hs->daemon, MHD_DAEMON_INFO_BIND_PORT);
     hs->port = di ? di->port : cfg->server.port;
-    if (pthread_create(&hs->watchdog, NULL, watchdog_main, app) != 0) {
+    if (pthread_create(&hs->watchdog, NULL, rk_watchdog_main, app) != 0) {
         rk_err("cannot start the connection watchdog thread");
         return -1;
     }

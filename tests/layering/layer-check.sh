@@ -15,18 +15,24 @@ plant() { # name; then a fresh copy of core/ and plugins/ in $tmp/$1
     cp -R "$src/core" "$src/plugins" "$tmp/$1/"
     chmod -R u+w "$tmp/$1"
 }
-expect_fail() { # name, expected text
-    if out=$(python3 "$check" "$tmp/$1" 2>&1); then
-        echo "FAIL: the layer check passed on a tree with $1"
+expect_fail() { # name, texts that one line of the refusal must all contain
+    name=$1
+    shift
+    if out=$(python3 "$check" "$tmp/$name" 2>&1); then
+        echo "FAIL: the layer check passed on a tree with $name"
         exit 1
     fi
-    case $out in
-    *"$2"*) echo "ok: $1 refused: $(echo "$out" | grep -F "$2" | head -n 1)" ;;
-    *)
-        echo "FAIL: $1 refused without naming it: $out"
-        exit 1
-        ;;
-    esac
+    line=$(echo "$out" | grep -F -- "$1" | head -n 1)
+    for want in "$@"; do
+        case $line in
+        *"$want"*) ;;
+        *)
+            echo "FAIL: $name refused without naming '$want': $out"
+            exit 1
+            ;;
+        esac
+    done
+    echo "ok: $name refused: $line"
 }
 
 # An upward include: the store (layer 3) reaching into the relay (layer 9).
@@ -34,10 +40,11 @@ plant upward
 printf '#include "relay/relay.h"\n' >>"$tmp/upward/core/store/store_metrics.c"
 expect_fail upward "core/store/store_metrics.c: includes \"relay/relay.h\": layer 'store' may not include the higher layer 'relay'"
 
-# A circle inside one layer: two engine modules including each other.
+# A circle inside one layer: two engine modules including each other (reply.c
+# includes envelope.h already).
 plant circle
-printf '#include "engine/http_server.h"\n' >>"$tmp/circle/core/engine/router.c"
-expect_fail circle "include circle between modules: core/engine/http_server <-> core/engine/router"
+printf '#include "engine/reply.h"\n' >>"$tmp/circle/core/engine/envelope.c"
+expect_fail circle "include circle between modules:" "core/engine/envelope <->" "core/engine/reply"
 
 # A plugin that includes a core header.
 plant plugin

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The request object: accessors and answers (request.h). */
+#include "engine/request.h"
+
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/budget.h"
+#include "engine/admission.h"
+#include "engine/envelope.h"
+#include "obs/log.h"
+
+const char *rk_req_header(struct rk_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+/* Iteration state for finding the last value of a query key. */
+struct last_ctx {
+    const char *name;
+    const char *value;
+};
+
+static enum MHD_Result last_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    (void)kind;
+    struct last_ctx *c = cls;
+    if (key && strcmp(key, c->name) == 0)
+        c->value = value ? value : "";
+    return MHD_YES;
+}
+
+const char *rk_req_query(struct rk_req *r, const char *name)
+{
+    /* ROCK (Starlette) takes the last value of a repeated key. */
+    struct last_ctx c = {name, NULL};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, last_cb, &c);
+    return c.value;
+}
+
+struct each_ctx {
+    void (*fn)(void *ctx, const char *k, const char *v);
+    void *ctx;
+};
+
+static enum MHD_Result each_cb(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
+{
+    (void)kind;
+    struct each_ctx *e = cls;
+    e->fn(e->ctx, key, value ? value : "");
+    return MHD_YES;
+}
+
+void rk_req_query_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                       void *ctx)
+{
+    struct each_ctx e = {fn, ctx};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, each_cb, &e);
+}
+
+void rk_req_header_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                        void *ctx)
+{
+    struct each_ctx e = {fn, ctx};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, each_cb, &e);
+}
+
+const char *rk_req_raw_query(struct rk_req *r)
+{
+    const char *q = r->raw_uri ? strchr(r->raw_uri, '?') : NULL;
+    return q ? q + 1 : "";
+}
+
+const char *rk_req_raw_path(struct rk_req *r)
+{
+    if (!r->raw_path) {
+        const char *u = r->raw_uri ? r->raw_uri : r->path;
+        const char *q = strchr(u, '?');
+        r->raw_path = q ? strndup(u, (size_t)(q - u)) : strdup(u);
+    }
+    return r->raw_path ? r->raw_path : r->path;
+}
+
+void rk_req_set_sandbox(struct rk_req *r, const char *sandbox_id)
+{
+    size_t n = sandbox_id ? strlen(sandbox_id) : 0;
+    if (!r || !rk_id_valid(sandbox_id, n))
+        return;
+    memcpy(r->sandbox_id, sandbox_id, n + 1);
+}
+
+int rk_req_client_fd(struct rk_req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+void rk_req_refuse_after_body(struct rk_req *r, void (*refuse)(struct rk_req *r))
+{
+    r->refusal = refuse;
+}
+
+/* ---- responses ---------------------------------------------------------------- */
+
+/* Headers every response carries: the request id, and what the registered
+ * admissions add (CORS headers for listed origins). */
+static void add_common_headers(struct rk_req *r, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "X-Request-ID", r->request_id);
+    rk_admission_decorate(r, resp);
+}
+
+void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp)
+{
+    if (r->responded) {
+        MHD_destroy_response(resp);
+        return;
+    }
+    add_common_headers(r, resp);
+    r->responded = 1;
+    r->http_status = http_status;
+    if (!r->outcome)
+        r->outcome = http_status < 400   ? "success"
+                     : http_status < 500 ? "client_error"
+                                         : "server_error";
+    if (MHD_queue_response(r->conn, http_status, resp) != MHD_YES)
+        rk_warn("request %s: cannot queue the response", r->request_id);
+    MHD_destroy_response(resp);
+}
+
+/* Responses up to this size are not charged to the memory budget: they are
+ * bounded by the connection count, and error replies must always get out. */
+#define RK_UNCHARGED_REPLY_BYTES (64 * 1024)
+
+void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body)
+{
+    size_t len = 0;
+    const char *text = json_object_to_json_string_length(
+        body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+    if (len > RK_UNCHARGED_REPLY_BYTES && !r->responded) {
+        /* The copy MHD keeps until the client has read it. */
+        if (rk_budget_take(&rk_mem_budget, (int64_t)len) != 0) {
+            json_object_put(body);
+            rk_req_reply_busy(r, "the response does not fit the memory budget "
+                                 "(server.max_buffered_bytes)");
+            return;
+        }
+        r->budget_charged += (int64_t)len;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+    json_object_put(body);
+    if (!resp) {
+        rk_err("request %s: out of memory building a response", r->request_id);
+        return;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/json");
+    rk_req_reply_mhd(r, http_status, resp);
+}
+
+void rk_req_reply_busy(struct rk_req *r, const char *why)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "admin is busy: %s; retry later", why);
+    const char *message = r->route ? r->route->fail_message : NULL;
+    enum rk_shape shape = r->route ? (enum rk_shape)r->route->shape : RK_SHAPE_NULL;
+    r->outcome = "busy";
+    rk_req_reply_json(r, 503, rk_envelope_failure(message, msg, 5000, shape));
+}

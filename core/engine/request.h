@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * One HTTP request as handlers see it: struct rk_req, its accessors and its
+ * answers. It lives until the connection finishes the response. A handler
+ * answers with rk_req_reply_json() or installs its own libmicrohttpd response
+ * with rk_req_reply_mhd(); every response carries X-Request-ID and the
+ * headers the admission checks add.
+ */
+#ifndef RK_REQUEST_H
+#define RK_REQUEST_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/ident.h"
+#include "engine/router.h"
+
+struct rk_app;
+struct rk_route;
+struct rk_call;
+struct MHD_Response;
+struct MHD_Connection;
+
+/** Size of rk_req.auth_name (token names are at most 63 characters). */
+#define RK_AUTH_NAME_MAX 64
+
+/** One in-flight HTTP request. */
+struct rk_req {
+    struct rk_app *app;
+    struct MHD_Connection *conn;
+    const struct rk_route *route;
+    const char *method;                /* "GET", ... */
+    const char *path;                  /* percent-decoded path without the query */
+    char *raw_uri;                     /* as received: raw path + "?" + raw query */
+    char *raw_path;                    /* raw_uri up to '?' (lazily split) */
+    const char *params[RK_MAX_PARAMS]; /* decoded path parameters (point into param_buf) */
+    char *param_buf;
+    struct rk_call *call; /* deadline, arena, error slot, request id */
+    int64_t start_ms;     /* monotonic start time */
+    char request_id[40];  /* from X-Request-ID or generated */
+    /* the sandbox the request names, for the access log: set by the router
+     * (RK_ROUTE_SANDBOX_PARAM) and by the validators (sandbox_id fields) */
+    char sandbox_id[RK_ID_MAX + 1];
+    /* body handling */
+    char *body; /* buffered body (JSON routes), NUL-terminated */
+    size_t body_len;
+    int body_too_large;
+    void *route_ctx;                          /* streaming routes' private state */
+    void (*route_ctx_free)(struct rk_req *r); /* called when the request ends */
+    /* response */
+    int responded;
+    unsigned http_status;
+    const char *outcome; /* "ok", "failed", "client_error", ... for metrics */
+    /* limits and budgets */
+    int data_slot;          /* holds one of the data-route slots (not health) */
+    int64_t budget_charged; /* bytes taken from rk_mem_budget, given back at the end */
+    int64_t body_reserved;  /* body bytes already covered by budget_charged */
+    int budget_refused;     /* the body did not fit the budget: answer busy at the end */
+    /* authentication (auth.c) */
+    char auth_name[RK_AUTH_NAME_MAX]; /* token name for the access log, "-" if none */
+    int auth_via_authorization;       /* the Authorization header carried our token */
+    int auth_refused; /* 401 owed once the body is drained: 1 no token, 2 a wrong one */
+    /* a refusal an admission check owes once the body is drained (rk_req_refuse_after_body) */
+    void (*refusal)(struct rk_req *r);
+};
+
+/** From an admission check: answer the request with refuse(r) once its
+ *  body has been drained (bounded), so the client reads the refusal rather
+ *  than a reset. */
+void rk_req_refuse_after_body(struct rk_req *r, void (*refuse)(struct rk_req *r));
+
+/** Request header value (case-insensitive) or NULL. */
+const char *rk_req_header(struct rk_req *r, const char *name);
+/** Decoded query argument or NULL. (Last value wins for repeated keys.) */
+const char *rk_req_query(struct rk_req *r, const char *name);
+/** Call fn for every query argument (decoded) in order. */
+void rk_req_query_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                       void *ctx);
+/** Call fn for every request header in order. */
+void rk_req_header_each(struct rk_req *r, void (*fn)(void *ctx, const char *k, const char *v),
+                        void *ctx);
+/** Raw query string (after '?', not decoded) or "" */
+const char *rk_req_raw_query(struct rk_req *r);
+/** Raw path (before '?', not decoded). */
+const char *rk_req_raw_path(struct rk_req *r);
+/** Socket of the client connection (for client-gone checks and upgrades). */
+int rk_req_client_fd(struct rk_req *r);
+
+/** Note the sandbox the request names (for the access log); an id that
+ *  breaks the identifier rule (base/ident.h) is not kept. */
+void rk_req_set_sandbox(struct rk_req *r, const char *sandbox_id);
+
+/** Answer 503 with a 5000 envelope "admin is busy: <why>" (a limit was reached). */
+void rk_req_reply_busy(struct rk_req *r, const char *why);
+
+/** Answer with a JSON body (takes ownership of body). */
+void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body);
+/** Answer with a prepared libmicrohttpd response (takes ownership). */
+void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp);
+
+#endif /* RK_REQUEST_H */
