@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Private to core/store/: what the files of the Redis store share. The store object and its
+ * connection pool, a command, a checked-out connection, and the functions each file offers
+ * the others:
+ *   store_redis.c           the store object: settings, open and close, the ops table
+ *   store_redis_conn.c      the connection pool and Sentinel discovery
+ *   store_redis_cmd.c       commands: argument vectors, run, pipeline, EVALSHA, WAIT
+ *   store_redis_lua.c       the Lua scripts and their SCRIPT LOAD digests
+ *   store_redis_records.c   sandbox records: get, create, update, touch, get_touch
+ *   store_redis_index.c     the active, idle-deadline, list and per-state indexes
+ *   store_redis_sessions.c  the session-name registry
+ *   store_redis_lease.c     claims, leases and the reconciler's mark
+ * The key layout is described in store_redis.c. */
+#ifndef RK_STORE_REDIS_INTERNAL_H
+#define RK_STORE_REDIS_INTERNAL_H
+
+#include "store/store_common.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PREFIX_MAX 64
+#define KEY_MAX (PREFIX_MAX + RK_STORE_MAX_NAME + 16)
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define MAX_ARGS 16
+#define SENTINEL_BACKOFF_MAX_MS 1000 /* retry faster while a failover settles */
+#define GET_CHUNK 1000               /* ids per get_many round trip */
+#define INDEX_RECHECK_MS 60000       /* how often list/count re-check index:v2 */
+#define HOST_MAX 256
+
+/* One sentinel address. */
+struct sentinel_addr {
+    char host[HOST_MAX];
+    int port;
+};
+
+/* The Redis store and its connection pool. */
+struct redis_store {
+    struct rk_store base;
+    char *host;
+    char *password;
+    int port;
+    int db;
+    int connect_timeout_ms;
+    int op_timeout_ms;
+    int pool_size;
+    char prefix[PREFIX_MAX + 1];
+    char *username;                  /* NULL = default user */
+    char *master_name;               /* sentinel mode only */
+    char *sentinel_username;         /* NULL = no AUTH user for sentinels */
+    char *sentinel_password;         /* NULL = no AUTH for sentinels */
+    struct sentinel_addr *sentinels; /* NULL = fixed host */
+    int n_sentinels;
+    int min_replicas_ack; /* 0 = no WAIT */
+    int wait_timeout_ms;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    redisContext **idle; /* pool_size slots */
+    int n_idle;
+    int busy;            /* checked out or connecting */
+    int64_t retry_at_ms; /* monotonic; no new connection before this */
+    int backoff_ms;      /* 0 while healthy */
+    char last_err[128];
+    char cur_host[HOST_MAX]; /* the master in use (guarded by mu) */
+    int cur_port;
+    bool master_known;     /* sentinel mode: cur_host/cur_port are current */
+    int next_sentinel;     /* ask this one first */
+    int64_t index_seen_ms; /* monotonic time index:v2 was last seen; 0 = never */
+};
+
+/* One command: argument vectors for redisCommandArgv. */
+struct cmd {
+    int argc;
+    const char *argv[MAX_ARGS];
+    size_t lens[MAX_ARGS];
+};
+
+/* A checked-out connection plus the caller's SIGPIPE state. */
+struct rop {
+    struct redis_store *rs;
+    redisContext *c;
+    bool broken;
+    bool pipe_was_pending;
+    sigset_t old_mask;
+};
+
+/* Return the Redis store behind the interface pointer. */
+static inline struct redis_store *rkr_store(struct rk_store *st)
+{
+    return (struct redis_store *)st;
+}
+
+/* ---- store_redis_conn.c: connection pool and Sentinel discovery ---- */
+
+/** Free the contexts in list. */
+void rkr_free_contexts(redisContext **list, int n);
+/** Check out a connection (connecting lazily, with the pool's backoff); waits at most
+ *  op_timeout_ms for a free slot. */
+rk_store_rc rkr_op_begin(struct redis_store *rs, struct rop *op, char *err, size_t errlen);
+/** Return a connection to the pool (a broken one is freed with every idle one). */
+void rkr_op_end(struct rop *op);
+/** Describe a connection-level failure and mark the connection broken. */
+rk_store_rc rkr_io_fail(struct rop *op, char *err, size_t errlen);
+/** Describe an error reply (the connection stays usable). */
+rk_store_rc rkr_reply_fail(const redisReply *r, char *err, size_t errlen);
+/** redisGetReply for a blocking context, reading into a small stack buffer first. */
+int rkr_get_reply(redisContext *c, void **reply);
+/** Send n commands in one round trip and read every reply into replies[i]; on failure
+ *  nothing needs freeing. */
+rk_store_rc rkr_op_pipeline(struct rop *op, const struct cmd *cmds, size_t n, redisReply **replies,
+                            char *err, size_t errlen);
+
+/* ---- store_redis_cmd.c: commands ---- */
+
+/** Append one string argument to a command (silently bounded by MAX_ARGS). */
+void rkr_cmd_add(struct cmd *c, const char *s);
+/** Build a command from a NULL-terminated list of strings. */
+void rkr_cmd_build(struct cmd *c, const char *first, ...);
+/** Format "<prefix><kind><name>" into buf and return it. */
+const char *rkr_key_of(const struct redis_store *rs, char buf[KEY_MAX], const char *kind,
+                       const char *name);
+/** Run one command on a checked-out connection (EVAL as EVALSHA); error replies become
+ *  errors. */
+rk_store_rc rkr_op_command(struct rop *op, const struct cmd *c, redisReply **out, char *err,
+                           size_t errlen);
+/** Check out a connection, run one command, return the connection. */
+rk_store_rc rkr_run(struct redis_store *rs, const struct cmd *c, redisReply **out, char *err,
+                    size_t errlen);
+/** Send n commands in one round trip on a pooled connection (replies[i] are the caller's). */
+rk_store_rc rkr_run_pipeline(struct redis_store *rs, const struct cmd *cmds, size_t n,
+                             redisReply **replies, char *err, size_t errlen);
+/** Run a command expecting an integer reply. */
+rk_store_rc rkr_run_int(struct redis_store *rs, const struct cmd *c, long long *val, char *err,
+                        size_t errlen);
+/** After a write on op's connection: WAIT for min_replicas_ack replicas. */
+rk_store_rc rkr_op_wait_replicas(struct rop *op, char *err, size_t errlen);
+/** Run a write expecting an integer reply, confirmed by WAIT when min_replicas_ack > 0. */
+rk_store_rc rkr_run_write_int(struct redis_store *rs, const struct cmd *c, long long *val,
+                              char *err, size_t errlen);
+/** Copy the string elements of an array reply into a malloc'd id list. */
+rk_store_rc rkr_ids_from_array(const redisReply *r, char ***ids_out, size_t *n_out, char *err,
+                               size_t errlen);
+
+/* ---- store_redis_lua.c: the Lua scripts ---- */
+
+extern const char rkr_lua_create[];
+extern const char rkr_lua_uncreate[];
+extern const char rkr_lua_uncommit[];
+extern const char rkr_lua_reindex[];
+extern const char rkr_lua_touch[];
+extern const char rkr_lua_reserve[];
+extern const char rkr_lua_commit[];
+extern const char rkr_lua_remove[];
+extern const char rkr_lua_get_touch[];
+extern const char rkr_lua_lease[];
+/** The SHA1 of script (SCRIPT LOAD on first use): 0 and sha filled, -1 to fall back to EVAL. */
+int rkr_script_sha(struct rop *op, const char *script, char sha[41]);
+/** Forget every learnt digest (the server lost its scripts). */
+void rkr_script_forget(void);
+
+/* ---- store_redis_index.c: indexes and lists ---- */
+
+/** Key buffers of the list and per-state indexes. */
+struct index_keys {
+    char bycreated[KEY_MAX], pending[KEY_MAX], running[KEY_MAX];
+};
+/** Append the index upkeep of one record's write to a MULTI block. */
+void rkr_index_cmds(const struct redis_store *rs, struct index_keys *k, struct cmd *wr, int *nw,
+                    const char *id, bool active, bool pending, const char *old_key,
+                    const char *new_key);
+
+/* ---- the backend entry points (struct rk_store_ops), one file per concern ---- */
+
+/* store_redis_records.c */
+rk_store_rc rkr_get(struct rk_store *st, const char *id, json_object **out, char *err,
+                    size_t errlen);
+rk_store_rc rkr_get_many(struct rk_store *st, const char *const *ids, size_t n, json_object **out,
+                         char *err, size_t errlen);
+rk_store_rc rkr_create(struct rk_store *st, const char *id, json_object *rec, int64_t expire_time,
+                       char *err, size_t errlen);
+rk_store_rc rkr_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
+                       json_object **out, char *err, size_t errlen);
+rk_store_rc rkr_touch(struct rk_store *st, const char *id, int64_t expire_time, char *err,
+                      size_t errlen);
+rk_store_rc rkr_get_touch(struct rk_store *st, const char *id, int64_t now_s, json_object **out,
+                          char *mark, size_t marklen, char *err, size_t errlen);
+/* store_redis_index.c */
+rk_store_rc rkr_list_active(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                            size_t errlen);
+rk_store_rc rkr_expired(struct rk_store *st, int64_t now, size_t max, char ***ids_out,
+                        size_t *n_out, char *err, size_t errlen);
+rk_store_rc rkr_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
+                          size_t *n_out, size_t *total_out, char *err, size_t errlen);
+rk_store_rc rkr_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
+                             char *err, size_t errlen);
+/* store_redis_sessions.c */
+rk_store_rc rkr_reserve(struct rk_store *st, const char *sandbox_id, const char *name, int ttl_s,
+                        const char *token, char *err, size_t errlen);
+rk_store_rc rkr_commit(struct rk_store *st, const char *sandbox_id, const char *name,
+                       const char *token, const char *session_id, char *err, size_t errlen);
+rk_store_rc rkr_rollback(struct rk_store *st, const char *sandbox_id, const char *name,
+                         const char *token, char *err, size_t errlen);
+rk_store_rc rkr_session_get(struct rk_store *st, const char *sandbox_id, const char *name,
+                            char **session_id_out, char *err, size_t errlen);
+rk_store_rc rkr_session_remove(struct rk_store *st, const char *sandbox_id, const char *name,
+                               const char *expected, char *err, size_t errlen);
+rk_store_rc rkr_session_clear(struct rk_store *st, const char *sandbox_id, char *err,
+                              size_t errlen);
+rk_store_rc rkr_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out, char *err,
+                              size_t errlen);
+/* store_redis_lease.c */
+rk_store_rc rkr_claim(struct rk_store *st, const char *name, int ttl_s, char *err, size_t errlen);
+rk_store_rc rkr_lease(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
+                      char *err, size_t errlen);
+rk_store_rc rkr_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen);
+
+#endif /* RK_STORE_REDIS_INTERNAL_H */
