@@ -206,6 +206,15 @@ char **rk_store_dup_ids(const char *const *ids, size_t n)
     return out;
 }
 
+/* Release each record and clear its slot. */
+void rk_store_put_records(json_object **recs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_object_put(recs[i]);
+        recs[i] = NULL;
+    }
+}
+
 /* Clear err so a stale message is never mistaken for a new one. */
 static void err_reset(char *err, size_t errlen)
 {

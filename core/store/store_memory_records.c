@@ -122,10 +122,7 @@ rk_store_rc rkm_get_many(struct rk_store *st, const char *const *ids, size_t n, 
     }
     pthread_mutex_unlock(&m->mu);
     if (rc != RK_STORE_OK)
-        for (size_t i = 0; i < n; i++) {
-            json_object_put(out[i]);
-            out[i] = NULL;
-        }
+        rk_store_put_records(out, n);
     return rc;
 }
 

@@ -26,6 +26,15 @@ static struct mem_map *sessions_of(struct mem_store *m, const char *sandbox_id, 
     return s;
 }
 
+/* The entry of name in the sandbox's session map (the map in *s_out), or NULL when either is
+ * missing (caller holds the lock). */
+static struct mem_ent *session_find(struct mem_store *m, const char *sandbox_id, const char *name,
+                                    struct mem_map **s_out)
+{
+    *s_out = sessions_of(m, sandbox_id, false);
+    return *s_out ? rkm_map_find(*s_out, name) : NULL;
+}
+
 /* Delete a name and drop the sandbox's map when it becomes empty. */
 static void session_del(struct mem_store *m, const char *sandbox_id, struct mem_map *s,
                         const char *name)
@@ -68,8 +77,8 @@ rk_store_rc rkm_commit(struct rk_store *st, const char *sandbox_id, const char *
     struct mem_store *m = rkm_store(st);
     rk_store_rc rc = RK_STORE_OK;
     pthread_mutex_lock(&m->mu);
-    struct mem_map *s = sessions_of(m, sandbox_id, false);
-    struct mem_ent *e = s ? rkm_map_find(s, name) : NULL;
+    struct mem_map *s;
+    struct mem_ent *e = session_find(m, sandbox_id, name, &s);
     if (!e || !rk_store_value_is_reservation_of(e->val, token)) {
         rc = RK_STORE_CONFLICT;
     } else {
@@ -85,23 +94,35 @@ rk_store_rc rkm_commit(struct rk_store *st, const char *sandbox_id, const char *
     return rc;
 }
 
+/* Delete name if its value is owner's: the reservation of token owner (a missing name is a
+ * conflict), or the committed mapping to session id owner (a missing name is not found). */
+static rk_store_rc delete_owned(struct rk_store *st, const char *sandbox_id, const char *name,
+                                bool reservation, const char *owner)
+{
+    struct mem_store *m = rkm_store(st);
+    rk_store_rc rc = RK_STORE_OK;
+    pthread_mutex_lock(&m->mu);
+    struct mem_map *s;
+    struct mem_ent *e = session_find(m, sandbox_id, name, &s);
+    const char *v = e ? e->val : NULL;
+    if (!v)
+        rc = reservation ? RK_STORE_CONFLICT : RK_STORE_NOT_FOUND;
+    else if (reservation ? !rk_store_value_is_reservation_of(v, owner)
+                         : strncmp(v, "s:", 2) != 0 || strcmp(v + 2, owner) != 0)
+        rc = RK_STORE_CONFLICT;
+    else
+        session_del(m, sandbox_id, s, name);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
 /* Delete our reservation. */
 rk_store_rc rkm_rollback(struct rk_store *st, const char *sandbox_id, const char *name,
                          const char *token, char *err, size_t errlen)
 {
     (void)err;
     (void)errlen;
-    struct mem_store *m = rkm_store(st);
-    rk_store_rc rc = RK_STORE_OK;
-    pthread_mutex_lock(&m->mu);
-    struct mem_map *s = sessions_of(m, sandbox_id, false);
-    struct mem_ent *e = s ? rkm_map_find(s, name) : NULL;
-    if (!e || !rk_store_value_is_reservation_of(e->val, token))
-        rc = RK_STORE_CONFLICT;
-    else
-        session_del(m, sandbox_id, s, name);
-    pthread_mutex_unlock(&m->mu);
-    return rc;
+    return delete_owned(st, sandbox_id, name, true, token);
 }
 
 /* Look up a committed mapping. */
@@ -111,8 +132,8 @@ rk_store_rc rkm_session_get(struct rk_store *st, const char *sandbox_id, const c
     struct mem_store *m = rkm_store(st);
     rk_store_rc rc = RK_STORE_NOT_FOUND;
     pthread_mutex_lock(&m->mu);
-    struct mem_map *s = sessions_of(m, sandbox_id, false);
-    struct mem_ent *e = s ? rkm_map_find(s, name) : NULL;
+    struct mem_map *s;
+    struct mem_ent *e = session_find(m, sandbox_id, name, &s);
     if (e && strncmp(e->val, "s:", 2) == 0) {
         *session_id_out = strdup((char *)e->val + 2);
         rc = *session_id_out ? RK_STORE_OK : rkm_oom(err, errlen);
@@ -127,20 +148,7 @@ rk_store_rc rkm_session_remove(struct rk_store *st, const char *sandbox_id, cons
 {
     (void)err;
     (void)errlen;
-    struct mem_store *m = rkm_store(st);
-    rk_store_rc rc = RK_STORE_OK;
-    pthread_mutex_lock(&m->mu);
-    struct mem_map *s = sessions_of(m, sandbox_id, false);
-    struct mem_ent *e = s ? rkm_map_find(s, name) : NULL;
-    const char *v = e ? e->val : NULL;
-    if (!v)
-        rc = RK_STORE_NOT_FOUND;
-    else if (strncmp(v, "s:", 2) != 0 || strcmp(v + 2, expected) != 0)
-        rc = RK_STORE_CONFLICT;
-    else
-        session_del(m, sandbox_id, s, name);
-    pthread_mutex_unlock(&m->mu);
-    return rc;
+    return delete_owned(st, sandbox_id, name, false, expected);
 }
 
 /* Remove every mapping of a sandbox. */

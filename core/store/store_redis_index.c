@@ -38,6 +38,19 @@ void rkr_index_cmds(const struct redis_store *rs, struct index_keys *k, struct c
     }
 }
 
+/* Run a command whose reply is an array of ids and copy them into a malloc'd list. */
+static rk_store_rc run_ids(struct redis_store *rs, const struct cmd *c, char ***ids_out,
+                           size_t *n_out, char *err, size_t errlen)
+{
+    redisReply *r = NULL;
+    rk_store_rc rc = rkr_run(rs, c, &r, err, errlen);
+    if (rc == RK_STORE_OK)
+        rc = rkr_ids_from_array(r, ids_out, n_out, err, errlen);
+    if (r)
+        freeReplyObject(r);
+    return rc;
+}
+
 /* SMEMBERS of the active set. */
 rk_store_rc rkr_list_active(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
                             size_t errlen)
@@ -45,14 +58,8 @@ rk_store_rc rkr_list_active(struct rk_store *st, char ***ids_out, size_t *n_out,
     struct redis_store *rs = rkr_store(st);
     char k[KEY_MAX];
     struct cmd c;
-    redisReply *r = NULL;
     rkr_cmd_build(&c, "SMEMBERS", rkr_key_of(rs, k, "active", NULL), (const char *)NULL);
-    rk_store_rc rc = rkr_run(rs, &c, &r, err, errlen);
-    if (rc == RK_STORE_OK)
-        rc = rkr_ids_from_array(r, ids_out, n_out, err, errlen);
-    if (r)
-        freeReplyObject(r);
-    return rc;
+    return run_ids(rs, &c, ids_out, n_out, err, errlen);
 }
 
 /* ZRANGEBYSCORE expire -inf now LIMIT 0 max. */
@@ -64,15 +71,9 @@ rk_store_rc rkr_expired(struct rk_store *st, int64_t now, size_t max, char ***id
     snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now);
     snprintf(maxbuf, sizeof maxbuf, "%zu", max > (size_t)INT32_MAX ? (size_t)INT32_MAX : max);
     struct cmd c;
-    redisReply *r = NULL;
     rkr_cmd_build(&c, "ZRANGEBYSCORE", rkr_key_of(rs, k, "expire", NULL), "-inf", nowbuf, "LIMIT",
                   "0", maxbuf, (const char *)NULL);
-    rk_store_rc rc = rkr_run(rs, &c, &r, err, errlen);
-    if (rc == RK_STORE_OK)
-        rc = rkr_ids_from_array(r, ids_out, n_out, err, errlen);
-    if (r)
-        freeReplyObject(r);
-    return rc;
+    return run_ids(rs, &c, ids_out, n_out, err, errlen);
 }
 
 /* Make sure bycreated and the per-state sets cover data written before they
@@ -87,7 +88,7 @@ static rk_store_rc ensure_index(struct redis_store *rs, char *err, size_t errlen
     pthread_mutex_unlock(&rs->mu);
     if (ready)
         return RK_STORE_OK;
-    char mkey[KEY_MAX], akey[KEY_MAX];
+    char mkey[KEY_MAX];
     struct cmd c;
     redisReply *r = NULL;
     rkr_cmd_build(&c, "EXISTS", rkr_key_of(rs, mkey, "index:v2", NULL), (const char *)NULL);
@@ -96,14 +97,9 @@ static rk_store_rc ensure_index(struct redis_store *rs, char *err, size_t errlen
     if (rc != RK_STORE_OK)
         return rc;
     if (!have) {
-        rkr_cmd_build(&c, "SMEMBERS", rkr_key_of(rs, akey, "active", NULL), (const char *)NULL);
-        rc = rkr_run(rs, &c, &r, err, errlen);
-        if (rc != RK_STORE_OK)
-            return rc;
         char **ids = NULL;
         size_t n = 0;
-        rc = rkr_ids_from_array(r, &ids, &n, err, errlen);
-        freeReplyObject(r);
+        rc = rkr_list_active(&rs->base, &ids, &n, err, errlen);
         if (rc != RK_STORE_OK)
             return rc;
         const char **argv = malloc((GET_CHUNK + 4) * sizeof *argv);

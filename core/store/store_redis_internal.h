@@ -175,49 +175,31 @@ void rkr_index_cmds(const struct redis_store *rs, struct index_keys *k, struct c
                     const char *id, bool active, bool pending, const char *old_key,
                     const char *new_key);
 
-/* ---- the backend entry points (struct rk_store_ops), one file per concern ---- */
+/* ---- the backend entry points (struct rk_store_ops), by the file that defines them ---- */
 
 /* store_redis_records.c */
-rk_store_rc rkr_get(struct rk_store *st, const char *id, json_object **out, char *err,
-                    size_t errlen);
-rk_store_rc rkr_get_many(struct rk_store *st, const char *const *ids, size_t n, json_object **out,
-                         char *err, size_t errlen);
-rk_store_rc rkr_create(struct rk_store *st, const char *id, json_object *rec, int64_t expire_time,
-                       char *err, size_t errlen);
-rk_store_rc rkr_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
-                       json_object **out, char *err, size_t errlen);
-rk_store_rc rkr_touch(struct rk_store *st, const char *id, int64_t expire_time, char *err,
-                      size_t errlen);
-rk_store_rc rkr_get_touch(struct rk_store *st, const char *id, int64_t now_s, json_object **out,
-                          char *mark, size_t marklen, char *err, size_t errlen);
+rk_store_get_fn rkr_get;
+rk_store_get_many_fn rkr_get_many;
+rk_store_create_fn rkr_create;
+rk_store_update_op_fn rkr_update;
+rk_store_touch_fn rkr_touch;
+rk_store_get_touch_fn rkr_get_touch;
 /* store_redis_index.c */
-rk_store_rc rkr_list_active(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
-                            size_t errlen);
-rk_store_rc rkr_expired(struct rk_store *st, int64_t now, size_t max, char ***ids_out,
-                        size_t *n_out, char *err, size_t errlen);
-rk_store_rc rkr_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
-                          size_t *n_out, size_t *total_out, char *err, size_t errlen);
-rk_store_rc rkr_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
-                             char *err, size_t errlen);
+rk_store_list_active_fn rkr_list_active;
+rk_store_expired_fn rkr_expired;
+rk_store_list_page_fn rkr_list_page;
+rk_store_count_states_fn rkr_count_states;
 /* store_redis_sessions.c */
-rk_store_rc rkr_reserve(struct rk_store *st, const char *sandbox_id, const char *name, int ttl_s,
-                        const char *token, char *err, size_t errlen);
-rk_store_rc rkr_commit(struct rk_store *st, const char *sandbox_id, const char *name,
-                       const char *token, const char *session_id, char *err, size_t errlen);
-rk_store_rc rkr_rollback(struct rk_store *st, const char *sandbox_id, const char *name,
-                         const char *token, char *err, size_t errlen);
-rk_store_rc rkr_session_get(struct rk_store *st, const char *sandbox_id, const char *name,
-                            char **session_id_out, char *err, size_t errlen);
-rk_store_rc rkr_session_remove(struct rk_store *st, const char *sandbox_id, const char *name,
-                               const char *expected, char *err, size_t errlen);
-rk_store_rc rkr_session_clear(struct rk_store *st, const char *sandbox_id, char *err,
-                              size_t errlen);
-rk_store_rc rkr_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out, char *err,
-                              size_t errlen);
+rk_store_reserve_fn rkr_reserve;
+rk_store_commit_fn rkr_commit;
+rk_store_rollback_fn rkr_rollback;
+rk_store_session_get_fn rkr_session_get;
+rk_store_session_remove_fn rkr_session_remove;
+rk_store_session_clear_fn rkr_session_clear;
+rk_store_session_count_fn rkr_session_count;
 /* store_redis_lease.c */
-rk_store_rc rkr_claim(struct rk_store *st, const char *name, int ttl_s, char *err, size_t errlen);
-rk_store_rc rkr_lease(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
-                      char *err, size_t errlen);
-rk_store_rc rkr_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen);
+rk_store_claim_fn rkr_claim;
+rk_store_lease_fn rkr_lease;
+rk_store_set_mark_fn rkr_set_mark;
 
 #endif /* RK_STORE_REDIS_INTERNAL_H */

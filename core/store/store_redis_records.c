@@ -87,10 +87,7 @@ static rk_store_rc get_many_chunk(struct rk_store *st, const char *const *ids, s
             rc = r;
     }
     if (rc != RK_STORE_OK)
-        for (size_t i = 0; i < n; i++) {
-            json_object_put(out[i]);
-            out[i] = NULL;
-        }
+        rk_store_put_records(out, n);
 out:
     if (replies)
         for (size_t i = 0; i < ncmd; i++)
@@ -111,10 +108,7 @@ rk_store_rc rkr_get_many(struct rk_store *st, const char *const *ids, size_t n, 
         size_t m = n - off < GET_CHUNK ? n - off : GET_CHUNK;
         rk_store_rc rc = get_many_chunk(st, ids + off, m, out + off, err, errlen);
         if (rc != RK_STORE_OK) {
-            for (size_t i = 0; i < off; i++) {
-                json_object_put(out[i]);
-                out[i] = NULL;
-            }
+            rk_store_put_records(out, off);
             return rc;
         }
     }
