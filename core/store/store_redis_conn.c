@@ -184,22 +184,11 @@ static redisContext *connect_master(struct redis_store *rs, char *msg, size_t ms
     return c;
 }
 
-/* SIGPIPE: the process ignores it once (main and rk_store_open_redis), so a write to a
- * closed Redis socket fails with EPIPE instead of killing the process. No per-request
- * signal-mask syscalls (they cost 12 syscalls per request). */
-static void pipe_guard_begin(struct rop *op)
-{
-    (void)op;
-}
-
-/* Counterpart of pipe_guard_begin (nothing to restore). */
-static void pipe_guard_end(struct rop *op)
-{
-    (void)op;
-}
-
 /* Check out a connection, connecting lazily (with backoff) when none is idle
- * and the pool has room; waits at most op_timeout_ms for a free slot. */
+ * and the pool has room; waits at most op_timeout_ms for a free slot. SIGPIPE
+ * needs no per-request mask: the process ignores it once (main and
+ * rk_store_open_redis), so a write to a closed Redis socket fails with EPIPE
+ * instead of killing the process (a mask would cost 12 syscalls per request). */
 rk_store_rc rkr_op_begin(struct redis_store *rs, struct rop *op, char *err, size_t errlen)
 {
     memset(op, 0, sizeof *op);
@@ -212,7 +201,6 @@ rk_store_rc rkr_op_begin(struct redis_store *rs, struct rop *op, char *err, size
             op->c = rs->idle[--rs->n_idle];
             rs->busy++;
             pthread_mutex_unlock(&rs->mu);
-            pipe_guard_begin(op);
             return RK_STORE_OK;
         }
         if (rs->busy < rs->pool_size) {
@@ -223,7 +211,6 @@ rk_store_rc rkr_op_begin(struct redis_store *rs, struct rop *op, char *err, size
             }
             rs->busy++;
             pthread_mutex_unlock(&rs->mu);
-            pipe_guard_begin(op);
             op->c = connect_master(rs, msg, sizeof msg);
             pthread_mutex_lock(&rs->mu);
             if (op->c) {
@@ -249,7 +236,6 @@ rk_store_rc rkr_op_begin(struct redis_store *rs, struct rop *op, char *err, size
             snprintf(rs->last_err, sizeof rs->last_err, "%s", msg);
             pthread_cond_signal(&rs->cv);
             pthread_mutex_unlock(&rs->mu);
-            pipe_guard_end(op);
             return rk_store_fail(err, errlen, "redis unavailable: %s", msg);
         }
         int64_t left = deadline - rk_now_ms();
@@ -288,7 +274,6 @@ void rkr_op_end(struct rop *op)
     /* One connection (or one slot) became free: wake one waiter, not all of them. */
     pthread_cond_signal(&rs->cv);
     pthread_mutex_unlock(&rs->mu);
-    pipe_guard_end(op);
     op->c = NULL;
 }
 

@@ -18,7 +18,6 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -81,13 +80,11 @@ struct cmd {
     size_t lens[MAX_ARGS];
 };
 
-/* A checked-out connection plus the caller's SIGPIPE state. */
+/* A checked-out connection. */
 struct rop {
     struct redis_store *rs;
     redisContext *c;
     bool broken;
-    bool pipe_was_pending;
-    sigset_t old_mask;
 };
 
 /* Return the Redis store behind the interface pointer. */
