@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Private to the store: the backend vtable, the shared error counter and the
- * helpers both backends use (tokens, the active-state test, registry values). */
+/* Private to the store: the backend vtable (called by store_api.c, filled by
+ * store_memory.c and store_redis.c), the common head of a store object and
+ * the helpers both backends use (store_common.c: tokens, the active-state
+ * test, registry values). */
 #ifndef RK_STORE_COMMON_H
 #define RK_STORE_COMMON_H
 
@@ -69,7 +71,7 @@ typedef rk_store_rc rk_store_list_page_fn(struct rk_store *st, size_t offset, si
 typedef rk_store_rc rk_store_count_states_fn(struct rk_store *st, size_t *pending_out,
                                              size_t *running_out, char *err, size_t errlen);
 
-/** Backend entry points; arguments are already validated by store_common.c. */
+/** Backend entry points; arguments are already validated by store_api.c. */
 struct rk_store_ops {
     rk_store_close_fn *close;
     rk_store_ping_fn *ping;
