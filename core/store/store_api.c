@@ -5,6 +5,7 @@
 
 #include "obs/metrics.h"
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -58,6 +59,23 @@ static rk_store_rc invalid(struct rk_store *st, const char *what, char *err, siz
     return rk_store_fail(err, errlen, "store: invalid %s", what);
 }
 
+/* Check the store and the other arguments (args_ok: else "invalid argument"), then each
+ * (what, name) pair after errlen in turn, up to a NULL what: the first name that is not
+ * name_ok is reported as "invalid <what>". Failures are counted; RK_STORE_OK if all pass. */
+static rk_store_rc check(struct rk_store *st, bool args_ok, char *err, size_t errlen, ...)
+{
+    if (!st || !args_ok)
+        return invalid(st, "argument", err, errlen);
+    rk_store_rc rc = RK_STORE_OK;
+    va_list ap;
+    va_start(ap, errlen);
+    for (const char *what; rc == RK_STORE_OK && (what = va_arg(ap, const char *)) != NULL;)
+        if (!name_ok(va_arg(ap, const char *)))
+            rc = invalid(st, what, err, errlen);
+    va_end(ap);
+    return rc;
+}
+
 /* Set the retention of deleted records (0 = forever). */
 void rk_store_set_deleted_retention(struct rk_store *st, int64_t seconds)
 {
@@ -94,10 +112,9 @@ rk_store_rc rk_store_get(struct rk_store *st, const char *id, json_object **out,
     err_reset(err, errlen);
     if (out)
         *out = NULL;
-    if (!st || !out)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(id))
-        return invalid(st, "sandbox id", err, errlen);
+    rk_store_rc rc = check(st, out != NULL, err, errlen, "sandbox id", id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st, st->ops->get(st, id, out, err, errlen));
 }
 
@@ -137,10 +154,9 @@ rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update
     err_reset(err, errlen);
     if (out)
         *out = NULL;
-    if (!st || !fn)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(id))
-        return invalid(st, "sandbox id", err, errlen);
+    rk_store_rc rc = check(st, fn != NULL, err, errlen, "sandbox id", id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st, st->ops->update(st, id, fn, ctx, out, err, errlen));
 }
 
@@ -194,10 +210,9 @@ rk_store_rc rk_store_touch(struct rk_store *st, const char *id, int64_t expire_t
                            size_t errlen)
 {
     err_reset(err, errlen);
-    if (!st)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(id))
-        return invalid(st, "sandbox id", err, errlen);
+    rk_store_rc rc = check(st, true, err, errlen, "sandbox id", id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st, st->ops->touch(st, id, expire_time, err, errlen));
 }
 
@@ -222,10 +237,9 @@ rk_store_rc rk_store_claim(struct rk_store *st, const char *name, int ttl_s, cha
                            size_t errlen)
 {
     err_reset(err, errlen);
-    if (!st)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(name))
-        return invalid(st, "claim name", err, errlen);
+    rk_store_rc rc = check(st, true, err, errlen, "claim name", name, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st, st->ops->claim(st, name, ttl_s < 1 ? 1 : ttl_s, err, errlen));
 }
 
@@ -236,16 +250,14 @@ rk_store_rc rk_session_reserve(struct rk_store *st, const char *sandbox_id, cons
     err_reset(err, errlen);
     if (token_out)
         token_out[0] = '\0';
-    if (!st || !token_out || ttl_s < 0)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(sandbox_id))
-        return invalid(st, "sandbox id", err, errlen);
-    if (!name_ok(name))
-        return invalid(st, "session name", err, errlen);
+    rk_store_rc rc = check(st, token_out && ttl_s >= 0, err, errlen, "sandbox id", sandbox_id,
+                           "session name", name, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     char token[RK_STORE_TOKEN_HEX + 1];
     if (rk_store_new_token(token) != 0)
         return counted(st, rk_store_fail(err, errlen, "store: no random bytes for a token"));
-    rk_store_rc rc = counted(st, st->ops->reserve(st, sandbox_id, name, ttl_s, token, err, errlen));
+    rc = counted(st, st->ops->reserve(st, sandbox_id, name, ttl_s, token, err, errlen));
     if (rc == RK_STORE_OK)
         memcpy(token_out, token, sizeof token);
     return rc;
@@ -255,15 +267,11 @@ rk_store_rc rk_session_reserve(struct rk_store *st, const char *sandbox_id, cons
 static rk_store_rc check_owner_args(struct rk_store *st, const char *sandbox_id, const char *name,
                                     const char *token, char *err, size_t errlen)
 {
-    if (!st)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(sandbox_id))
-        return invalid(st, "sandbox id", err, errlen);
-    if (!name_ok(name))
-        return invalid(st, "session name", err, errlen);
-    if (!name_ok(token) || strchr(token, ':'))
-        return invalid(st, "reservation token", err, errlen);
-    return RK_STORE_OK;
+    rk_store_rc rc =
+        check(st, true, err, errlen, "sandbox id", sandbox_id, "session name", name, NULL);
+    if (rc == RK_STORE_OK && (!name_ok(token) || strchr(token, ':')))
+        rc = invalid(st, "reservation token", err, errlen);
+    return rc;
 }
 
 /* Turn our reservation into a committed mapping. */
@@ -272,10 +280,10 @@ rk_store_rc rk_session_commit(struct rk_store *st, const char *sandbox_id, const
 {
     err_reset(err, errlen);
     rk_store_rc rc = check_owner_args(st, sandbox_id, name, token, err, errlen);
+    if (rc == RK_STORE_OK)
+        rc = check(st, true, err, errlen, "session id", session_id, NULL);
     if (rc != RK_STORE_OK)
         return rc;
-    if (!name_ok(session_id))
-        return invalid(st, "session id", err, errlen);
     return counted(st, st->ops->commit(st, sandbox_id, name, token, session_id, err, errlen));
 }
 
@@ -297,12 +305,10 @@ rk_store_rc rk_session_get(struct rk_store *st, const char *sandbox_id, const ch
     err_reset(err, errlen);
     if (session_id_out)
         *session_id_out = NULL;
-    if (!st || !session_id_out)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(sandbox_id))
-        return invalid(st, "sandbox id", err, errlen);
-    if (!name_ok(name))
-        return invalid(st, "session name", err, errlen);
+    rk_store_rc rc = check(st, session_id_out != NULL, err, errlen, "sandbox id", sandbox_id,
+                           "session name", name, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st, st->ops->session_get(st, sandbox_id, name, session_id_out, err, errlen));
 }
 
@@ -311,14 +317,10 @@ rk_store_rc rk_session_remove(struct rk_store *st, const char *sandbox_id, const
                               const char *expected_session_id, char *err, size_t errlen)
 {
     err_reset(err, errlen);
-    if (!st)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(sandbox_id))
-        return invalid(st, "sandbox id", err, errlen);
-    if (!name_ok(name))
-        return invalid(st, "session name", err, errlen);
-    if (!name_ok(expected_session_id))
-        return invalid(st, "session id", err, errlen);
+    rk_store_rc rc = check(st, true, err, errlen, "sandbox id", sandbox_id, "session name", name,
+                           "session id", expected_session_id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st,
                    st->ops->session_remove(st, sandbox_id, name, expected_session_id, err, errlen));
 }
@@ -327,10 +329,9 @@ rk_store_rc rk_session_remove(struct rk_store *st, const char *sandbox_id, const
 rk_store_rc rk_session_clear(struct rk_store *st, const char *sandbox_id, char *err, size_t errlen)
 {
     err_reset(err, errlen);
-    if (!st)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(sandbox_id))
-        return invalid(st, "sandbox id", err, errlen);
+    rk_store_rc rc = check(st, true, err, errlen, "sandbox id", sandbox_id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st, st->ops->session_clear(st, sandbox_id, err, errlen));
 }
 
@@ -341,10 +342,9 @@ rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t
     err_reset(err, errlen);
     if (n_out)
         *n_out = 0;
-    if (!st || !n_out)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(sandbox_id))
-        return invalid(st, "sandbox id", err, errlen);
+    rk_store_rc rc = check(st, n_out != NULL, err, errlen, "sandbox id", sandbox_id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st, st->ops->session_count(st, sandbox_id, n_out, err, errlen));
 }
 
@@ -363,10 +363,9 @@ rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_
     err_reset(mark, marklen);
     if (out)
         *out = NULL;
-    if (!st || !out)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(id))
-        return invalid(st, "sandbox id", err, errlen);
+    rk_store_rc rc = check(st, out != NULL, err, errlen, "sandbox id", id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st, st->ops->get_touch(st, id, now_s, out, mark, marklen, err, errlen));
 }
 
@@ -384,9 +383,8 @@ rk_store_rc rk_store_lease(struct rk_store *st, const char *name, const char *ow
                            char *err, size_t errlen)
 {
     err_reset(err, errlen);
-    if (!st || !owner || !*owner)
-        return invalid(st, "argument", err, errlen);
-    if (!name_ok(name))
-        return invalid(st, "lease name", err, errlen);
+    rk_store_rc rc = check(st, owner && *owner, err, errlen, "lease name", name, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
     return counted(st, st->ops->lease(st, name, owner, ttl_ms, err, errlen));
 }
