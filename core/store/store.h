@@ -40,7 +40,7 @@ struct rk_redis_cfg {
     int op_timeout_ms;      /* per command */
     int pool_size;          /* max concurrent connections */
     const char *key_prefix; /* e.g. "rock:"; NULL means "rock:" */
-    /* High availability (issue 14). With sentinels set, host/port are ignored:
+    /* High availability (Sentinel, ACL, WAIT). With sentinels set, host/port are ignored:
      * the master is discovered with SENTINEL get-master-addr-by-name, its
      * ROLE is verified, and it is re-discovered after a connection loss, a
      * -READONLY reply or a failed ROLE check. */
@@ -185,7 +185,7 @@ rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t
 /** Total store errors since start (both backends). */
 uint64_t rk_store_error_count(const struct rk_store *st);
 
-/* ---- hot-path read and reconciler election (issue 15) --------------------- */
+/* ---- hot-path read and reconciler election -------------------------------- */
 
 /** Fetch a record like rk_store_get and, when it is active and its
  *  "auto_clear_time" (minutes) is positive, move its idle deadline to

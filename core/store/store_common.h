@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Private to the store: the backend vtable, the shared error counter and the
- * helpers both backends use (tokens, the active-state test, registry values). */
+/* Private to the store: the backend vtable (called by store_api.c, filled by
+ * store_memory.c and store_redis.c), the common head of a store object and
+ * the helpers both backends use (store_common.c: tokens, the active-state
+ * test, registry values). */
 #ifndef RK_STORE_COMMON_H
 #define RK_STORE_COMMON_H
 
@@ -16,50 +18,84 @@
 /** Most attempts of an optimistic (WATCH/MULTI/EXEC) transaction. */
 #define RK_STORE_MAX_ATTEMPTS 5
 
-/** Backend entry points; arguments are already validated by store_common.c. */
+/* The signature of each backend entry point, written once: the ops table below and the
+ * backends' declarations (store_memory_internal.h, store_redis_internal.h) use them. */
+typedef void rk_store_close_fn(struct rk_store *st);
+typedef rk_store_rc rk_store_ping_fn(struct rk_store *st, char *err, size_t errlen);
+typedef rk_store_rc rk_store_get_fn(struct rk_store *st, const char *id, json_object **out,
+                                    char *err, size_t errlen);
+typedef rk_store_rc rk_store_get_many_fn(struct rk_store *st, const char *const *ids, size_t n,
+                                         json_object **out, char *err, size_t errlen);
+typedef rk_store_rc rk_store_create_fn(struct rk_store *st, const char *id, json_object *rec,
+                                       int64_t expire_time, char *err, size_t errlen);
+typedef rk_store_rc rk_store_update_op_fn(struct rk_store *st, const char *id,
+                                          rk_store_update_fn fn, void *ctx, json_object **out,
+                                          char *err, size_t errlen);
+typedef rk_store_rc rk_store_list_active_fn(struct rk_store *st, char ***ids_out, size_t *n_out,
+                                            char *err, size_t errlen);
+typedef rk_store_rc rk_store_touch_fn(struct rk_store *st, const char *id, int64_t expire_time,
+                                      char *err, size_t errlen);
+typedef rk_store_rc rk_store_expired_fn(struct rk_store *st, int64_t now, size_t max,
+                                        char ***ids_out, size_t *n_out, char *err, size_t errlen);
+typedef rk_store_rc rk_store_claim_fn(struct rk_store *st, const char *name, int ttl_s, char *err,
+                                      size_t errlen);
+typedef rk_store_rc rk_store_reserve_fn(struct rk_store *st, const char *sandbox_id,
+                                        const char *name, int ttl_s, const char *token, char *err,
+                                        size_t errlen);
+typedef rk_store_rc rk_store_commit_fn(struct rk_store *st, const char *sandbox_id,
+                                       const char *name, const char *token, const char *session_id,
+                                       char *err, size_t errlen);
+typedef rk_store_rc rk_store_rollback_fn(struct rk_store *st, const char *sandbox_id,
+                                         const char *name, const char *token, char *err,
+                                         size_t errlen);
+typedef rk_store_rc rk_store_session_get_fn(struct rk_store *st, const char *sandbox_id,
+                                            const char *name, char **session_id_out, char *err,
+                                            size_t errlen);
+typedef rk_store_rc rk_store_session_remove_fn(struct rk_store *st, const char *sandbox_id,
+                                               const char *name, const char *expected_session_id,
+                                               char *err, size_t errlen);
+typedef rk_store_rc rk_store_session_clear_fn(struct rk_store *st, const char *sandbox_id,
+                                              char *err, size_t errlen);
+typedef rk_store_rc rk_store_session_count_fn(struct rk_store *st, const char *sandbox_id,
+                                              size_t *n_out, char *err, size_t errlen);
+typedef rk_store_rc rk_store_get_touch_fn(struct rk_store *st, const char *id, int64_t now_s,
+                                          json_object **out, char *mark, size_t marklen, char *err,
+                                          size_t errlen);
+typedef rk_store_rc rk_store_set_mark_fn(struct rk_store *st, const char *value, char *err,
+                                         size_t errlen);
+typedef rk_store_rc rk_store_lease_fn(struct rk_store *st, const char *name, const char *owner,
+                                      int ttl_ms, char *err, size_t errlen);
+typedef rk_store_rc rk_store_list_page_fn(struct rk_store *st, size_t offset, size_t limit,
+                                          char ***ids_out, size_t *n_out, size_t *total_out,
+                                          char *err, size_t errlen);
+typedef rk_store_rc rk_store_count_states_fn(struct rk_store *st, size_t *pending_out,
+                                             size_t *running_out, char *err, size_t errlen);
+
+/** Backend entry points; arguments are already validated by store_api.c. */
 struct rk_store_ops {
-    void (*close)(struct rk_store *st);
-    rk_store_rc (*ping)(struct rk_store *st, char *err, size_t errlen);
-    rk_store_rc (*get)(struct rk_store *st, const char *id, json_object **out, char *err,
-                       size_t errlen);
-    rk_store_rc (*get_many)(struct rk_store *st, const char *const *ids, size_t n,
-                            json_object **out, char *err, size_t errlen);
-    rk_store_rc (*create)(struct rk_store *st, const char *id, json_object *rec,
-                          int64_t expire_time, char *err, size_t errlen);
-    rk_store_rc (*update)(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
-                          json_object **out, char *err, size_t errlen);
-    rk_store_rc (*list_active)(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
-                               size_t errlen);
-    rk_store_rc (*touch)(struct rk_store *st, const char *id, int64_t expire_time, char *err,
-                         size_t errlen);
-    rk_store_rc (*expired)(struct rk_store *st, int64_t now, size_t max, char ***ids_out,
-                           size_t *n_out, char *err, size_t errlen);
-    rk_store_rc (*claim)(struct rk_store *st, const char *name, int ttl_s, char *err,
-                         size_t errlen);
-    rk_store_rc (*reserve)(struct rk_store *st, const char *sandbox_id, const char *name, int ttl_s,
-                           const char *token, char *err, size_t errlen);
-    rk_store_rc (*commit)(struct rk_store *st, const char *sandbox_id, const char *name,
-                          const char *token, const char *session_id, char *err, size_t errlen);
-    rk_store_rc (*rollback)(struct rk_store *st, const char *sandbox_id, const char *name,
-                            const char *token, char *err, size_t errlen);
-    rk_store_rc (*session_get)(struct rk_store *st, const char *sandbox_id, const char *name,
-                               char **session_id_out, char *err, size_t errlen);
-    rk_store_rc (*session_remove)(struct rk_store *st, const char *sandbox_id, const char *name,
-                                  const char *expected_session_id, char *err, size_t errlen);
-    rk_store_rc (*session_clear)(struct rk_store *st, const char *sandbox_id, char *err,
-                                 size_t errlen);
-    rk_store_rc (*session_count)(struct rk_store *st, const char *sandbox_id, size_t *n_out,
-                                 char *err, size_t errlen);
-    rk_store_rc (*get_touch)(struct rk_store *st, const char *id, int64_t now_s, json_object **out,
-                             char *mark, size_t marklen, char *err, size_t errlen);
-    rk_store_rc (*set_mark)(struct rk_store *st, const char *value, char *err, size_t errlen);
-    rk_store_rc (*lease)(struct rk_store *st, const char *name, const char *owner, int ttl_ms,
-                         char *err, size_t errlen);
-    /* issue 14: indexed list pages and per-state counts */
-    rk_store_rc (*list_page)(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
-                             size_t *n_out, size_t *total_out, char *err, size_t errlen);
-    rk_store_rc (*count_states)(struct rk_store *st, size_t *pending_out, size_t *running_out,
-                                char *err, size_t errlen);
+    rk_store_close_fn *close;
+    rk_store_ping_fn *ping;
+    rk_store_get_fn *get;
+    rk_store_get_many_fn *get_many;
+    rk_store_create_fn *create;
+    rk_store_update_op_fn *update;
+    rk_store_list_active_fn *list_active;
+    rk_store_touch_fn *touch;
+    rk_store_expired_fn *expired;
+    rk_store_claim_fn *claim;
+    rk_store_reserve_fn *reserve;
+    rk_store_commit_fn *commit;
+    rk_store_rollback_fn *rollback;
+    rk_store_session_get_fn *session_get;
+    rk_store_session_remove_fn *session_remove;
+    rk_store_session_clear_fn *session_clear;
+    rk_store_session_count_fn *session_count;
+    rk_store_get_touch_fn *get_touch;
+    rk_store_set_mark_fn *set_mark;
+    rk_store_lease_fn *lease;
+    /* indexed list pages and per-state counts */
+    rk_store_list_page_fn *list_page;
+    rk_store_count_states_fn *count_states;
 };
 
 /** Common head of every backend's store object (first member). */
@@ -110,6 +146,9 @@ bool rk_store_value_blocks(const char *value, int64_t now_ms);
 
 /** 1 if value is a reservation held by token. */
 bool rk_store_value_is_reservation_of(const char *value, const char *token);
+
+/** Release recs[0..n) and set each to NULL (a failed get_many hands back nothing). */
+void rk_store_put_records(json_object **recs, size_t n);
 
 /** Duplicate an array of n strings into a malloc'd array (NULL on OOM). */
 char **rk_store_dup_ids(const char *const *ids, size_t n);

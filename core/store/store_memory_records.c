@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* In-process store: sandbox records. Owns the stored copies and the caller's views of
+ * them (with expire_time), the purge of deleted records after the retention, get,
+ * get_many, create, the read-modify-write update, the idle touch and the hot-path read
+ * that touches (get_touch, same semantics as the Redis script). */
+#include "store/store_memory_internal.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Value destructor for records. */
+void rkm_free_rec(void *v)
+{
+    struct mem_rec *r = v;
+    if (r) {
+        json_object_put(r->rec);
+        free(r);
+    }
+}
+
+/* Deep copy of a json object; NULL on failure. */
+static json_object *deep_copy(json_object *src)
+{
+    json_object *dst = NULL;
+    if (json_object_deep_copy(src, &dst, NULL) != 0)
+        return NULL;
+    return dst;
+}
+
+/* The caller's view of a stored record: a copy with expire_time when active. */
+static json_object *view_of(const struct mem_rec *r)
+{
+    json_object *o = deep_copy(r->rec);
+    if (o && r->active && r->expire > 0)
+        json_object_object_add(o, "expire_time", json_object_new_int64(r->expire));
+    return o;
+}
+
+/* 1 if the record's retention has run out at now_ms. */
+static bool rec_purged(const struct mem_rec *r, int64_t now_ms)
+{
+    return r->purge_at_ms > 0 && r->purge_at_ms <= now_ms;
+}
+
+/* Set the record's purge time from its state and queue it when deleted
+ * (caller holds the lock). Best effort on OOM: the record is then kept. */
+static void schedule_purge(struct mem_store *m, const char *id, struct mem_rec *r)
+{
+    r->purge_at_ms = 0;
+    if (m->base.deleted_retention_s <= 0 || !rk_store_rec_deleted(r->rec))
+        return;
+    size_t len = strlen(id);
+    struct purge_ent *p = malloc(sizeof *p + len + 1);
+    if (!p)
+        return;
+    p->next = NULL;
+    p->at_ms = rk_store_now_ms() + m->base.deleted_retention_s * 1000;
+    memcpy(p->id, id, len + 1);
+    r->purge_at_ms = p->at_ms;
+    if (m->purge_tail)
+        m->purge_tail->next = p;
+    else
+        m->purge_head = p;
+    m->purge_tail = p;
+}
+
+/* Drop records whose retention ran out (caller holds the lock). A queue entry
+ * whose record was re-created or re-deleted since no longer matches. */
+void rkm_purge_due(struct mem_store *m)
+{
+    int64_t now = rk_store_now_ms();
+    while (m->purge_head && m->purge_head->at_ms <= now) {
+        struct purge_ent *p = m->purge_head;
+        struct mem_ent *e = rkm_map_find(&m->records, p->id);
+        if (e && ((struct mem_rec *)e->val)->purge_at_ms == p->at_ms) {
+            rkm_map_del(&m->records, p->id);
+            rkm_map_del(&m->sessions, p->id);
+        }
+        m->purge_head = p->next;
+        if (!m->purge_head)
+            m->purge_tail = NULL;
+        free(p);
+    }
+}
+
+/* Fetch one record (caller holds the lock). */
+static rk_store_rc get_locked(struct mem_store *m, const char *id, json_object **out, char *err,
+                              size_t errlen)
+{
+    struct mem_ent *e = rkm_map_find(&m->records, id);
+    if (!e || rec_purged(e->val, rk_store_now_ms()))
+        return RK_STORE_NOT_FOUND;
+    *out = view_of(e->val);
+    return *out ? RK_STORE_OK : rkm_oom(err, errlen);
+}
+
+/* Fetch one record. */
+rk_store_rc rkm_get(struct rk_store *st, const char *id, json_object **out, char *err,
+                    size_t errlen)
+{
+    struct mem_store *m = rkm_store(st);
+    pthread_mutex_lock(&m->mu);
+    rk_store_rc rc = get_locked(m, id, out, err, errlen);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* Fetch several records; unknown ids give NULL. */
+rk_store_rc rkm_get_many(struct rk_store *st, const char *const *ids, size_t n, json_object **out,
+                         char *err, size_t errlen)
+{
+    struct mem_store *m = rkm_store(st);
+    rk_store_rc rc = RK_STORE_OK;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < n && rc == RK_STORE_OK; i++) {
+        rk_store_rc r = get_locked(m, ids[i], &out[i], err, errlen);
+        if (r == RK_STORE_ERROR)
+            rc = r;
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (rc != RK_STORE_OK)
+        rk_store_put_records(out, n);
+    return rc;
+}
+
+/* Insert unless an active record exists. */
+rk_store_rc rkm_create(struct rk_store *st, const char *id, json_object *rec, int64_t expire_time,
+                       char *err, size_t errlen)
+{
+    struct mem_store *m = rkm_store(st);
+    struct mem_rec *r = calloc(1, sizeof *r);
+    if (!r)
+        return rkm_oom(err, errlen);
+    r->rec = deep_copy(rec);
+    if (!r->rec) {
+        free(r);
+        return rkm_oom(err, errlen);
+    }
+    r->active = rk_store_rec_active(r->rec);
+    r->expire = r->active && expire_time > 0 ? expire_time : 0;
+    rk_store_rc rc = RK_STORE_OK;
+    pthread_mutex_lock(&m->mu);
+    rkm_purge_due(m);
+    struct mem_ent *e = rkm_map_find(&m->records, id);
+    if (e && ((struct mem_rec *)e->val)->active) {
+        rkm_free_rec(r);
+        rc = RK_STORE_EXISTS;
+    } else {
+        schedule_purge(m, id, r);
+        if (rkm_map_put(&m->records, id, r) != 0)
+            rc = rkm_oom(err, errlen);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* Read-modify-write under the lock; fn works on a private copy. */
+rk_store_rc rkm_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
+                       json_object **out, char *err, size_t errlen)
+{
+    struct mem_store *m = rkm_store(st);
+    rk_store_rc rc = RK_STORE_OK;
+    pthread_mutex_lock(&m->mu);
+    rkm_purge_due(m);
+    struct mem_ent *e = rkm_map_find(&m->records, id);
+    if (!e) {
+        pthread_mutex_unlock(&m->mu);
+        return RK_STORE_NOT_FOUND;
+    }
+    struct mem_rec *r = e->val;
+    json_object *work = deep_copy(r->rec);
+    if (!work) {
+        rc = rkm_oom(err, errlen);
+        goto out;
+    }
+    int f = fn(work, ctx);
+    if (f == 1) {
+        rc = RK_STORE_ABORTED;
+    } else if (f != 0) {
+        rc = rk_store_fail(err, errlen, "store: update callback failed for %s", id);
+    } else if (!json_object_is_type(work, json_type_object)) {
+        rc = rk_store_fail(err, errlen, "store: update produced a non-object for %s", id);
+    } else {
+        json_object_put(r->rec);
+        r->rec = work;
+        work = NULL;
+        r->active = rk_store_rec_active(r->rec);
+        if (!r->active)
+            r->expire = 0;
+        if (!rk_store_rec_deleted(r->rec) || r->purge_at_ms == 0)
+            schedule_purge(m, id, r); /* keeps the first deletion time */
+        if (out) {
+            *out = view_of(r);
+            if (!*out)
+                rc = rkm_oom(err, errlen);
+        }
+    }
+out:
+    pthread_mutex_unlock(&m->mu);
+    json_object_put(work);
+    return rc;
+}
+
+/* Set the idle deadline of an active record; others are left alone. */
+rk_store_rc rkm_touch(struct rk_store *st, const char *id, int64_t expire_time, char *err,
+                      size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    struct mem_store *m = rkm_store(st);
+    pthread_mutex_lock(&m->mu);
+    struct mem_ent *e = rkm_map_find(&m->records, id);
+    if (e && ((struct mem_rec *)e->val)->active)
+        ((struct mem_rec *)e->val)->expire = expire_time;
+    pthread_mutex_unlock(&m->mu);
+    return RK_STORE_OK;
+}
+
+/* Record + idle deadline; when active with a positive auto_clear_time, move the deadline to
+ * now_s + minutes*60 if later (same semantics as the Redis script). */
+rk_store_rc rkm_get_touch(struct rk_store *st, const char *id, int64_t now_s, json_object **out,
+                          char *mark, size_t marklen, char *err, size_t errlen)
+{
+    struct mem_store *m = rkm_store(st);
+    pthread_mutex_lock(&m->mu);
+    if (mark && marklen)
+        snprintf(mark, marklen, "%s", m->mark);
+    struct mem_ent *e = rkm_map_find(&m->records, id);
+    if (e && now_s > 0) {
+        struct mem_rec *r = e->val;
+        json_object *mv;
+        int64_t minutes = 0;
+        if (r->active && json_object_object_get_ex(r->rec, "auto_clear_time", &mv) && mv)
+            minutes = json_object_get_int64(mv);
+        if (minutes > 0 && minutes < INT64_MAX / 120 && now_s + minutes * 60 > r->expire)
+            r->expire = now_s + minutes * 60;
+    }
+    rk_store_rc rc = get_locked(m, id, out, err, errlen);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}

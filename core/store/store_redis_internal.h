@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Private to core/store/: what the files of the Redis store share. The store object and its
+ * connection pool, a command, a checked-out connection, and the functions each file offers
+ * the others:
+ *   store_redis.c           the store object: settings, open and close, the ops table
+ *   store_redis_conn.c      the connection pool and Sentinel discovery
+ *   store_redis_cmd.c       commands: argument vectors, run, pipeline, EVALSHA, WAIT
+ *   store_redis_lua.c       the Lua scripts and their SCRIPT LOAD digests
+ *   store_redis_records.c   sandbox records: get, create, update, touch, get_touch
+ *   store_redis_index.c     the active, idle-deadline, list and per-state indexes
+ *   store_redis_sessions.c  the session-name registry
+ *   store_redis_lease.c     claims, leases and the reconciler's mark
+ * The key layout is described in store_redis.c. */
+#ifndef RK_STORE_REDIS_INTERNAL_H
+#define RK_STORE_REDIS_INTERNAL_H
+
+#include "store/store_common.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PREFIX_MAX 64
+#define KEY_MAX (PREFIX_MAX + RK_STORE_MAX_NAME + 16)
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+#define MAX_ARGS 16
+#define SENTINEL_BACKOFF_MAX_MS 1000 /* retry faster while a failover settles */
+#define GET_CHUNK 1000               /* ids per get_many round trip */
+#define INDEX_RECHECK_MS 60000       /* how often list/count re-check index:v2 */
+#define HOST_MAX 256
+
+/* One sentinel address. */
+struct sentinel_addr {
+    char host[HOST_MAX];
+    int port;
+};
+
+/* The Redis store and its connection pool. */
+struct redis_store {
+    struct rk_store base;
+    char *host;
+    char *password;
+    int port;
+    int db;
+    int connect_timeout_ms;
+    int op_timeout_ms;
+    int pool_size;
+    char prefix[PREFIX_MAX + 1];
+    char *username;                  /* NULL = default user */
+    char *master_name;               /* sentinel mode only */
+    char *sentinel_username;         /* NULL = no AUTH user for sentinels */
+    char *sentinel_password;         /* NULL = no AUTH for sentinels */
+    struct sentinel_addr *sentinels; /* NULL = fixed host */
+    int n_sentinels;
+    int min_replicas_ack; /* 0 = no WAIT */
+    int wait_timeout_ms;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    redisContext **idle; /* pool_size slots */
+    int n_idle;
+    int busy;            /* checked out or connecting */
+    int64_t retry_at_ms; /* monotonic; no new connection before this */
+    int backoff_ms;      /* 0 while healthy */
+    char last_err[128];
+    char cur_host[HOST_MAX]; /* the master in use (guarded by mu) */
+    int cur_port;
+    bool master_known;     /* sentinel mode: cur_host/cur_port are current */
+    int next_sentinel;     /* ask this one first */
+    int64_t index_seen_ms; /* monotonic time index:v2 was last seen; 0 = never */
+};
+
+/* One command: argument vectors for redisCommandArgv. */
+struct cmd {
+    int argc;
+    const char *argv[MAX_ARGS];
+    size_t lens[MAX_ARGS];
+};
+
+/* A checked-out connection. */
+struct rop {
+    struct redis_store *rs;
+    redisContext *c;
+    bool broken;
+};
+
+/* Return the Redis store behind the interface pointer. */
+static inline struct redis_store *rkr_store(struct rk_store *st)
+{
+    return (struct redis_store *)st;
+}
+
+/* ---- store_redis_conn.c: connection pool and Sentinel discovery ---- */
+
+/** Free the contexts in list. */
+void rkr_free_contexts(redisContext **list, int n);
+/** Check out a connection (connecting lazily, with the pool's backoff); waits at most
+ *  op_timeout_ms for a free slot. */
+rk_store_rc rkr_op_begin(struct redis_store *rs, struct rop *op, char *err, size_t errlen);
+/** Return a connection to the pool (a broken one is freed with every idle one). */
+void rkr_op_end(struct rop *op);
+/** Describe a connection-level failure and mark the connection broken. */
+rk_store_rc rkr_io_fail(struct rop *op, char *err, size_t errlen);
+/** Describe an error reply (the connection stays usable). */
+rk_store_rc rkr_reply_fail(const redisReply *r, char *err, size_t errlen);
+/** redisGetReply for a blocking context, reading into a small stack buffer first. */
+int rkr_get_reply(redisContext *c, void **reply);
+/** Send n commands in one round trip and read every reply into replies[i]; on failure
+ *  nothing needs freeing. */
+rk_store_rc rkr_op_pipeline(struct rop *op, const struct cmd *cmds, size_t n, redisReply **replies,
+                            char *err, size_t errlen);
+
+/* ---- store_redis_cmd.c: commands ---- */
+
+/** Append one string argument to a command (silently bounded by MAX_ARGS). */
+void rkr_cmd_add(struct cmd *c, const char *s);
+/** Build a command from a NULL-terminated list of strings. */
+void rkr_cmd_build(struct cmd *c, const char *first, ...);
+/** Format "<prefix><kind><name>" into buf and return it. */
+const char *rkr_key_of(const struct redis_store *rs, char buf[KEY_MAX], const char *kind,
+                       const char *name);
+/** Run one command on a checked-out connection (EVAL as EVALSHA); error replies become
+ *  errors. */
+rk_store_rc rkr_op_command(struct rop *op, const struct cmd *c, redisReply **out, char *err,
+                           size_t errlen);
+/** Check out a connection, run one command, return the connection. */
+rk_store_rc rkr_run(struct redis_store *rs, const struct cmd *c, redisReply **out, char *err,
+                    size_t errlen);
+/** Send n commands in one round trip on a pooled connection (replies[i] are the caller's). */
+rk_store_rc rkr_run_pipeline(struct redis_store *rs, const struct cmd *cmds, size_t n,
+                             redisReply **replies, char *err, size_t errlen);
+/** Run a command expecting an integer reply. */
+rk_store_rc rkr_run_int(struct redis_store *rs, const struct cmd *c, long long *val, char *err,
+                        size_t errlen);
+/** After a write on op's connection: WAIT for min_replicas_ack replicas. */
+rk_store_rc rkr_op_wait_replicas(struct rop *op, char *err, size_t errlen);
+/** Run a write expecting an integer reply, confirmed by WAIT when min_replicas_ack > 0. */
+rk_store_rc rkr_run_write_int(struct redis_store *rs, const struct cmd *c, long long *val,
+                              char *err, size_t errlen);
+/** Copy the string elements of an array reply into a malloc'd id list. */
+rk_store_rc rkr_ids_from_array(const redisReply *r, char ***ids_out, size_t *n_out, char *err,
+                               size_t errlen);
+
+/* ---- store_redis_lua.c: the Lua scripts ---- */
+
+extern const char rkr_lua_create[];
+extern const char rkr_lua_uncreate[];
+extern const char rkr_lua_uncommit[];
+extern const char rkr_lua_reindex[];
+extern const char rkr_lua_touch[];
+extern const char rkr_lua_reserve[];
+extern const char rkr_lua_commit[];
+extern const char rkr_lua_remove[];
+extern const char rkr_lua_get_touch[];
+extern const char rkr_lua_lease[];
+/** The SHA1 of script (SCRIPT LOAD on first use): 0 and sha filled, -1 to fall back to EVAL. */
+int rkr_script_sha(struct rop *op, const char *script, char sha[41]);
+/** Forget every learnt digest (the server lost its scripts). */
+void rkr_script_forget(void);
+
+/* ---- store_redis_index.c: indexes and lists ---- */
+
+/** Key buffers of the list and per-state indexes. */
+struct index_keys {
+    char bycreated[KEY_MAX], pending[KEY_MAX], running[KEY_MAX];
+};
+/** Append the index upkeep of one record's write to a MULTI block. */
+void rkr_index_cmds(const struct redis_store *rs, struct index_keys *k, struct cmd *wr, int *nw,
+                    const char *id, bool active, bool pending, const char *old_key,
+                    const char *new_key);
+
+/* ---- the backend entry points (struct rk_store_ops), by the file that defines them ---- */
+
+/* store_redis_records.c */
+rk_store_get_fn rkr_get;
+rk_store_get_many_fn rkr_get_many;
+rk_store_create_fn rkr_create;
+rk_store_update_op_fn rkr_update;
+rk_store_touch_fn rkr_touch;
+rk_store_get_touch_fn rkr_get_touch;
+/* store_redis_index.c */
+rk_store_list_active_fn rkr_list_active;
+rk_store_expired_fn rkr_expired;
+rk_store_list_page_fn rkr_list_page;
+rk_store_count_states_fn rkr_count_states;
+/* store_redis_sessions.c */
+rk_store_reserve_fn rkr_reserve;
+rk_store_commit_fn rkr_commit;
+rk_store_rollback_fn rkr_rollback;
+rk_store_session_get_fn rkr_session_get;
+rk_store_session_remove_fn rkr_session_remove;
+rk_store_session_clear_fn rkr_session_clear;
+rk_store_session_count_fn rkr_session_count;
+/* store_redis_lease.c */
+rk_store_claim_fn rkr_claim;
+rk_store_lease_fn rkr_lease;
+rk_store_set_mark_fn rkr_set_mark;
+
+#endif /* RK_STORE_REDIS_INTERNAL_H */
