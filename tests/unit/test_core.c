@@ -25,6 +25,7 @@
 #include "domain/record.h"
 #include "store/store.h"
 #include "base/util.h"
+#include "config/config.h"
 #include "api/validate.h"
 
 static const char *js(json_object *o)
@@ -354,6 +355,38 @@ static void test_gate_dispatch_store(void **state)
     rk_store_close(fx.app.store);
 }
 
+/* RK_CAP_SCHEDULER is reserved: a descriptor may set it (1.0 and 1.1 plugins
+ * alike, no entry point needed) and the effective caps never carry it. */
+static void test_scheduler_cap_reserved(void **state)
+{
+    (void)state;
+    const char *dir = getenv("ROCK_TEST_PLUGIN_DIR");
+    if (!dir || !*dir)
+        skip();
+    struct rk_problems p = {0};
+    struct rk_plugin *pl = rk_plugin_load(dir, "abi_good", &p);
+    assert_non_null(pl);
+    struct rk_operator d = *pl->desc;
+    struct rk_operator_ops ops = pl->ops;
+    d.ops = &ops;
+    d.caps = RK_CAP_SCHEDULER;
+    char why[512];
+    assert_int_equal(rk_plugin_check_descriptor(&d, "abi_good", why, sizeof why), 0);
+    d.abi_minor = 0;
+    assert_int_equal(rk_plugin_check_descriptor(&d, "abi_good", why, sizeof why), 0);
+    /* The loaded plugin declares it: accepted, and dropped by init. */
+    pl->adopted->desc.caps |= RK_CAP_SCHEDULER;
+    struct rk_config *cfg = rk_config_defaults();
+    assert_int_equal(rk_plugin_init(pl, cfg, &p), 0);
+    assert_int_equal(p.n, 0);
+    assert_int_equal(pl->desc->caps & RK_CAP_SCHEDULER, RK_CAP_SCHEDULER);
+    assert_int_equal(pl->caps & RK_CAP_SCHEDULER, 0);
+    assert_int_equal(pl->caps, pl->desc->caps & ~RK_CAP_SCHEDULER);
+    rk_plugin_unload(pl);
+    rk_config_free(cfg);
+    rk_problems_free(&p);
+}
+
 struct pipe_job {
     struct rk_bytepipe *p;
     size_t total;
@@ -495,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_status_object),
         cmocka_unit_test(test_gate_refusal_order),
         cmocka_unit_test(test_gate_dispatch_store),
+        cmocka_unit_test(test_scheduler_cap_reserved),
         cmocka_unit_test(test_bytepipe_streams_bounded),
         cmocka_unit_test(test_identifiers_ranges_budget),
     };
