@@ -217,7 +217,10 @@ variant append-with-bump "$append
 s = s.replace('#define RK_OPERATOR_ABI_MINOR $minor', '#define RK_OPERATOR_ABI_MINOR $((minor + 1))', 1)
 sys.stdout.write(s)" pass all
 first=$(baselines | head -n 1)
-if [ -e "$top/abi/operator-1.1.abi" ] && [ -n "$first" ]; then
+major=$(version_of "$inc" | cut -d' ' -f1)
+if [ "$major" != 1 ]; then
+    echo "abi-check self-test: reordered 1.1 members: skipped (the header is ABI $major.x)"
+elif [ -e "$top/abi/operator-1.1.abi" ] && [ -n "$first" ]; then
     # Two 1.1 entry points swapped (snapshot_get <-> snapshot_delete).
     swap_ops='import re, sys
 s = sys.stdin.read()
