@@ -1,7 +1,8 @@
 #!/bin/sh
-# Machine check of the operator ABI (include/rock-admin/operator.h) against the
-# checked-in baseline abi/operator-<major>.<minor>.abi (abidw of abi/abi-types.c,
-# a tiny .so that uses every public type; Debian package abigail-tools).
+# Machine check of the operator ABI (include/rock-admin/operator.h) against
+# EVERY checked-in baseline abi/operator-<major>.<minor>.abi, one per released
+# minor (abidw of abi/abi-types.c, a tiny .so that uses every public type;
+# Debian package abigail-tools). Against each baseline:
 #
 #   abidiff with abi/appends.suppr finds nothing  and without it nothing -> same ABI: pass
 #   abidiff with the suppressions finds nothing, without them something
@@ -12,12 +13,23 @@
 #   (or an enumerator whose value changed) -> incompatible change:
 #       fail unless the header's major differs from the baseline's (a new major
 #       then needs a new baseline: scripts/abi-check.sh --record)
+#   a baseline of the same major with a newer minor than the header -> fail
+#
+# So the header must equal the baseline of its own version (once recorded) and
+# only append to each older one: reordering two 1.1 members passes against the
+# 1.0 baseline (it only sees members appended after 1.0) but fails against the
+# 1.1 one. The check passes only if it passes against every baseline.
 #
 # Usage: scripts/abi-check.sh [--self-test | --record] [include-dir]
 #   --self-test  also prove the check: a removed field, a member inserted in
-#                the middle and an append without a minor bump must fail; an
-#                append with a minor bump must pass.
-#   --record     (re)write the baseline from include-dir (for a new major).
+#                the middle, a changed type and an append without a minor bump
+#                must fail, an append with a minor bump must pass; and against
+#                the checked-in baselines, two reordered 1.1 members (entry
+#                points, descriptor fields) must fail although the 1.0
+#                baseline alone lets them pass.
+#   --record     write the baseline of include-dir's version (a new release:
+#                a new minor or major); refuses to overwrite an existing one,
+#                since a released ABI never changes.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 mode=check
@@ -50,6 +62,11 @@ dump() { # include-dir out.abi
     sed -e "s|$top/||g" -e "s|$top|.|g" "$work/raw.abi" >"$2"
 }
 
+# The checked-in baselines, oldest first (one per line).
+baselines() {
+    ls "$top"/abi/operator-*.abi 2>/dev/null | sort -V
+}
+
 use_baseline() { # file.abi named operator-<major>.<minor>.abi
     baseline=$1
     bver=$(basename "$baseline" .abi)
@@ -61,6 +78,10 @@ use_baseline() { # file.abi named operator-<major>.<minor>.abi
 check() { # include-dir -> 0 pass, 1 fail; prints one verdict line
     set -- "$1" $(version_of "$1")
     dump "$1" "$work/current.abi"
+    if [ "$2" = "$bmajor" ] && [ "$3" -lt "$bminor" ]; then
+        echo "abi-check: FAIL: the header is ABI $2.$3, older than the $bver baseline"
+        return 1
+    fi
     rc_sup=0
     abidiff --suppressions "$top/abi/appends.suppr" "$baseline" "$work/current.abi" \
         >"$work/incompatible.txt" 2>&1 || rc_sup=$?
@@ -83,7 +104,7 @@ check() { # include-dir -> 0 pass, 1 fail; prints one verdict line
         >>"$work/incompatible.txt" 2>&1 || rc_prefix=$?
     if [ "$rc_sup" != 0 ] || [ "$rc_prefix" != 0 ]; then
         cat "$work/incompatible.txt"
-        echo "abi-check: FAIL: incompatible change to operator ABI $bmajor.x without a major bump"
+        echo "abi-check: FAIL: incompatible change to operator ABI $bver without a major bump"
         return 1
     fi
     if [ "$rc_all" != 0 ]; then
@@ -100,39 +121,72 @@ check() { # include-dir -> 0 pass, 1 fail; prints one verdict line
     return 0
 }
 
+check_all() { # include-dir -> 0 if it passes against every checked-in baseline
+    list=$(baselines)
+    if [ -z "$list" ]; then
+        echo "abi-check: FAIL: no baseline in abi/ (record one with --record)"
+        return 1
+    fi
+    rc_each=0
+    for b in $list; do
+        use_baseline "$b"
+        check "$1" || rc_each=1
+    done
+    return $rc_each
+}
+
 case $mode in
 record)
     set -- "$inc" $(version_of "$inc")
-    rm -f "$top"/abi/operator-*.abi
-    dump "$inc" "$top/abi/operator-$2.$3.abi"
+    out="$top/abi/operator-$2.$3.abi"
+    if [ -e "$out" ]; then
+        echo "abi-check: abi/operator-$2.$3.abi exists; a released baseline is never" \
+            "rewritten (bump the minor, or delete it by hand if $2.$3 was never released)" >&2
+        exit 1
+    fi
+    dump "$inc" "$out"
     echo "abi-check: recorded abi/operator-$2.$3.abi"
     exit 0
     ;;
 check)
-    use_baseline "$(ls "$top"/abi/operator-*.abi | head -n 1)"
-    check "$inc"
+    check_all "$inc"
     exit $?
     ;;
 esac
 
-# --self-test: the real header against the checked-in baseline first; then
-# variants of the header against a baseline recorded from the header itself.
+# --self-test: the real header against every checked-in baseline first; then
+# variants of the header against a baseline recorded from the header itself,
+# and variants against the checked-in baselines.
 status=0
-use_baseline "$(ls "$top"/abi/operator-*.abi | head -n 1)"
-check "$inc" || status=1
+check_all "$inc" || status=1
 set -- $(version_of "$inc")
 dump "$inc" "$work/operator-$1.$2.abi"
-use_baseline "$work/operator-$1.$2.abi"
-variant() { # name sed-or-python-edit expected(pass|fail)
-    name=$1 expect=$3
+self_baseline="$work/operator-$1.$2.abi"
+variant() { # name python-edit expected(pass|fail) [against: self (default) | all | file.abi]
+    name=$1 expect=$3 against=${4:-self}
     mkdir -p "$work/$name/rock-admin"
     python3 -c "$2" <"$inc/rock-admin/operator.h" >"$work/$name/rock-admin/operator.h"
-    if check "$work/$name" >"$work/$name.out" 2>&1; then got=pass; else got=fail; fi
+    case $against in
+    self)
+        use_baseline "$self_baseline"
+        if check "$work/$name" >"$work/$name.out" 2>&1; then got=pass; else got=fail; fi
+        what="against its own baseline"
+        ;;
+    all)
+        if check_all "$work/$name" >"$work/$name.out" 2>&1; then got=pass; else got=fail; fi
+        what="against every baseline in abi/"
+        ;;
+    *)
+        use_baseline "$against"
+        if check "$work/$name" >"$work/$name.out" 2>&1; then got=pass; else got=fail; fi
+        what="against abi/$(basename "$against") alone"
+        ;;
+    esac
     if [ "$got" = "$expect" ]; then
-        echo "abi-check self-test: $name: $got as expected"
+        echo "abi-check self-test: $name $what: $got as expected"
     else
         cat "$work/$name.out"
-        echo "abi-check self-test: $name: $got, expected $expect"
+        echo "abi-check self-test: $name $what: $got, expected $expect"
         status=1
     fi
 }
@@ -154,4 +208,41 @@ sys.stdout.write(s)" fail
 variant append-with-bump "$append
 s = s.replace('#define RK_OPERATOR_ABI_MINOR $minor', '#define RK_OPERATOR_ABI_MINOR $((minor + 1))', 1)
 sys.stdout.write(s)" pass
+
+# Against the checked-in baselines: every release is checked against every
+# baseline, so the 1.1 members are pinned by the 1.1 baseline.
+variant append-without-bump "$append
+sys.stdout.write(s)" fail all
+variant append-with-bump "$append
+s = s.replace('#define RK_OPERATOR_ABI_MINOR $minor', '#define RK_OPERATOR_ABI_MINOR $((minor + 1))', 1)
+sys.stdout.write(s)" pass all
+first=$(baselines | head -n 1)
+major=$(version_of "$inc" | cut -d' ' -f1)
+if [ "$major" != 1 ]; then
+    echo "abi-check self-test: reordered 1.1 members: skipped (the header is ABI $major.x)"
+elif [ -e "$top/abi/operator-1.1.abi" ] && [ -n "$first" ]; then
+    # Two 1.1 entry points swapped (snapshot_get <-> snapshot_delete).
+    swap_ops='import re, sys
+s = sys.stdin.read()
+get = re.search(r"\n    /\*\* RK_CAP_SNAPSHOT \(since 1\.1\)\. Current state.*?\);\n", s, re.S).group(0)
+dele = re.search(r"\n    /\*\* RK_CAP_SNAPSHOT \(since 1\.1\)\. Delete a snapshot.*?\);\n", s, re.S).group(0)
+assert s.index(get) + len(get) - 1 == s.index(dele), "snapshot_get no longer precedes snapshot_delete"
+s = s.replace(get + dele[1:], dele + get[1:], 1)
+sys.stdout.write(s)'
+    # Two 1.1 descriptor fields of the same type swapped (names only).
+    swap_desc='import sys
+s = sys.stdin.read()
+a = "    uint32_t config_key_size; "
+b = "    uint32_t cap_msg_size; "
+assert a in s and b in s
+s = s.replace(a, "@A@", 1).replace(b, a, 1).replace("@A@", b, 1)
+sys.stdout.write(s)'
+    variant reordered-1.1-ops "$swap_ops" pass "$first"
+    variant reordered-1.1-ops "$swap_ops" fail all
+    variant reordered-1.1-descriptor "$swap_desc" pass "$first"
+    variant reordered-1.1-descriptor "$swap_desc" fail all
+else
+    echo "abi-check self-test: FAIL: abi/operator-1.1.abi is missing"
+    status=1
+fi
 exit $status

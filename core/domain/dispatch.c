@@ -157,6 +157,13 @@ static rk_status gate_decide(const struct rk_app *app, struct rk_call *call,
     return RK_OK;
 }
 
+rk_status rk_gate_decide(const struct rk_app *app, struct rk_call *call, enum rk_op op,
+                         const char *sandbox_id, json_object *rec, int *owned,
+                         const char **upstream)
+{
+    return gate_decide(app, call, rk_op_info(op), sandbox_id, rec, owned, upstream);
+}
+
 /* The gate on a stored record; touched says the idle deadline was already
  * refreshed in the same round trip that read the record. */
 static rk_status dispatch_stored(struct rk_app *app, struct rk_call *call, enum rk_op op,
@@ -204,7 +211,7 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
     if (sandbox_id && *sandbox_id && !rk_id_valid(sandbox_id, strlen(sandbox_id)))
         return rk_call_set_error(call, RK_E_INVALID, "sandbox_id: " RK_ID_RULE_MSG);
     /* 1. The record must exist. Runtime entry points read it and refresh the
-     *    idle timer in one store round trip (issue 15); the store script only
+     *    idle timer in one store round trip (get-and-touch); the store script only
      *    moves the deadline of an active record with an idle timeout, so the
      *    touch of a record the gate then refuses is the original's order (U35). */
     const struct rk_op_info *info = rk_op_info(op);

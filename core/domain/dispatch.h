@@ -2,10 +2,10 @@
 /*
  * The fail-closed gate every sandbox route goes through, in this order:
  *   1. find the record              -> 4000 "Sandbox <id> not found"
- *   2. backend tag present          -> 4000 "<Display> sandbox metadata is missing required
- * backend"
- *   3. tag equals the loaded plugin -> 4000 "Sandbox backend X conflicts with configured operator
- * Y"
+ *   2. backend tag present          -> 4000 "<Display> sandbox metadata is missing
+ *                                       required backend"
+ *   3. tag equals the loaded plugin -> 4000 "Sandbox backend X conflicts with
+ *                                       configured operator Y"
  *   4. capability present           -> 4000 with the plugin's refusal text
  *   5. state precondition           -> 4000 "Sandbox <id> is not running (state=<s>)"
  * and only then the plugin. The gate decides first (no store write during
@@ -78,6 +78,20 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
  *  success, released on failure). */
 rk_status rk_dispatch_record(struct rk_app *app, struct rk_call *call, enum rk_op op,
                              const char *sandbox_id, json_object *rec, struct rk_target *t);
+
+/**
+ * The gate's decision alone, checks 2-5 of the order above on a stored
+ * record, then "running needs its backend id" ("<Display> sandbox metadata is
+ * missing <tag>_id"): no store access, no touch, no plugin call. Returns RK_OK
+ * or the refusal recorded on call (the first check that fails decides);
+ * *owned is 1 once checks 2-3 passed (the record is this operator's, so the
+ * caller may refresh its idle deadline), *upstream its backend id (NULL when
+ * refused before the id is read). rec stays the caller's. rk_dispatch() and
+ * rk_dispatch_record() act on this decision; exposed for its unit test.
+ */
+rk_status rk_gate_decide(const struct rk_app *app, struct rk_call *call, enum rk_op op,
+                         const char *sandbox_id, json_object *rec, int *owned,
+                         const char **upstream);
 
 /** Release a target. */
 void rk_target_release(struct rk_target *t);

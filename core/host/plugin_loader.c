@@ -162,7 +162,9 @@ int rk_plugin_adopt_descriptor(const struct rk_operator *raw, const char *stem,
     if (!(d->flags & RK_OPF_THREADSAFE))
         REFUSE("flags check failed: RK_OPF_THREADSAFE is required by ABI %d",
                RK_OPERATOR_ABI_MAJOR);
-    /* A 1.0 plugin may only use the 1.0 bits. */
+    /* A 1.0 plugin may only use the 1.0 bits. RK_CAP_SCHEDULER is one of them
+     * (reserved, no entry point): accepted here, dropped from the effective
+     * caps by rk_plugin_init(). */
     uint64_t known_caps = d->abi_minor >= 1 ? RK_CAP_ALL : RK_CAP_ALL_1_0;
     if (d->caps & ~known_caps)
         REFUSE("capability check failed: unknown capability bits 0x%llx",
@@ -404,8 +406,10 @@ int rk_plugin_init(struct rk_plugin *pl, const struct rk_config *cfg, struct rk_
     }
     pl->inst = inst;
     pl->initialised = 1;
-    /* ABI 1.1: the configured instance may narrow its declared caps. */
-    pl->caps = pl->desc->caps;
+    /* The effective caps: RK_CAP_SCHEDULER is reserved (accepted by the
+     * descriptor check, ignored here, so nothing can depend on it); ABI 1.1:
+     * the configured instance may narrow its declared caps. */
+    pl->caps = pl->desc->caps & ~RK_CAP_SCHEDULER;
     if ((pl->caps & RK_CAP_CONFIGURED) && pl->ops.configured_caps)
         pl->caps &= pl->ops.configured_caps(inst) | RK_CAP_CONFIGURED;
     return 0;

@@ -27,7 +27,8 @@ struct rk_plugin {
     char *path;                     /* file it was loaded from */
     void *handle;                   /* lt_dlhandle */
     int initialised;
-    uint64_t caps; /* desc->caps narrowed by ops.configured_caps (ABI 1.1) after init */
+    uint64_t caps; /* effective caps after init: desc->caps without the reserved
+                      RK_CAP_SCHEDULER, narrowed by ops.configured_caps (ABI 1.1) */
 };
 
 /**
@@ -78,8 +79,9 @@ int rk_plugin_minor_at_least(const struct rk_plugin *pl, unsigned minor);
  *  line (and, for an unknown name, the list of plugins found) and returns NULL. */
 struct rk_plugin *rk_plugin_load(const char *dir, const char *name, struct rk_problems *p);
 
-/** Validate the plugin's config section and call its init(). Returns 0 or -1
- *  with problems added. */
+/** Validate the plugin's config section and call its init(), then set
+ *  pl->caps (the reserved RK_CAP_SCHEDULER dropped, ops.configured_caps
+ *  applied). Returns 0 or -1 with problems added. */
 int rk_plugin_init(struct rk_plugin *pl, const struct rk_config *cfg, struct rk_problems *p);
 
 /** Call fini() (if initialised) and release the plugin. The module stays

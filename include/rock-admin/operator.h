@@ -44,8 +44,12 @@
  *   - Every symbol a plugin imports must resolve when it is loaded: the loader
  *     binds all symbols immediately and refuses the plugin with one line naming
  *     the first unresolved symbol (no lazy failure on first use).
- *   - `abi/` holds an abidw baseline of the 1.0 types; CI (scripts/abi-check.sh)
- *     fails on any change except appends, and on an append without a minor bump.
+ *   - `abi/` holds an abidw baseline of each released minor (operator-1.0.abi,
+ *     operator-1.1.abi, ...). CI (scripts/abi-check.sh) checks this header
+ *     against every one of them and fails on any change except appends, and on
+ *     an append without a minor bump.
+ *   - Members are marked by the minor that added them: section comments
+ *     ("---- ABI 1.1 ----") in structs and tables, "(since 1.1)" on members.
  *
  * Ownership:
  *   - Everything the core passes in (specs, refs, strings, arrays) is borrowed
@@ -92,14 +96,17 @@
  *                     - arena_alloc returns NULL on failure (as documented)
  *                       and refuses sizes whose rounding would overflow;
  *                     - unresolved symbols refused at load, naming the symbol;
- *                     - every capability bit has an effect: RK_CAP_RESTORE
- *                       (start on an archived id calls restore),
+ *                     - every capability bit but one has an effect:
+ *                       RK_CAP_RESTORE (start on an archived id calls restore),
  *                       RK_CAP_SESSION_INTERACTIVE (appended to
  *                       rk_session_req: flags, expect, expect_len; to
  *                       rk_exec_res: expect_string), RK_CAP_PORT_FORWARD
  *                       (the core tunnels the portforward WebSocket to the
  *                       tcp://host:port that proxy_target returns for
- *                       RK_PROXY_TCP).
+ *                       RK_PROXY_TCP);
+ *                     - RK_CAP_SCHEDULER is reserved: the loader accepts the
+ *                       bit and ignores it (the core has no worker scheduler;
+ *                       scheduler.enabled logs one warning with or without it).
  *                     - ops.list + RK_CAP_LIST: enumerate this deployment's
  *                       sandboxes in one paged pass, so a reconciler learns
  *                       state without a status call per request.
@@ -108,7 +115,7 @@
  *                       credentials (RK_PROXY_HEADER_CREDENTIAL) the core
  *                       never puts on a client-controlled proxied request;
  *                       unmarked headers are routing headers, as in 1.0.
- *                     Lifecycle (issue 12):
+ *                     Lifecycle (stop modes, archive by snapshots, renew):
  *                     - ops.configured_caps + RK_CAP_CONFIGURED: the configured
  *                       instance narrows its descriptor's caps after init()
  *                       (e.g. a deployment option turns stop off).
@@ -215,16 +222,18 @@ typedef enum rk_status {
 #define RK_CAP_COMMIT (1ull << 13)             /**< ops.commit */
 #define RK_CAP_STATISTICS (1ull << 14)         /**< ops.statistics */
 #define RK_CAP_DELETE_PENDING (1ull << 15)     /**< ops.destroy may be called while pending */
-#define RK_CAP_SCHEDULER (1ull << 16)          /**< the backend uses a worker scheduler (no op) */
+/** Reserved: accepted at load and ignored. The core has no worker scheduler, so
+ *  the bit has no effect (scheduler.enabled logs one warning with or without it). */
+#define RK_CAP_SCHEDULER (1ull << 16)
 /** Every bit ABI 1.0 knows. */
 #define RK_CAP_ALL_1_0 ((1ull << 17) - 1)
-/* 1.1 capability bits: append new bits here (next free: 1ull << 22) and add
- * them to RK_CAP_ALL. */
-#define RK_CAP_LIST (1ull << 17)         /**< ops.list */
-#define RK_CAP_CONFIGURED (1ull << 18)   /**< ops.configured_caps */
-#define RK_CAP_STOP_DELETES (1ull << 19) /**< /stop destroys the sandbox (no entry point) */
-#define RK_CAP_SNAPSHOT (1ull << 20)     /**< ops.snapshot_create/get/delete, restore_snapshot */
-#define RK_CAP_RENEW (1ull << 21)        /**< ops.renew */
+/* ---- ABI 1.1 capability bits: append new bits here (next free: 1ull << 22)
+ * and add them to RK_CAP_ALL. ---- */
+#define RK_CAP_LIST (1ull << 17)         /**< ops.list (since 1.1) */
+#define RK_CAP_CONFIGURED (1ull << 18)   /**< ops.configured_caps (since 1.1) */
+#define RK_CAP_STOP_DELETES (1ull << 19) /**< /stop destroys; no entry point (since 1.1) */
+#define RK_CAP_SNAPSHOT (1ull << 20)     /**< ops.snapshot_*, restore_snapshot (since 1.1) */
+#define RK_CAP_RENEW (1ull << 21)        /**< ops.renew (since 1.1) */
 /** Every bit this header knows; a plugin setting any other bit is refused. */
 #define RK_CAP_ALL                                                                                 \
     (RK_CAP_ALL_1_0 | RK_CAP_LIST | RK_CAP_CONFIGURED | RK_CAP_STOP_DELETES | RK_CAP_SNAPSHOT |    \
@@ -397,7 +406,7 @@ struct rk_exec_res {
     int exit_code;          /**< valid if has_exit_code */
     int timed_out;          /**< the command hit timeout_ms */
     const char *error_text; /**< backend error that is not a timeout, or NULL */
-    /* ---- 1.1 ---- */
+    /* ---- ABI 1.1 ---- */
     const char *expect_string; /**< the expect string that matched (session_run), or NULL */
 };
 
@@ -432,7 +441,7 @@ struct rk_session_opened {
 struct rk_session_req {
     const char *command;
     int64_t timeout_ms; /**< the core's command deadline; 0 = none (see rk_exec_req) */
-    /* ---- 1.1: set only when the plugin has RK_CAP_SESSION_INTERACTIVE ---- */
+    /* ---- ABI 1.1: set only when the plugin has RK_CAP_SESSION_INTERACTIVE ---- */
     uint32_t flags;            /**< RK_SESSF_* */
     const char *const *expect; /**< strings to wait for (may be NULL) */
     size_t expect_len;         /**< number of expect strings */
@@ -459,7 +468,8 @@ struct rk_proxy_target {
     const char *base_url;
     const struct rk_kv *headers; /**< headers that must reach the upstream, override the client's */
     size_t headers_len;
-    /** ABI 1.1: NULL (every header is a routing header), or headers_len
+    /* ---- ABI 1.1 ---- */
+    /** NULL (every header is a routing header), or headers_len
      *  RK_PROXY_HEADER_* bit sets, one per header. The core zeroes the struct
      *  before the call, so a 1.0 plugin leaves it NULL. */
     const uint32_t *header_flags;
@@ -528,7 +538,7 @@ struct rk_host {
     void (*cfg_problem)(const struct rk_cfg *cfg, const char *key, const char *fmt, ...)
         RK_PRINTF(3, 4);
 
-    /* ---- 1.1 (test with RK_HOST_HAS(host, member)) ---- */
+    /* ---- ABI 1.1 (test with RK_HOST_HAS(host, member)) ---- */
 
     /**
      * Log one line about a call: like log(), and the line carries the call's
@@ -551,9 +561,12 @@ struct rk_host {
 /**
  * The plugin's function table. Starts with its own size. `inst` is the value
  * init() stored; `call` is the per-request handle. Optional members are gated
- * by capability bits (see RK_CAP_*).
+ * by capability bits (see RK_CAP_*). Sections mark the minor that added the
+ * members; a plugin built for an older minor has a shorter table (struct_size)
+ * and the core reads the newer slots as NULL.
  */
 struct rk_operator_ops {
+    /* ---- ABI 1.0 ---- */
     uint32_t struct_size; /**< sizeof(struct rk_operator_ops) as the plugin saw it */
 
     /** Mandatory. Validate config (host->cfg_problem) and build the instance.
@@ -625,35 +638,38 @@ struct rk_operator_ops {
     rk_status (*proxy_target)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                               int port, enum rk_proxy_kind kind, struct rk_proxy_target *out);
 
-    /** RK_CAP_LIST (ABI 1.1). Call fn once per sandbox this deployment created
+    /* ---- ABI 1.1 ---- */
+
+    /** RK_CAP_LIST (since 1.1). Call fn once per sandbox this deployment created
      *  (all pages), with the same state mapping as status(). A sandbox the
      *  backend does not report is gone. Returns RK_OK only after a complete
      *  pass (a partial list must not be taken as "the others vanished"). */
     rk_status (*list)(void *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
 
-    /** RK_CAP_CONFIGURED. Capabilities the configured instance offers, called
-     *  once right after init(); the core uses desc->caps & this value. Lets a
-     *  deployment option (e.g. OpenSandbox stop_mode) enable or refuse an
-     *  operation whose entry point the plugin always carries. */
+    /** RK_CAP_CONFIGURED (since 1.1). Capabilities the configured instance
+     *  offers, called once right after init(); the core uses desc->caps & this
+     *  value. Lets a deployment option (e.g. OpenSandbox stop_mode) enable or
+     *  refuse an operation whose entry point the plugin always carries. */
     uint64_t (*configured_caps)(void *inst);
-    /** RK_CAP_SNAPSHOT. Start a snapshot of a stopped sandbox (the plugin
-     *  brings the source into whatever state its backend needs) and return
-     *  once the backend accepted it: out->snapshot_id is required. The core
-     *  polls snapshot_get(), then destroys the source (success) or stops it
-     *  again (failure). */
+    /** RK_CAP_SNAPSHOT (since 1.1). Start a snapshot of a stopped sandbox
+     *  (the plugin brings the source into whatever state its backend needs)
+     *  and return once the backend accepted it: out->snapshot_id is required.
+     *  The core polls snapshot_get(), then destroys the source (success) or
+     *  stops it again (failure). */
     rk_status (*snapshot_create)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                                  struct rk_snapshot *out);
-    /** RK_CAP_SNAPSHOT. Current state of a snapshot; a missing one is RK_E_NOT_FOUND. */
+    /** RK_CAP_SNAPSHOT (since 1.1). Current state of a snapshot; a missing one
+     *  is RK_E_NOT_FOUND. */
     rk_status (*snapshot_get)(void *inst, struct rk_call *call, const char *snapshot_id,
                               struct rk_snapshot *out);
-    /** RK_CAP_SNAPSHOT. Delete a snapshot; "already gone" is RK_OK. */
+    /** RK_CAP_SNAPSHOT (since 1.1). Delete a snapshot; "already gone" is RK_OK. */
     rk_status (*snapshot_delete)(void *inst, struct rk_call *call, const char *snapshot_id);
-    /** RK_CAP_SNAPSHOT. Create a sandbox from a snapshot (like create(); the
-     *  spec carries the ROCK id and the stored resources). */
+    /** RK_CAP_SNAPSHOT (since 1.1). Create a sandbox from a snapshot (like
+     *  create(); the spec carries the ROCK id and the stored resources). */
     rk_status (*restore_snapshot)(void *inst, struct rk_call *call,
                                   const struct rk_create_spec *spec, const char *snapshot_id,
                                   struct rk_created *out);
-    /** RK_CAP_RENEW. The core's idle deadline of the sandbox is now
+    /** RK_CAP_RENEW (since 1.1). The core's idle deadline of the sandbox is now
      *  idle_deadline (epoch seconds): make the backend keep it at least that
      *  long. Called on activity; the plugin rate-limits upstream calls. */
     rk_status (*renew)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
@@ -684,7 +700,7 @@ struct rk_operator {
     const struct rk_cap_msg *unsupported; /**< refusal texts, cap == 0 terminated; may be NULL */
     const struct rk_operator_ops *ops;    /**< entry points */
 
-    /* ---- 1.1 (0 or absent = the 1.0 element size) ---- */
+    /* ---- ABI 1.1 (0 or absent = the 1.0 element size) ---- */
     uint32_t config_key_size; /**< sizeof(struct rk_cfg_key): stride of config[] */
     uint32_t cap_msg_size;    /**< sizeof(struct rk_cap_msg): stride of unsupported[] */
 };

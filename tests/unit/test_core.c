@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Unit tests of core helpers: envelope shapes, record/status encoding,
  * quoting and Python-compatible formatting, memory normalisation, the
- * dispatch policy table and the byte pipe. */
+ * gate's decision and its refusal order, and the byte pipe. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,13 +13,19 @@
 
 #include <cmocka.h>
 
+#include "base/app.h"
 #include "base/budget.h"
 #include "base/bytepipe.h"
+#include "base/ident.h"
 #include "domain/dispatch.h"
 #include "engine/envelope.h"
+#include "host/host.h"
+#include "host/plugin_loader.h"
 #include "obs/log.h"
 #include "domain/record.h"
+#include "store/store.h"
 #include "base/util.h"
+#include "config/config.h"
 #include "api/validate.h"
 
 static const char *js(json_object *o)
@@ -146,16 +152,239 @@ static void test_status_object(void **state)
     json_object_put(rec);
 }
 
-static void test_dispatch_table(void **state)
+/* ---- the gate's decision (domain/dispatch.h) ---------------------------------
+ * A plugin as the gate sees it: tag "testop", caps given per test, one refusal
+ * text of its own (stop); everything else gets the generic text. */
+static const struct rk_cap_msg gate_msgs[] = {
+    {RK_CAP_STOP, "Testop backend does not support stop; delete the sandbox instead"},
+    {0, NULL},
+};
+
+struct gate_fx {
+    struct rk_operator desc;
+    struct rk_plugin pl;
+    struct rk_app app;
+};
+
+static void gate_fx_init(struct gate_fx *fx, uint64_t caps)
+{
+    memset(fx, 0, sizeof *fx);
+    fx->desc.name = "testop";
+    fx->desc.backend_tag = "testop";
+    fx->desc.display_name = "Testop";
+    fx->desc.caps = caps;
+    fx->desc.unsupported = gate_msgs;
+    fx->pl.desc = &fx->desc;
+    fx->pl.caps = caps;
+    fx->app.plugin = &fx->pl;
+}
+
+/* A stored record: state (NULL = absent), backend tag (NULL = no
+ * extended_params) and upstream id (NULL = not recorded). */
+static json_object *gate_rec(const char *state, const char *tag, const char *upstream)
+{
+    json_object *rec = json_object_new_object();
+    json_object_object_add(rec, "sandbox_id", json_object_new_string("sbx-1"));
+    if (state)
+        json_object_object_add(rec, "state", json_object_new_string(state));
+    if (tag)
+        rk_rec_set_backend(rec, tag, upstream);
+    return rec;
+}
+
+/* Decide op on rec (then release rec) and check the verdict: the status, the
+ * exact message (NULL: none recorded), *owned and *upstream. Every refusal is
+ * a ROCK 4000. */
+static void gate_expect(const struct gate_fx *fx, enum rk_op op, json_object *rec, rk_status want,
+                        const char *msg, int want_owned, const char *want_upstream)
+{
+    struct rk_call *call = rk_call_new("gate-test", -1, 0);
+    int owned = -1;
+    const char *upstream = "unset";
+    rk_status st = rk_gate_decide(&fx->app, call, op, "sbx-1", rec, &owned, &upstream);
+    if (st != want || (msg && strcmp(rk_call_error_text(call), msg) != 0))
+        fail_msg("%s: status %d \"%s\", want %d \"%s\"", rk_op_info(op)->name, (int)st,
+                 rk_call_error_text(call), (int)want, msg ? msg : "");
+    if (msg) {
+        assert_int_equal(rk_call_error_code(call), want);
+        assert_int_equal(rk_status_rock_code(st), 4000);
+    } else {
+        assert_int_equal(rk_call_error_code(call), RK_OK);
+    }
+    assert_int_equal(owned, want_owned);
+    if (want_upstream)
+        assert_string_equal(upstream, want_upstream);
+    else
+        assert_null(upstream);
+    rk_call_free(call);
+    json_object_put(rec);
+}
+
+#define MISSING_TAG "Testop sandbox metadata is missing required backend"
+#define FOREIGN_TAG "Sandbox backend other conflicts with configured operator testop"
+#define NOT_RUNNING(s) "Sandbox sbx-1 is not running (state=" s ")"
+
+/* Every refusal of the decision in its documented order (tag present, tag
+ * equal, capability, state, then a running record's backend id), each with its
+ * exact message; where several apply, the first in that order decides. */
+static void test_gate_refusal_order(void **state)
 {
     (void)state;
-    assert_int_equal(rk_op_info(RK_OP_EXEC)->cap, RK_CAP_EXEC);
-    assert_true(rk_op_info(RK_OP_EXEC)->needs_running);
-    assert_false(rk_op_info(RK_OP_STOP)->needs_running);
-    assert_int_equal(rk_op_info(RK_OP_STOP)->cap, RK_CAP_STOP);
-    assert_int_equal(rk_op_info(RK_OP_DELETE)->cap, 0);
-    for (int op = 0; op < RK_OP_COUNT; op++)
-        assert_non_null(rk_op_info((enum rk_op)op)->name);
+    struct gate_fx fx;
+    gate_fx_init(&fx, RK_CAP_EXEC | RK_CAP_FILE_WRITE | RK_CAP_ARCHIVE);
+
+    /* 2. No backend tag: refused, whatever else is wrong (a missing capability
+     * and a wrong state too); the record is not this operator's. */
+    gate_expect(&fx, RK_OP_EXEC, gate_rec("running", NULL, NULL), RK_E_INVALID, MISSING_TAG, 0,
+                NULL);
+    gate_expect(&fx, RK_OP_EXEC, gate_rec("running", "", "up-1"), RK_E_INVALID, MISSING_TAG, 0,
+                NULL);
+    gate_expect(&fx, RK_OP_EXEC, gate_rec("stopped", NULL, NULL), RK_E_INVALID, MISSING_TAG, 0,
+                NULL);
+    gate_expect(&fx, RK_OP_SESSION_CREATE, gate_rec("stopped", NULL, NULL), RK_E_INVALID,
+                MISSING_TAG, 0, NULL);
+    gate_expect(&fx, RK_OP_STATUS, gate_rec("running", NULL, NULL), RK_E_INVALID, MISSING_TAG, 0,
+                NULL);
+
+    /* 3. Another backend's record: refused before capability and state. */
+    gate_expect(&fx, RK_OP_EXEC, gate_rec("running", "other", "up-1"), RK_E_INVALID, FOREIGN_TAG, 0,
+                NULL);
+    gate_expect(&fx, RK_OP_SESSION_CREATE, gate_rec("stopped", "other", NULL), RK_E_INVALID,
+                FOREIGN_TAG, 0, NULL);
+    gate_expect(&fx, RK_OP_DELETE, gate_rec("running", "other", "up-1"), RK_E_INVALID, FOREIGN_TAG,
+                0, NULL);
+
+    /* 4. Capability, before state: the plugin's own text, else the generic one;
+     * from here on the record is this operator's (owned). */
+    gate_expect(&fx, RK_OP_STOP, gate_rec("running", "testop", "up-1"), RK_E_UNSUPPORTED,
+                "Testop backend does not support stop; delete the sandbox instead", 1, NULL);
+    gate_expect(&fx, RK_OP_SESSION_CREATE, gate_rec("stopped", "testop", NULL), RK_E_UNSUPPORTED,
+                "Testop backend does not support create_session", 1, NULL);
+    /* write_file needs FILE_WRITE and FILE_STAT: the missing one is refused */
+    gate_expect(&fx, RK_OP_FILE_WRITE, gate_rec("running", "testop", "up-1"), RK_E_UNSUPPORTED,
+                "Testop backend does not support write_file", 1, NULL);
+    gate_expect(&fx, RK_OP_PROXY_HTTP, gate_rec("running", "testop", "up-1"), RK_E_UNSUPPORTED,
+                "Testop backend does not support http proxy", 1, NULL);
+
+    /* 5. State, before the backend id. */
+    gate_expect(&fx, RK_OP_EXEC, gate_rec("stopped", "testop", NULL), RK_E_NOT_RUNNING,
+                NOT_RUNNING("stopped"), 1, NULL);
+    gate_expect(&fx, RK_OP_EXEC, gate_rec("pending", "testop", "up-1"), RK_E_NOT_RUNNING,
+                NOT_RUNNING("pending"), 1, NULL);
+    gate_expect(&fx, RK_OP_EXEC, gate_rec("archived", "testop", "up-1"), RK_E_NOT_RUNNING,
+                NOT_RUNNING("archived"), 1, NULL);
+    gate_expect(&fx, RK_OP_EXEC, gate_rec(NULL, "testop", "up-1"), RK_E_NOT_RUNNING,
+                NOT_RUNNING("unknown"), 1, NULL);
+
+    /* Last: a running record must carry its backend id. */
+    gate_expect(&fx, RK_OP_EXEC, gate_rec("running", "testop", NULL), RK_E_INVALID,
+                "Testop sandbox metadata is missing testop_id", 1, NULL);
+
+    /* Passed: the backend id comes back; operations without a state
+     * precondition pass in any state, with or without the id. */
+    gate_expect(&fx, RK_OP_EXEC, gate_rec("running", "testop", "up-1"), RK_OK, NULL, 1, "up-1");
+    gate_expect(&fx, RK_OP_STATUS, gate_rec("pending", "testop", NULL), RK_OK, NULL, 1, NULL);
+    gate_expect(&fx, RK_OP_DELETE, gate_rec("stopped", "testop", "up-1"), RK_OK, NULL, 1, "up-1");
+    gate_expect(&fx, RK_OP_ARCHIVE, gate_rec("stopped", "testop", "up-1"), RK_OK, NULL, 1, "up-1");
+
+    /* Archive by snapshots (ABI 1.1): RK_CAP_SNAPSHOT stands in for
+     * RK_CAP_ARCHIVE; without either it is refused. */
+    gate_fx_init(&fx, RK_CAP_SNAPSHOT);
+    gate_expect(&fx, RK_OP_ARCHIVE, gate_rec("stopped", "testop", "up-1"), RK_OK, NULL, 1, "up-1");
+    gate_fx_init(&fx, 0);
+    gate_expect(&fx, RK_OP_ARCHIVE, gate_rec("stopped", "testop", "up-1"), RK_E_UNSUPPORTED,
+                "Testop backend does not support archive", 1, NULL);
+    gate_expect(&fx, RK_OP_STOP, gate_rec("stopped", "other", "up-1"), RK_E_INVALID, FOREIGN_TAG, 0,
+                NULL);
+}
+
+/* The whole gate over a store: the id rule and "record exists" come first,
+ * then the decision above; a target that passed carries the record's facts. */
+static void test_gate_dispatch_store(void **state)
+{
+    (void)state;
+    struct gate_fx fx;
+    gate_fx_init(&fx, RK_CAP_EXEC);
+    fx.app.store = rk_store_open_memory();
+    assert_non_null(fx.app.store);
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = gate_rec("running", "testop", "up-1");
+    assert_int_equal(rk_store_create(fx.app.store, "sbx-1", rec, 0, err, sizeof err), RK_STORE_OK);
+    json_object_put(rec);
+    rec = gate_rec("running", NULL, NULL);
+    json_object_object_add(rec, "sandbox_id", json_object_new_string("sbx-untagged"));
+    assert_int_equal(rk_store_create(fx.app.store, "sbx-untagged", rec, 0, err, sizeof err),
+                     RK_STORE_OK);
+    json_object_put(rec);
+
+    static const struct {
+        const char *id;
+        enum rk_op op;
+        rk_status want;
+        const char *msg;
+    } cases[] = {
+        {"a&b", RK_OP_EXEC, RK_E_INVALID, "sandbox_id: " RK_ID_RULE_MSG},
+        {"nope", RK_OP_EXEC, RK_E_NOT_FOUND, "Sandbox nope not found"},
+        {"nope", RK_OP_STOP, RK_E_NOT_FOUND, "Sandbox nope not found"},
+        {"sbx-untagged", RK_OP_STOP, RK_E_INVALID, MISSING_TAG},
+        {"sbx-1", RK_OP_STOP, RK_E_UNSUPPORTED,
+         "Testop backend does not support stop; delete the sandbox instead"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct rk_call *call = rk_call_new("gate-test", -1, 0);
+        struct rk_target t;
+        rk_status st = rk_dispatch(&fx.app, call, cases[i].op, cases[i].id, &t);
+        if (st != cases[i].want || strcmp(rk_call_error_text(call), cases[i].msg) != 0)
+            fail_msg("%s: status %d \"%s\", want %d \"%s\"", cases[i].id, (int)st,
+                     rk_call_error_text(call), (int)cases[i].want, cases[i].msg);
+        assert_int_equal(rk_status_rock_code(st), 4000);
+        assert_null(t.rec);
+        rk_call_free(call);
+    }
+
+    struct rk_call *call = rk_call_new("gate-test", -1, 0);
+    struct rk_target t;
+    assert_int_equal(rk_dispatch(&fx.app, call, RK_OP_EXEC, "sbx-1", &t), RK_OK);
+    assert_non_null(t.rec);
+    assert_string_equal(t.ref.sandbox_id, "sbx-1");
+    assert_string_equal(t.ref.upstream_id, "up-1");
+    assert_string_equal(t.ref.backend_tag, "testop");
+    assert_int_equal(t.ref.state, RK_STATE_RUNNING);
+    rk_target_release(&t);
+    rk_call_free(call);
+    rk_store_close(fx.app.store);
+}
+
+/* RK_CAP_SCHEDULER is reserved: a descriptor may set it (1.0 and 1.1 plugins
+ * alike, no entry point needed) and the effective caps never carry it. */
+static void test_scheduler_cap_reserved(void **state)
+{
+    (void)state;
+    const char *dir = getenv("ROCK_TEST_PLUGIN_DIR");
+    if (!dir || !*dir)
+        skip();
+    struct rk_problems p = {0};
+    struct rk_plugin *pl = rk_plugin_load(dir, "abi_good", &p);
+    assert_non_null(pl);
+    struct rk_operator d = *pl->desc;
+    struct rk_operator_ops ops = pl->ops;
+    d.ops = &ops;
+    d.caps = RK_CAP_SCHEDULER;
+    char why[512];
+    assert_int_equal(rk_plugin_check_descriptor(&d, "abi_good", why, sizeof why), 0);
+    d.abi_minor = 0;
+    assert_int_equal(rk_plugin_check_descriptor(&d, "abi_good", why, sizeof why), 0);
+    /* The loaded plugin declares it: accepted, and dropped by init. */
+    pl->adopted->desc.caps |= RK_CAP_SCHEDULER;
+    struct rk_config *cfg = rk_config_defaults();
+    assert_int_equal(rk_plugin_init(pl, cfg, &p), 0);
+    assert_int_equal(p.n, 0);
+    assert_int_equal(pl->desc->caps & RK_CAP_SCHEDULER, RK_CAP_SCHEDULER);
+    assert_int_equal(pl->caps & RK_CAP_SCHEDULER, 0);
+    assert_int_equal(pl->caps, pl->desc->caps & ~RK_CAP_SCHEDULER);
+    rk_plugin_unload(pl);
+    rk_config_free(cfg);
+    rk_problems_free(&p);
 }
 
 struct pipe_job {
@@ -200,7 +429,7 @@ static void test_bytepipe_streams_bounded(void **state)
     rk_bytepipe_free(j.p);
 }
 
-/* Issue 10: identifier rules, range checks and the byte budgets. */
+/* Identifier rules, range checks and the byte budgets. */
 static void test_identifiers_ranges_budget(void **state)
 {
     (void)state;
@@ -246,8 +475,8 @@ static void test_identifiers_ranges_budget(void **state)
     rk_budget_init(0, 0);
 }
 
-/* Identical log lines in a burst are written once, the rest counted (issue 15: accept errors at
- * the descriptor limit). Every copy is accounted for: written or reported as repeated. */
+/* Identical log lines in a burst are written once, the rest counted (as accept errors at the
+ * descriptor limit are). Every copy is accounted for: written or reported as repeated. */
 static void test_log_repeats_rate_limited(void **state)
 {
     (void)state;
@@ -297,7 +526,9 @@ int main(void)
         cmocka_unit_test(test_py_repr_and_float),
         cmocka_unit_test(test_memory_normalize),
         cmocka_unit_test(test_status_object),
-        cmocka_unit_test(test_dispatch_table),
+        cmocka_unit_test(test_gate_refusal_order),
+        cmocka_unit_test(test_gate_dispatch_store),
+        cmocka_unit_test(test_scheduler_cap_reserved),
         cmocka_unit_test(test_bytepipe_streams_bounded),
         cmocka_unit_test(test_identifiers_ranges_budget),
     };
