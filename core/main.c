@@ -330,7 +330,9 @@ int main(int argc, char **argv)
         curl_global_cleanup();
         return 1;
     }
-    if (cfg->scheduler.enabled && !(pl->caps & RK_CAP_SCHEDULER))
+    /* rock-admin has no worker scheduler; RK_CAP_SCHEDULER is reserved and
+     * dropped by the loader, so the original's warning always applies. */
+    if (cfg->scheduler.enabled)
         rk_warn("Scheduler is enabled but unsupported for operator_type=%s; skipping worker "
                 "scheduler",
                 cfg->runtime.operator_type);
