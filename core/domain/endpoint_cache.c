@@ -17,8 +17,6 @@
 #define EP_MAX 4096
 /** Hash buckets. */
 #define EP_BUCKETS 1024
-/** Idle touches are sent at most this often per sandbox and process. */
-#define EP_TOUCH_MS 1000
 
 struct ep_ent {
     struct ep_ent *next;
@@ -26,7 +24,6 @@ struct ep_ent {
     int port;
     int kind;
     int64_t stored_ms;
-    int64_t touched_ms;
     struct rk_ep ep;
 };
 
@@ -100,10 +97,8 @@ static void ep_unlink(struct ep_ent **pp)
     ep_count--;
 }
 
-int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct rk_ep *out,
-                    int *touch_due)
+int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct rk_ep *out)
 {
-    *touch_due = 0;
     if (ttl_ms <= 0 || !id)
         return -1;
     int64_t now = rk_now_ms();
@@ -118,10 +113,6 @@ int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct r
             }
             rc = ep_copy(out, e->ep.base_url, e->ep.headers, e->ep.headers_len, e->ep.header_flags,
                          e->ep.idle_minutes);
-            if (rc == 0 && now - e->touched_ms >= EP_TOUCH_MS) {
-                e->touched_ms = now;
-                *touch_due = 1;
-            }
             break;
         }
         pp = &e->next;
@@ -141,7 +132,7 @@ void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_t
     n->id = strdup(id);
     n->port = port;
     n->kind = kind;
-    n->stored_ms = n->touched_ms = rk_now_ms(); /* the dispatch gate just touched it */
+    n->stored_ms = rk_now_ms();
     if (!n->id || ep_copy(&n->ep, pt->base_url, pt->headers, pt->headers_len, pt->header_flags,
                           idle_minutes) != 0) {
         free(n->id);

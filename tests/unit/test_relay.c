@@ -137,7 +137,7 @@ static void test_traversal(void **state)
     assert_false(rk_relay_has_dot_segment("a/..b/c.d/.e"));
     assert_false(rk_relay_has_dot_segment("a%2Fb%20c"));
     assert_false(rk_relay_has_dot_segment("a/b/"));
-    /* Issue 10: NUL after one decode, and other spellings of "..". */
+    /* NUL after one decode, and other spellings of "..". */
     assert_true(rk_relay_has_dot_segment("%00/../.."));
     assert_true(rk_relay_has_dot_segment("a%00b"));
     assert_true(rk_relay_has_dot_segment("%2E%2e/x"));
