@@ -186,10 +186,17 @@ int rk_relay_wait(int64_t deadline_ms);
 
 /* ---- route handlers (relay_http.c / relay_ws.c / relay_portforward.c) -------------- */
 
+/** HTTP relay, headers complete: choose the port, resolve the endpoint, start
+ *  the transfer. Returns 1 when it already replied, else 0. */
 int rk_relay_http_begin(struct rk_req *r);
+/** HTTP relay: one chunk of the client body (blocks while the pipe is full).
+ *  Returns 1 to stop reading, else 0. */
 int rk_relay_http_body(struct rk_req *r, const char *data, size_t len);
+/** HTTP relay, body complete: wait for the upstream head and stream the answer. */
 void rk_relay_http_handler(struct rk_req *r);
+/** WebSocket proxy/vnc relay: open the upstream WebSocket, then accept the client. */
 void rk_relay_ws_handler(struct rk_req *r);
+/** WebSocket portforward: connect the TCP stream, then accept the client. */
 void rk_relay_portforward_handler(struct rk_req *r);
 
 #endif /* RK_RELAY_COMMON_H */

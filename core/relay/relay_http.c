@@ -174,8 +174,8 @@ static void px_touch(struct px_http *px)
     pthread_mutex_unlock(&px->mu);
 }
 
-/* Trim a header value libcurl stored: curl 7.88 leaves the CR of an empty value ("X-A:\r\n"
- * gives "\r"); later versions strip it. Without this the empty header would be lost. */
+/* A header value as libcurl stored it, trimmed of line ends and blanks: curl 7.88 keeps the
+ * CR of an empty value ("X-A:\r\n" gives "\r"; fixed in later versions). */
 static char *px_value_dup(const char *v)
 {
     size_t n = strlen(v);
@@ -366,6 +366,19 @@ static int px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_o
     return idle;
 }
 
+/* The transfer ended: the handle goes back to the pool (kept when reusable), then the result is
+ * published to the waiters. */
+static void px_finish(struct px_http *px, CURLcode res, int reusable)
+{
+    rk_relay_curl_put(px->url, px->curl, reusable);
+    px->curl = NULL;
+    pthread_mutex_lock(&px->mu);
+    px->finished = 1;
+    px->result = res;
+    pthread_cond_broadcast(&px->cv);
+    pthread_mutex_unlock(&px->mu);
+}
+
 /* Worker (a cached relay thread): run the transfer, then publish the result. The handle goes
  * back to the per-origin pool with its keep-alive connection after a complete exchange. */
 static void px_worker(void *arg)
@@ -376,13 +389,7 @@ static void px_worker(void *arg)
     pthread_mutex_lock(&px->mu);
     int complete = res == CURLE_OK && !px->cancel && !px->discard_body;
     pthread_mutex_unlock(&px->mu);
-    rk_relay_curl_put(px->url, px->curl, complete);
-    px->curl = NULL;
-    pthread_mutex_lock(&px->mu);
-    px->finished = 1;
-    px->result = res;
-    pthread_cond_broadcast(&px->cv);
-    pthread_mutex_unlock(&px->mu);
+    px_finish(px, res, complete);
     if (px->req)
         rk_bytepipe_abort(px->req); /* body() stops feeding a finished transfer */
     rk_bytepipe_close(px->resp);
@@ -429,12 +436,7 @@ static void px_sync_collect(struct px_http *px)
             continue;
         CURLcode res = msg->data.result;
         curl_multi_remove_handle(px->multi, px->curl);
-        rk_relay_curl_put(px->url, px->curl, res == CURLE_OK && !px->cancel);
-        px->curl = NULL;
-        pthread_mutex_lock(&px->mu);
-        px->finished = 1;
-        px->result = res;
-        pthread_mutex_unlock(&px->mu);
+        px_finish(px, res, res == CURLE_OK && !px->cancel);
         return;
     }
 }

@@ -12,10 +12,15 @@
  * TCP stream and the stream's bytes back as binary frames, as ROCK's
  * portforward does. Pings are answered; a close from either side, the end of
  * the TCP stream (close 1000) or the daemon's drain (close 1001) ends it.
+ * The handshake, the 101 and the upgrade callback are the upgrade path of
+ * upgrade_thread.h, shared with the WebSocket proxy. The server-side frame
+ * codec stays hand-written: libcurl's WebSocket API is client-side only and
+ * libmicrohttpd 0.9 has none. The tcp:// address is split by libcurl's URL API.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <curl/curl.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -254,6 +259,42 @@ static void pf_serve(struct rk_upgrade *up, int sock, const char *extra, size_t 
         pf_tunnel(pf, sock, extra, extra_len);
 }
 
+/* Split tcp://host:port[/] with libcurl's URL parser into getaddrinfo's host (IPv6 without
+ * brackets, a zone as "%zone") and numeric port. 0, or -1 for anything else (no port, user
+ * info, a path, a query or a fragment). */
+static int pf_split_tcp(const char *url, char *host, size_t hostlen, char *port, size_t portlen)
+{
+    CURLU *u = curl_url();
+    char *h = NULL, *p = NULL, *path = NULL, *zone = NULL, *extra = NULL;
+    int rc = -1;
+    if (!u || curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &h, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_PORT, &p, 0) != CURLUE_OK)
+        goto out;
+    if (curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK && strcmp(path, "/") != 0)
+        goto out;
+    const CURLUPart refused[] = {CURLUPART_USER, CURLUPART_QUERY, CURLUPART_FRAGMENT};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        if (curl_url_get(u, refused[i], &extra, 0) == CURLUE_OK)
+            goto out;
+    }
+    size_t hl = strlen(h);
+    int v6 = hl >= 2 && h[0] == '[' && h[hl - 1] == ']';
+    curl_url_get(u, CURLUPART_ZONEID, &zone, 0);
+    int n = snprintf(host, hostlen, "%.*s%s%s", (int)(v6 ? hl - 2 : hl), h + (v6 ? 1 : 0),
+                     zone ? "%" : "", zone ? zone : "");
+    if (n > 0 && (size_t)n < hostlen && (size_t)snprintf(port, portlen, "%s", p) < portlen)
+        rc = 0;
+out:
+    curl_free(h);
+    curl_free(p);
+    curl_free(path);
+    curl_free(zone);
+    curl_free(extra);
+    curl_url_cleanup(u);
+    return rc;
+}
+
 /* Connect to tcp://host:port within timeout_ms. Returns the non-blocking fd
  * or -1 with a reason in why. */
 static int pf_connect(const char *url, int timeout_ms, char *why, size_t whylen)
@@ -262,25 +303,11 @@ static int pf_connect(const char *url, int timeout_ms, char *why, size_t whylen)
         snprintf(why, whylen, "the operator returned %s, expected tcp://host:port", url);
         return -1;
     }
-    const char *h = url + 6;
     char host[256], port[16];
-    const char *colon;
-    if (*h == '[') {
-        const char *close_br = strchr(h, ']');
-        if (!close_br || close_br[1] != ':' || (size_t)(close_br - h - 1) >= sizeof host)
-            goto bad;
-        snprintf(host, sizeof host, "%.*s", (int)(close_br - h - 1), h + 1);
-        colon = close_br + 1;
-    } else {
-        colon = strrchr(h, ':');
-        if (!colon || (size_t)(colon - h) >= sizeof host || colon == h)
-            goto bad;
-        snprintf(host, sizeof host, "%.*s", (int)(colon - h), h);
+    if (pf_split_tcp(url, host, sizeof host, port, sizeof port) != 0) {
+        snprintf(why, whylen, "the operator returned a malformed address %s", url);
+        return -1;
     }
-    snprintf(port, sizeof port, "%s", colon + 1);
-    size_t pl = strlen(port);
-    if (pl > 0 && port[pl - 1] == '/')
-        port[pl - 1] = '\0';
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(host, port, &hints, &res);
@@ -314,9 +341,6 @@ static int pf_connect(const char *url, int timeout_ms, char *why, size_t whylen)
     }
     freeaddrinfo(res);
     return fd;
-bad:
-    snprintf(why, whylen, "the operator returned a malformed address %s", url);
-    return -1;
 }
 
 void rk_relay_portforward_handler(struct rk_req *r)
