@@ -44,6 +44,7 @@ static size_t ep_hash(const char *id, int port, int kind)
     return (size_t)(h % EP_BUCKETS);
 }
 
+/* Free a copy's members. */
 void rk_ep_free(struct rk_ep *e)
 {
     if (!e)
@@ -97,6 +98,7 @@ static void ep_unlink(struct ep_ent **pp)
     ep_count--;
 }
 
+/* Lookup: a deep copy of a fresh entry; a stale one is removed. */
 int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct rk_ep *out)
 {
     if (ttl_ms <= 0 || !id)
@@ -121,6 +123,7 @@ int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct r
     return rc;
 }
 
+/* Insert or replace (not cached when the table is full). */
 void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_target *pt,
                      int64_t idle_minutes)
 {
@@ -162,6 +165,7 @@ void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_t
     }
 }
 
+/* Drop one entry. */
 void rk_ep_cache_forget(const char *id, int port, int kind)
 {
     if (!id)
@@ -177,6 +181,7 @@ void rk_ep_cache_forget(const char *id, int port, int kind)
     pthread_mutex_unlock(&ep_mu);
 }
 
+/* Drop every entry of a sandbox. */
 void rk_ep_cache_forget_sandbox(const char *id)
 {
     if (!id)
@@ -192,6 +197,7 @@ void rk_ep_cache_forget_sandbox(const char *id)
     pthread_mutex_unlock(&ep_mu);
 }
 
+/* Drop everything. */
 void rk_ep_cache_clear(void)
 {
     pthread_mutex_lock(&ep_mu);

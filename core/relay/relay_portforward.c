@@ -343,6 +343,8 @@ static int pf_connect(const char *url, int timeout_ms, char *why, size_t whylen)
     return fd;
 }
 
+/* WS portforward: the port, the handshake, the policy, the endpoint, the TCP connect, then
+ * the 101 (a failure before that is a close frame after it). */
 void rk_relay_portforward_handler(struct rk_req *r)
 {
     long long port = 0;

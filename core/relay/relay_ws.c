@@ -10,11 +10,12 @@
  * timeout and TLS for https endpoints), over which the upstream handshake is
  * written and read by hand; only then is the client answered (101) through
  * libmicrohttpd's upgrade support (the upgrade path of upgrade_thread.h,
- * shared with the portforward relay), which relays bytes both ways with
- * poll() until one side ends: no frame is parsed or rebuilt, so text, binary, fragments,
- * ping/pong, close codes and multi-MiB frames pass unchanged. Only the frame
- * boundaries of the upstream->client direction are tracked, so that when the
- * daemon starts draining a close 1001 can be inserted between frames.
+ * shared with the portforward relay). Bytes are relayed both ways with
+ * poll() until one side ends: no frame is parsed or rebuilt, so text,
+ * binary, fragments, ping/pong, close codes and multi-MiB frames pass
+ * unchanged. Only the frame boundaries of the upstream->client direction are
+ * tracked, so that when the daemon starts draining a close 1001 can be
+ * inserted between frames.
  *
  * Errors are reported as WebSocket close frames after accepting the client
  * (ROCK closes before accepting, which loses the code): 1008 for port policy,

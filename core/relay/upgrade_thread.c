@@ -27,6 +27,7 @@
 /** How long a close frame of ours waits for the peer's answer. */
 #define UP_CLOSE_WAIT_MS 2000
 
+/* Send all of buf within timeout_ms (poll in steps of at most 1 s). */
 int rk_upgrade_send_all(int fd, const void *buf, size_t len, int timeout_ms)
 {
     const char *p = buf;
@@ -49,6 +50,7 @@ int rk_upgrade_send_all(int fd, const void *buf, size_t len, int timeout_ms)
     return 0;
 }
 
+/* Our close frame, then up to UP_CLOSE_WAIT_MS for the client's. */
 void rk_upgrade_close_client(int sock, uint16_t code, const char *reason)
 {
     unsigned char frame[160];
@@ -71,6 +73,7 @@ void rk_upgrade_close_client(int sock, uint16_t code, const char *reason)
     }
 }
 
+/* Sec-WebSocket-Key and version 13, in that order. */
 int rk_upgrade_check_handshake(struct rk_req *r)
 {
     const char *ver = rk_req_header(r, "Sec-WebSocket-Version");
@@ -94,6 +97,7 @@ static void upgrade_route_free(struct rk_req *r)
         up->release(up);
 }
 
+/* The request owns up until a relay thread takes it. */
 void rk_upgrade_attach(struct rk_req *r, struct rk_upgrade *up, const char *what)
 {
     up->app = r->app;
@@ -103,6 +107,7 @@ void rk_upgrade_attach(struct rk_req *r, struct rk_upgrade *up, const char *what
     r->route_ctx_free = upgrade_route_free;
 }
 
+/* The close a failed relay sends once accepted. */
 void rk_upgrade_fail(struct rk_upgrade *up, uint16_t code, const char *fmt, const char *text)
 {
     up->close_code = code;
@@ -197,6 +202,7 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
     rk_relay_leave();
 }
 
+/* The 101 answer; upgraded() runs the relay. */
 void rk_upgrade_accept(struct rk_req *r, struct rk_upgrade *up, const char *protocol)
 {
     char acc[29];
