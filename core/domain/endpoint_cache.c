@@ -17,8 +17,6 @@
 #define EP_MAX 4096
 /** Hash buckets. */
 #define EP_BUCKETS 1024
-/** Idle touches are sent at most this often per sandbox and process. */
-#define EP_TOUCH_MS 1000
 
 struct ep_ent {
     struct ep_ent *next;
@@ -26,7 +24,6 @@ struct ep_ent {
     int port;
     int kind;
     int64_t stored_ms;
-    int64_t touched_ms;
     struct rk_ep ep;
 };
 
@@ -47,6 +44,7 @@ static size_t ep_hash(const char *id, int port, int kind)
     return (size_t)(h % EP_BUCKETS);
 }
 
+/* Free a copy's members. */
 void rk_ep_free(struct rk_ep *e)
 {
     if (!e)
@@ -100,10 +98,9 @@ static void ep_unlink(struct ep_ent **pp)
     ep_count--;
 }
 
-int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct rk_ep *out,
-                    int *touch_due)
+/* Lookup: a deep copy of a fresh entry; a stale one is removed. */
+int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct rk_ep *out)
 {
-    *touch_due = 0;
     if (ttl_ms <= 0 || !id)
         return -1;
     int64_t now = rk_now_ms();
@@ -118,10 +115,6 @@ int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct r
             }
             rc = ep_copy(out, e->ep.base_url, e->ep.headers, e->ep.headers_len, e->ep.header_flags,
                          e->ep.idle_minutes);
-            if (rc == 0 && now - e->touched_ms >= EP_TOUCH_MS) {
-                e->touched_ms = now;
-                *touch_due = 1;
-            }
             break;
         }
         pp = &e->next;
@@ -130,6 +123,7 @@ int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct r
     return rc;
 }
 
+/* Insert or replace (not cached when the table is full). */
 void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_target *pt,
                      int64_t idle_minutes)
 {
@@ -141,7 +135,7 @@ void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_t
     n->id = strdup(id);
     n->port = port;
     n->kind = kind;
-    n->stored_ms = n->touched_ms = rk_now_ms(); /* the dispatch gate just touched it */
+    n->stored_ms = rk_now_ms();
     if (!n->id || ep_copy(&n->ep, pt->base_url, pt->headers, pt->headers_len, pt->header_flags,
                           idle_minutes) != 0) {
         free(n->id);
@@ -171,6 +165,7 @@ void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_t
     }
 }
 
+/* Drop one entry. */
 void rk_ep_cache_forget(const char *id, int port, int kind)
 {
     if (!id)
@@ -186,6 +181,7 @@ void rk_ep_cache_forget(const char *id, int port, int kind)
     pthread_mutex_unlock(&ep_mu);
 }
 
+/* Drop every entry of a sandbox. */
 void rk_ep_cache_forget_sandbox(const char *id)
 {
     if (!id)
@@ -201,6 +197,7 @@ void rk_ep_cache_forget_sandbox(const char *id)
     pthread_mutex_unlock(&ep_mu);
 }
 
+/* Drop everything. */
 void rk_ep_cache_clear(void)
 {
     pthread_mutex_lock(&ep_mu);

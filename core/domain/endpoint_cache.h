@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * In-process cache of proxy endpoints (issue 15): sandbox id + port + kind ->
- * what the plugin's proxy_target answered, for proxy.endpoint_cache_ttl_ms.
- * A hit skips the dispatch gate's store read and the plugin; the idle
- * deadline is still refreshed, at most once per second per sandbox and
- * process. Entries are dropped when a relay to them fails, and every entry of
- * a sandbox is dropped when it leaves the running state through this process.
+ * In-process cache of proxy endpoints: sandbox id + port + kind -> what the
+ * plugin's proxy_target answered (and the sandbox's idle timeout the gate
+ * read with it), for proxy.endpoint_cache_ttl_ms. A hit skips the dispatch
+ * gate's store read and the plugin. It only caches: whether a hit refreshes
+ * the idle deadline is domain/activity.c's decision. Entries are dropped when
+ * a relay to them fails, and every entry of a sandbox is dropped when it
+ * leaves the running state through this process.
  */
 #ifndef RK_ENDPOINT_CACHE_H
 #define RK_ENDPOINT_CACHE_H
@@ -19,14 +20,13 @@ struct rk_ep {
     char *base_url;
     struct rk_kv *headers; /* keys and values malloc'd */
     size_t headers_len;
-    uint32_t *header_flags; /* NULL or headers_len RK_PROXY_HEADER_* bits (ABI 1.1, issue 11) */
-    int64_t idle_minutes;   /* the sandbox's auto_clear_time, for the throttled touch */
+    uint32_t *header_flags; /* NULL or headers_len RK_PROXY_HEADER_* bits (ABI 1.1) */
+    int64_t idle_minutes;   /* the sandbox's idle timeout (auto_clear_time) when resolved */
 };
 
-/** Copy of the entry for (id, port, kind) if fresh; 0 and *out filled on a hit.
- *  touch_due is set to 1 when the caller should refresh the idle deadline now. */
-int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct rk_ep *out,
-                    int *touch_due);
+/** Copy of the entry for (id, port, kind) if younger than ttl_ms; 0 and *out
+ *  filled on a hit, -1 on a miss. */
+int rk_ep_cache_get(const char *id, int port, int kind, int64_t ttl_ms, struct rk_ep *out);
 
 /** Store (a copy of) an endpoint resolved by the plugin. */
 void rk_ep_cache_put(const char *id, int port, int kind, const struct rk_proxy_target *pt,

@@ -7,12 +7,14 @@
 #include "access/auth.h"
 #include "rock-admin/operator.h"
 
+/* The plugin marked header i a credential. */
 int rk_proxy_guard_endpoint_header(const struct rk_proxy_target *pt, size_t i)
 {
     return pt && pt->header_flags && i < pt->headers_len &&
            (pt->header_flags[i] & RK_PROXY_HEADER_CREDENTIAL) != 0;
 }
 
+/* Our token, or the name of a marked credential. */
 int rk_proxy_guard_client_header(const struct rk_req *r, const struct rk_proxy_target *pt,
                                  const char *name)
 {

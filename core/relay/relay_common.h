@@ -3,11 +3,11 @@
  * Helpers shared by the HTTP relay (relay_http.c), the WebSocket relay
  * (relay_ws.c) and the port-forward relay (relay_portforward.c):
  *   relay_policy.c   target-port selection (§5.20), the path traversal check,
- *                    header filtering;
+ *                    header filtering, and the endpoint (gate, then plugin);
  *   relay_url.c      upstream URL splitting (libcurl URL API) and building,
  *                    Location rewriting;
- *   relay_wsproto.c  the WebSocket accept key (SHA-1 + base64), close frames
- *                    and the frame-boundary tracker;
+ *   relay_wsproto.c  the WebSocket accept key (GnuTLS SHA-1 + base64), close
+ *                    frames and the frame-boundary tracker;
  *   relay_live.c     the registry of live relays used at shutdown and the peer
  *                    hang-up probe.
  */
@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "domain/dispatch.h"
 
 struct rk_req;
 
@@ -97,6 +99,16 @@ int rk_relay_skip_response_header(const char *name, const char *connection);
  *  a rock-admin credential; such headers are never sent upstream. */
 int rk_relay_ws_blocked_header(const char *name);
 
+/* ---- the endpoint (relay_policy.c) ----------------------------------------- */
+
+/** The endpoint of a relay to sandbox r->params[0] on port: the gate for op
+ *  (which also refreshes the idle deadline), then the plugin's proxy_target.
+ *  RK_OK with *pt filled, or the error recorded on r->call and returned (an
+ *  endpoint without base_url is RK_E_UPSTREAM). *idle_minutes (may be NULL)
+ *  gets the sandbox's idle timeout (auto_clear_time) from the gate's record. */
+rk_status rk_relay_target(struct rk_req *r, enum rk_op op, int port, enum rk_proxy_kind kind,
+                          struct rk_proxy_target *pt, int64_t *idle_minutes);
+
 /* ---- URLs (relay_url.c) --------------------------------------------------- */
 
 /** A base URL split into parts (malloc'd strings). */
@@ -130,12 +142,14 @@ char *rk_relay_rewrite_location(const char *loc, const char *prefix, const char 
 
 /* ---- WebSocket protocol (relay_wsproto.c) --------------------------------- */
 
-/** SHA-1 of data. */
-void rk_sha1(const void *data, size_t len, unsigned char out[20]);
-/** Standard base64 with padding; out must hold 4*ceil(len/3)+1 bytes. */
-void rk_base64(const unsigned char *in, size_t len, char *out);
-/** Sec-WebSocket-Accept for a client key (out holds 29 bytes). */
-void rk_ws_accept_key(const char *key, char out[29]);
+/** SHA-1 of data (GnuTLS). Returns 0, or -1 if the digest is unavailable. */
+int rk_sha1(const void *data, size_t len, unsigned char out[20]);
+/** Standard base64 with padding, no line breaks (GnuTLS); out must hold
+ *  4*ceil(len/3)+1 bytes. Returns 0, or -1 (out is then "") on OOM. */
+int rk_base64(const unsigned char *in, size_t len, char *out);
+/** Sec-WebSocket-Accept for a client key (out holds 29 bytes). Returns 0, or
+ *  -1 (out is then "") when GnuTLS fails. */
+int rk_ws_accept_key(const char *key, char out[29]);
 /** 1 if key is a valid Sec-WebSocket-Key (base64 of 16 bytes). */
 int rk_ws_key_valid(const char *key);
 /** Encode an unmasked close frame with code and reason (reason cut to 123
@@ -172,10 +186,17 @@ int rk_relay_wait(int64_t deadline_ms);
 
 /* ---- route handlers (relay_http.c / relay_ws.c / relay_portforward.c) -------------- */
 
+/** HTTP relay, headers complete: choose the port, resolve the endpoint, start
+ *  the transfer. Returns 1 when it already replied, else 0. */
 int rk_relay_http_begin(struct rk_req *r);
+/** HTTP relay: one chunk of the client body (blocks while the pipe is full).
+ *  Returns 1 to stop reading, else 0. */
 int rk_relay_http_body(struct rk_req *r, const char *data, size_t len);
+/** HTTP relay, body complete: wait for the upstream head and stream the answer. */
 void rk_relay_http_handler(struct rk_req *r);
+/** WebSocket proxy/vnc relay: open the upstream WebSocket, then accept the client. */
 void rk_relay_ws_handler(struct rk_req *r);
+/** WebSocket portforward: connect the TCP stream, then accept the client. */
 void rk_relay_portforward_handler(struct rk_req *r);
 
 #endif /* RK_RELAY_COMMON_H */

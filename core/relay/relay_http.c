@@ -39,27 +39,22 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/validate.h"
 #include "base/app.h"
 #include "base/bytepipe.h"
+#include "base/util.h"
 #include "config/config.h"
+#include "domain/activity.h"
 #include "domain/dispatch.h"
 #include "domain/endpoint_cache.h"
 #include "engine/envelope.h"
-#include "engine/reply.h"
-#include "host/host.h"
 #include "engine/http_server.h"
+#include "engine/reply.h"
 #include "obs/log.h"
-#include "obs/metrics.h"
-#include "host/plugin_loader.h"
-#include "engine/router.h"
-/* relay.h uses struct rk_route from router.h */
 #include "relay/proxy_guard.h"
 #include "relay/relay.h"
 #include "relay/relay_common.h"
 #include "relay/relay_pool.h"
-#include "store/store.h"
-#include "base/util.h"
-#include "api/validate.h"
 
 /** Ring sizes of the two body pipes. */
 #define PX_PIPE_BYTES (256 * 1024)
@@ -87,7 +82,7 @@ struct px_http {
     struct rk_bytepipe *req;  /* client body -> curl; NULL without a streamed body */
     struct rk_bytepipe *resp; /* curl -> client */
     int client_fd;
-    int timeout_ms;  /* upstream inactivity limit; 0 = none */
+    int timeout_ms;  /* upstream inactivity limit (proxy.timeout) */
     char *prefix;    /* proxy prefix for Location rewriting */
     char *base_path; /* the endpoint's own path */
     char sandbox_id[128];
@@ -104,7 +99,7 @@ struct px_http {
     int timed_out;
     int cancel;       /* the request side gave up */
     int discard_body; /* the upstream answered early: the rest of the client body is dropped */
-    /* Synchronous mode (requests without a body, issue 15): the connection thread drives the
+    /* Synchronous mode (requests without a body): the connection thread drives the
      * transfer itself through its own curl multi handle; no worker thread, no pipe. The
      * answer is staged in sbuf and the transfer is paused while sbuf is full. */
     int sync;
@@ -179,18 +174,41 @@ static void px_touch(struct px_http *px)
     pthread_mutex_unlock(&px->mu);
 }
 
-/* Forget the headers of an interim (1xx) response. */
-static void px_clear_head(struct px_http *px)
+/* A header value as libcurl stored it, trimmed of line ends and blanks: curl 7.88 keeps the
+ * CR of an empty value ("X-A:\r\n" gives "\r"; fixed in later versions). */
+static char *px_value_dup(const char *v)
 {
-    for (size_t i = 0; i < px->nh; i++) {
-        free(px->h[i].name);
-        free(px->h[i].value);
-    }
-    px->nh = 0;
-    px->head_bytes = 0;
+    size_t n = strlen(v);
+    while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    return rk_strdup_printf("%.*s", (int)n, v);
 }
 
-/* libcurl header callback: collect the final response head. */
+/* The final response head is complete: copy its headers as libcurl parsed them (folded lines
+ * joined, values trimmed; interim 1xx heads and trailers have other origins). Caller holds
+ * px->mu. Returns 0, or -1 on OOM. */
+static int px_collect_head(struct px_http *px)
+{
+    size_t n = 0;
+    struct curl_header *h = NULL;
+    while ((h = curl_easy_nextheader(px->curl, CURLH_HEADER, -1, h)))
+        n++;
+    px->h = n ? calloc(n, sizeof *px->h) : NULL;
+    if (n && !px->h)
+        return -1;
+    h = NULL;
+    while ((h = curl_easy_nextheader(px->curl, CURLH_HEADER, -1, h)) && px->nh < n) {
+        if (!h->name[0])
+            continue; /* ": value" names nothing */
+        px->h[px->nh].name = rk_xstrdup(h->name);
+        px->h[px->nh].value = px_value_dup(h->value);
+        px->nh++;
+    }
+    return 0;
+}
+
+/* libcurl header callback: note activity, bound the head's size, and at the end of the final
+ * head take its status and headers. Lines are not parsed here (curl_easy_nextheader). */
 static size_t px_header_cb(char *line, size_t size, size_t n, void *ud)
 {
     struct px_http *px = ud;
@@ -204,57 +222,35 @@ static size_t px_header_cb(char *line, size_t size, size_t n, void *ud)
     size_t l = len;
     while (l > 0 && (line[l - 1] == '\n' || line[l - 1] == '\r'))
         l--;
-    if (l == 0) {
-        if (px->status >= 200) {
-            px->head_done = 1;
-            pthread_cond_broadcast(&px->cv);
-            if (px->status >= 300 && px->req) {
-                /* An early error answer: libcurl stops sending the body ("HTTP error before end
-                 * of send"); stop feeding it so the request side drains the client body and
-                 * relays this answer (issue 10 item 5), as nginx does. */
-                px->discard_body = 1;
-                pthread_mutex_unlock(&px->mu);
-                rk_bytepipe_abort(px->req);
-                return len;
-            }
-        }
+    if (l > 0) {
+        px->head_bytes += l;
+        int too_big = px->head_bytes > PX_MAX_HEAD_BYTES;
+        px->head_too_big = too_big;
+        pthread_mutex_unlock(&px->mu);
+        return too_big ? 0 : len;
+    }
+    long status = 0;
+    curl_easy_getinfo(px->curl, CURLINFO_RESPONSE_CODE, &status);
+    px->head_bytes = 0; /* each head (interim or final) has its own bound */
+    if (status < 200) { /* an interim head: its headers are not relayed */
         pthread_mutex_unlock(&px->mu);
         return len;
     }
-    px->head_bytes += l;
-    if (px->head_bytes > PX_MAX_HEAD_BYTES) {
-        px->head_too_big = 1;
+    px->status = status;
+    if (px_collect_head(px) != 0) {
         pthread_mutex_unlock(&px->mu);
         return 0;
     }
-    if (l > 5 && strncmp(line, "HTTP/", 5) == 0) {
-        px_clear_head(px);
-        const char *sp = memchr(line, ' ', l);
-        px->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-    } else if ((line[0] == ' ' || line[0] == '\t') && px->nh > 0) {
-        struct px_header *last = &px->h[px->nh - 1];
-        char *v = rk_strdup_printf("%s %.*s", last->value, (int)l, line);
-        free(last->value);
-        last->value = v;
-    } else {
-        const char *colon = memchr(line, ':', l);
-        if (colon && colon > line) {
-            struct px_header *nhp = realloc(px->h, (px->nh + 1) * sizeof *nhp);
-            if (!nhp) {
-                pthread_mutex_unlock(&px->mu);
-                return 0;
-            }
-            px->h = nhp;
-            const char *v = colon + 1;
-            while (v < line + l && (*v == ' ' || *v == '\t'))
-                v++;
-            const char *ve = line + l;
-            while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-                ve--;
-            px->h[px->nh].name = rk_strdup_printf("%.*s", (int)(colon - line), line);
-            px->h[px->nh].value = rk_strdup_printf("%.*s", (int)(ve - v), v);
-            px->nh++;
-        }
+    px->head_done = 1;
+    pthread_cond_broadcast(&px->cv);
+    if (px->status >= 300 && px->req) {
+        /* An early error answer: libcurl stops sending the body ("HTTP error before end of
+         * send"); stop feeding it so the request side drains the client body and relays this
+         * answer, as nginx does. */
+        px->discard_body = 1;
+        pthread_mutex_unlock(&px->mu);
+        rk_bytepipe_abort(px->req);
+        return len;
     }
     pthread_mutex_unlock(&px->mu);
     return len;
@@ -321,7 +317,7 @@ static size_t px_write_cb(char *data, size_t size, size_t n, void *ud)
         pthread_mutex_unlock(&px->mu);
         if (w > 0)
             start = rk_now_ms();
-        if (!attached && px->timeout_ms > 0 && rk_now_ms() - start > px->timeout_ms) {
+        if (!attached && rk_now_ms() - start > px->timeout_ms) {
             pthread_mutex_lock(&px->mu);
             px->timed_out = 1;
             pthread_mutex_unlock(&px->mu);
@@ -363,11 +359,24 @@ static int px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_o
         px->last_ul = ulnow;
         px->last_io_ms = now;
     }
-    int idle = px->timeout_ms > 0 && now - px->last_io_ms > px->timeout_ms;
+    int idle = now - px->last_io_ms > px->timeout_ms;
     if (idle)
         px->timed_out = 1;
     pthread_mutex_unlock(&px->mu);
     return idle;
+}
+
+/* The transfer ended: the handle goes back to the pool (kept when reusable), then the result is
+ * published to the waiters. */
+static void px_finish(struct px_http *px, CURLcode res, int reusable)
+{
+    rk_relay_curl_put(px->url, px->curl, reusable);
+    px->curl = NULL;
+    pthread_mutex_lock(&px->mu);
+    px->finished = 1;
+    px->result = res;
+    pthread_cond_broadcast(&px->cv);
+    pthread_mutex_unlock(&px->mu);
 }
 
 /* Worker (a cached relay thread): run the transfer, then publish the result. The handle goes
@@ -380,13 +389,7 @@ static void px_worker(void *arg)
     pthread_mutex_lock(&px->mu);
     int complete = res == CURLE_OK && !px->cancel && !px->discard_body;
     pthread_mutex_unlock(&px->mu);
-    rk_relay_curl_put(px->url, px->curl, complete);
-    px->curl = NULL;
-    pthread_mutex_lock(&px->mu);
-    px->finished = 1;
-    px->result = res;
-    pthread_cond_broadcast(&px->cv);
-    pthread_mutex_unlock(&px->mu);
+    px_finish(px, res, complete);
     if (px->req)
         rk_bytepipe_abort(px->req); /* body() stops feeding a finished transfer */
     rk_bytepipe_close(px->resp);
@@ -433,12 +436,7 @@ static void px_sync_collect(struct px_http *px)
             continue;
         CURLcode res = msg->data.result;
         curl_multi_remove_handle(px->multi, px->curl);
-        rk_relay_curl_put(px->url, px->curl, res == CURLE_OK && !px->cancel);
-        px->curl = NULL;
-        pthread_mutex_lock(&px->mu);
-        px->finished = 1;
-        px->result = res;
-        pthread_mutex_unlock(&px->mu);
+        px_finish(px, res, res == CURLE_OK && !px->cancel);
         return;
     }
 }
@@ -724,58 +722,32 @@ static int px_route_port(struct rk_req *r, struct px_route_kind k, const char **
     return 0;
 }
 
-/* Resolve the endpoint: from the in-process cache (issue 15: no store read, no plugin call;
- * the idle deadline is refreshed at most once per second), else through the gate and the
- * plugin; replies on failure. *cached holds the cache's copy the target points into. */
+/* Resolve the endpoint: from the in-process endpoint cache (no store read, no plugin call; the
+ * hit is activity on the sandbox, so domain/activity.c may refresh its idle deadline), else
+ * through the gate and the plugin; replies on failure. *cached holds the cache's copy the
+ * target points into. */
 static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum rk_op op,
                       struct rk_proxy_target *pt, struct rk_ep *cached)
 {
     struct rk_app *app = r->app;
     int64_t ttl = app->cfg->perf.proxy_endpoint_ttl_ms;
-    int touch_due = 0;
     memset(cached, 0, sizeof *cached);
-    if (rk_ep_cache_get(r->params[0], port, (int)kind, ttl, cached, &touch_due) == 0) {
+    if (rk_ep_cache_get(r->params[0], port, (int)kind, ttl, cached) == 0) {
         memset(pt, 0, sizeof *pt);
         pt->base_url = cached->base_url;
         pt->headers = cached->headers;
         pt->headers_len = cached->headers_len;
         pt->header_flags = cached->header_flags; /* credentials stay credentials */
-        if (touch_due && cached->idle_minutes > 0) {
-            char err[RK_STORE_ERRLEN];
-            if (rk_store_touch(app->store, r->params[0], rk_epoch_s() + cached->idle_minutes * 60,
-                               err, sizeof err) != RK_STORE_OK)
-                rk_warn("cannot refresh idle deadline of %s: %s", r->params[0], err);
-        }
+        rk_activity_touch(app, r->params[0], cached->idle_minutes);
         return 0;
     }
-    struct rk_target t;
-    if (rk_dispatch(app, r->call, op, r->params[0], &t) != RK_OK) {
+    int64_t minutes = 0;
+    if (rk_relay_target(r, op, port, kind, pt, &minutes) != RK_OK) {
         rk_reply_call_error(r);
         return -1;
     }
-    memset(pt, 0, sizeof *pt);
-    rk_status st;
-    rk_metrics_upstream_begin();
-    if (!app->plugin->ops.proxy_target)
-        st = rk_call_set_error(r->call, RK_E_UNSUPPORTED, "%s backend does not support %s",
-                               app->plugin->desc->display_name, "http proxy");
-    else
-        st = app->plugin->ops.proxy_target(app->plugin->inst, r->call, &t.ref, port, kind, pt);
-    rk_metrics_upstream("proxy_target", st);
-    if (st == RK_OK && pt->base_url && ttl > 0) {
-        json_object *m = NULL;
-        int64_t minutes = 0;
-        if (json_object_object_get_ex(t.rec, "auto_clear_time", &m) && m)
-            minutes = json_object_get_int64(m);
+    if (ttl > 0)
         rk_ep_cache_put(r->params[0], port, (int)kind, pt, minutes);
-    }
-    rk_target_release(&t);
-    if (st != RK_OK || !pt->base_url) {
-        if (st == RK_OK)
-            rk_call_set_error(r->call, RK_E_UPSTREAM, "the operator returned no endpoint");
-        rk_reply_call_error(r);
-        return -1;
-    }
     return 0;
 }
 
@@ -811,7 +783,7 @@ int rk_relay_http_begin(struct rk_req *r)
     px->app = app;
     px->port = port;
     px->client_fd = rk_req_client_fd(r);
-    px->timeout_ms = app->cfg->proxy.timeout_s > 0 ? app->cfg->proxy.timeout_s * 1000 : 0;
+    px->timeout_ms = app->cfg->proxy.timeout_s * 1000;
     snprintf(px->sandbox_id, sizeof px->sandbox_id, "%s", r->params[0]);
     size_t plen = (size_t)(fwd - raw_path);
     while (plen > 0 && raw_path[plen - 1] == '/')
@@ -870,10 +842,7 @@ int rk_relay_http_begin(struct rk_req *r)
     curl_easy_setopt(c, CURLOPT_HTTP_CONTENT_DECODING, 0L);
     curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
     curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)(app->cfg->proxy.connect_timeout_s > 0
-                                ? app->cfg->proxy.connect_timeout_s * 1000
-                                : 5000));
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)app->cfg->proxy.connect_timeout_s * 1000);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, px->hdrs);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, px_header_cb);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, px);

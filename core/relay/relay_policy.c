@@ -3,7 +3,8 @@
  * What the relays let through: target-port selection and port ranges
  * (§5.20), the raw sub-path split and the traversal/NUL refusal of proxied
  * paths, and the header filters (hop-by-hop, rock-admin credentials, the
- * WebSocket handshake's reserved set). Pure functions over strings.
+ * WebSocket handshake's reserved set): pure functions over strings. Last,
+ * the one way every relay learns its endpoint: the gate, then the plugin.
  */
 #include <ctype.h>
 #include <curl/curl.h>
@@ -14,7 +15,12 @@
 #include <strings.h>
 
 #include "relay/relay_common.h"
+#include "base/app.h"
 #include "base/util.h"
+#include "engine/http_server.h"
+#include "host/host.h"
+#include "host/plugin_loader.h"
+#include "obs/metrics.h"
 
 /* ---- port selection -------------------------------------------------------- */
 
@@ -361,4 +367,35 @@ int rk_relay_ws_blocked_header(const char *name)
                                           "content-length",
                                           NULL};
     return name_in(name, blocked) || name_in(name, rock_credentials);
+}
+
+/* ---- the endpoint ------------------------------------------------------------ */
+
+/* The gate for op, then the plugin's proxy_target. */
+rk_status rk_relay_target(struct rk_req *r, enum rk_op op, int port, enum rk_proxy_kind kind,
+                          struct rk_proxy_target *pt, int64_t *idle_minutes)
+{
+    struct rk_app *app = r->app;
+    const struct rk_plugin *pl = app->plugin;
+    memset(pt, 0, sizeof *pt);
+    if (idle_minutes)
+        *idle_minutes = 0;
+    struct rk_target t;
+    rk_status st = rk_dispatch(app, r->call, op, r->params[0], &t);
+    if (st != RK_OK)
+        return st;
+    rk_metrics_upstream_begin();
+    if (!pl->ops.proxy_target)
+        st = rk_call_set_error(r->call, RK_E_UNSUPPORTED, "%s backend does not support %s",
+                               pl->desc->display_name, rk_op_info(op)->name);
+    else
+        st = pl->ops.proxy_target(pl->inst, r->call, &t.ref, port, kind, pt);
+    rk_metrics_upstream("proxy_target", st);
+    json_object *m = NULL;
+    if (idle_minutes && json_object_object_get_ex(t.rec, "auto_clear_time", &m) && m)
+        *idle_minutes = json_object_get_int64(m);
+    rk_target_release(&t);
+    if (st == RK_OK && !pt->base_url)
+        st = rk_call_set_error(r->call, RK_E_UPSTREAM, "the operator returned no endpoint");
+    return st;
 }

@@ -12,12 +12,16 @@
  * TCP stream and the stream's bytes back as binary frames, as ROCK's
  * portforward does. Pings are answered; a close from either side, the end of
  * the TCP stream (close 1000) or the daemon's drain (close 1001) ends it.
+ * The handshake, the 101 and the upgrade callback are the upgrade path of
+ * upgrade_thread.h, shared with the WebSocket proxy. The server-side frame
+ * codec stays hand-written: libcurl's WebSocket API is client-side only and
+ * libmicrohttpd 0.9 has none. The tcp:// address is split by libcurl's URL API.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -28,18 +32,15 @@
 #include <unistd.h>
 
 #include "base/app.h"
+#include "base/util.h"
 #include "config/config.h"
 #include "domain/dispatch.h"
-#include "engine/envelope.h"
+#include "engine/http_server.h"
 #include "engine/reply.h"
 #include "host/host.h"
-#include "engine/http_server.h"
 #include "obs/log.h"
-#include "obs/metrics.h"
-#include "host/plugin_loader.h"
 #include "relay/relay_common.h"
 #include "relay/upgrade_thread.h"
-#include "base/util.h"
 
 /** Bytes read from either side per step (a server frame carries at most this). */
 #define PF_CHUNK 32768
@@ -50,54 +51,19 @@
 /** Largest payload of a control frame (RFC 6455 §5.5). */
 #define PF_MAX_CONTROL 125
 
-/* State of one portforward request, owned by the request (route_ctx). */
+/* State of one portforward request: the request's until a tunnel thread takes it. */
 struct pf_state {
-    struct rk_app *app;
-    int tcp_fd;             /* connected upstream, -1 until then */
-    uint16_t close_code;    /* non-zero: accept, send this close, end */
-    char close_reason[600]; /* cut to 123 bytes when framed */
+    struct rk_upgrade up; /* first: the upgrade path's part */
+    int tcp_fd;           /* connected upstream, -1 until then */
 };
 
-/* Free the state when the request ends. */
-static void pf_free(struct rk_req *r)
+/* rk_upgrade release: free the whole state. */
+static void pf_release(struct rk_upgrade *up)
 {
-    struct pf_state *pf = r->route_ctx;
-    r->route_ctx = NULL;
-    if (!pf)
-        return;
+    struct pf_state *pf = (struct pf_state *)up;
     if (pf->tcp_fd >= 0)
         close(pf->tcp_fd);
     free(pf);
-}
-
-/* Remember the close to send once the client is accepted. */
-static void pf_fail(struct pf_state *pf, uint16_t code, const char *text)
-{
-    pf->close_code = code;
-    snprintf(pf->close_reason, sizeof pf->close_reason, "%s", text);
-}
-
-/* Write all of buf to a non-blocking fd within timeout_ms. Returns 0 or -1. */
-static int pf_send_all(int fd, const void *buf, size_t len, int timeout_ms)
-{
-    const char *p = buf;
-    int64_t until = rk_now_ms() + timeout_ms;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return -1;
-        int64_t left = until - rk_now_ms();
-        if (left <= 0)
-            return -1;
-        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        poll(&pfd, 1, (int)(left > 1000 ? 1000 : left));
-    }
-    return 0;
 }
 
 /* Send an unmasked server frame (FIN set) with opcode and payload. */
@@ -117,32 +83,9 @@ static int pf_send_frame(int sock, unsigned opcode, const void *data, size_t len
         for (int i = 7; i >= 0; i--)
             hdr[h++] = (unsigned char)((uint64_t)len >> (8 * i));
     }
-    if (pf_send_all(sock, hdr, h, PF_SEND_TIMEOUT_MS) != 0)
+    if (rk_upgrade_send_all(sock, hdr, h, PF_SEND_TIMEOUT_MS) != 0)
         return -1;
-    return len ? pf_send_all(sock, data, len, PF_SEND_TIMEOUT_MS) : 0;
-}
-
-/* Send our close frame and wait briefly for the client's answer. */
-static void pf_close_client(int sock, uint16_t code, const char *reason)
-{
-    unsigned char frame[160];
-    size_t n = rk_ws_close_frame(code, reason, frame, sizeof frame);
-    if (pf_send_all(sock, frame, n, PF_CLOSE_WAIT_MS) != 0)
-        return;
-    int64_t until = rk_now_ms() + PF_CLOSE_WAIT_MS;
-    char sink[512];
-    for (;;) {
-        ssize_t got = recv(sock, sink, sizeof sink, 0);
-        if (got >= 0)
-            return; /* the client's close frame (or EOF) */
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return;
-        int64_t left = until - rk_now_ms();
-        if (left <= 0)
-            return;
-        struct pollfd pfd = {.fd = sock, .events = POLLIN};
-        poll(&pfd, 1, (int)left);
-    }
+    return len ? rk_upgrade_send_all(sock, data, len, PF_SEND_TIMEOUT_MS) : 0;
 }
 
 /* Incremental parser of the client's (masked) frames. */
@@ -170,7 +113,7 @@ static enum pf_event pf_control(struct pf_parser *ps, int sock)
         uint16_t code = ps->ctrl_len >= 2 ? (uint16_t)(ps->ctrl[0] << 8 | ps->ctrl[1]) : 1000;
         unsigned char frame[160];
         size_t n = rk_ws_close_frame(code, "", frame, sizeof frame);
-        pf_send_all(sock, frame, n, PF_CLOSE_WAIT_MS);
+        rk_upgrade_send_all(sock, frame, n, PF_CLOSE_WAIT_MS);
         return PF_CLIENT_CLOSE;
     }
     return PF_CONTINUE; /* pong */
@@ -234,7 +177,7 @@ static enum pf_event pf_feed(struct pf_parser *ps, int sock, int tcp_fd, unsigne
         if (ps->opcode & 0x8u) {
             memcpy(ps->ctrl + ps->ctrl_len, p, take);
             ps->ctrl_len += take;
-        } else if (pf_send_all(tcp_fd, p, take, PF_SEND_TIMEOUT_MS) != 0) {
+        } else if (rk_upgrade_send_all(tcp_fd, p, take, PF_SEND_TIMEOUT_MS) != 0) {
             return PF_TCP_ERROR;
         }
         p += take;
@@ -257,7 +200,7 @@ static void pf_tunnel(struct pf_state *pf, int sock, const char *extra, size_t e
 {
     unsigned char *buf = malloc(PF_CHUNK);
     if (!buf) {
-        pf_close_client(sock, 1011, "Proxy error: out of memory");
+        rk_upgrade_close_client(sock, 1011, "Proxy error: out of memory");
         return;
     }
     struct pf_parser ps;
@@ -272,8 +215,8 @@ static void pf_tunnel(struct pf_state *pf, int sock, const char *extra, size_t e
         extra_len -= k;
     }
     while (ev == PF_CONTINUE) {
-        if (pf->app->draining || pf->app->stopping) {
-            pf_close_client(sock, 1001, "server shutting down");
+        if (pf->up.app->draining || pf->up.app->stopping) {
+            rk_upgrade_close_client(sock, 1001, "server shutting down");
             break;
         }
         struct pollfd pfd[2] = {{.fd = sock, .events = POLLIN},
@@ -286,7 +229,7 @@ static void pf_tunnel(struct pf_state *pf, int sock, const char *extra, size_t e
                 if (pf_send_frame(sock, 0x2, buf, (size_t)n) != 0)
                     break;
             } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                pf_close_client(sock, 1000, "");
+                rk_upgrade_close_client(sock, 1000, "");
                 break;
             }
         }
@@ -299,62 +242,57 @@ static void pf_tunnel(struct pf_state *pf, int sock, const char *extra, size_t e
         }
     }
     if (ev == PF_PROTOCOL_ERROR)
-        pf_close_client(sock, 1002, "protocol error");
+        rk_upgrade_close_client(sock, 1002, "protocol error");
     else if (ev == PF_TCP_ERROR)
-        pf_close_client(sock, 1011, "Proxy error: the forwarded connection failed");
+        rk_upgrade_close_client(sock, 1011, "Proxy error: the forwarded connection failed");
     shutdown(pf->tcp_fd, SHUT_RDWR);
     free(buf);
 }
 
-/* Tunnel one upgraded connection until either side ends, then release it. */
-static void pf_serve(void *state, int sock, const char *extra_in, size_t extra_in_size,
-                     struct MHD_UpgradeResponseHandle *urh)
+/* rk_upgrade serve: tunnel the upgraded connection until either side ends. */
+static void pf_serve(struct rk_upgrade *up, int sock, const char *extra, size_t extra_len)
 {
-    struct pf_state *pf = state;
-    int fl = fcntl(sock, F_GETFL);
-    if (fl >= 0)
-        fcntl(sock, F_SETFL, fl | O_NONBLOCK);
-    if (pf->close_code || pf->tcp_fd < 0)
-        pf_close_client(sock, pf->close_code ? pf->close_code : 1011,
-                        pf->close_code ? pf->close_reason : "Proxy error: no upstream");
+    struct pf_state *pf = (struct pf_state *)up;
+    if (pf->tcp_fd < 0)
+        rk_upgrade_close_client(sock, 1011, "Proxy error: no upstream");
     else
-        pf_tunnel(pf, sock, extra_in, extra_in_size);
-    MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        pf_tunnel(pf, sock, extra, extra_len);
 }
 
-/* rk_upgrade_release_fn: the tunnel thread owns pf once detached (TLS). */
-static void pf_release(void *state)
+/* Split tcp://host:port[/] with libcurl's URL parser into getaddrinfo's host (IPv6 without
+ * brackets, a zone as "%zone") and numeric port. 0, or -1 for anything else (no port, user
+ * info, a path, a query or a fragment). */
+static int pf_split_tcp(const char *url, char *host, size_t hostlen, char *port, size_t portlen)
 {
-    struct pf_state *pf = state;
-    if (pf->tcp_fd >= 0)
-        close(pf->tcp_fd);
-    free(pf);
-}
-
-/* MHD upgrade callback, on the connection's own thread: tunnels here over
- * plain HTTP, on a thread of its own over TLS (upgrade_thread.h). */
-static void pf_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls,
-                        const char *extra_in, size_t extra_in_size, MHD_socket sock,
-                        struct MHD_UpgradeResponseHandle *urh)
-{
-    (void)connection;
-    struct pf_state *pf = cls;
-    rk_relay_enter();
-    int d = rk_upgrade_detach(pf_serve, pf_release, pf, sock, extra_in, extra_in_size, urh,
-                              (size_t)pf->app->cfg->server.thread_stack_kib * 1024);
-    if (d > 0) {
-        struct rk_req *r = req_cls;
-        if (r && r->route_ctx == pf)
-            r->route_ctx = NULL; /* the tunnel thread owns pf now */
-        return;
+    CURLU *u = curl_url();
+    char *h = NULL, *p = NULL, *path = NULL, *zone = NULL, *extra = NULL;
+    int rc = -1;
+    if (!u || curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &h, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_PORT, &p, 0) != CURLUE_OK)
+        goto out;
+    if (curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK && strcmp(path, "/") != 0)
+        goto out;
+    const CURLUPart refused[] = {CURLUPART_USER, CURLUPART_QUERY, CURLUPART_FRAGMENT};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        if (curl_url_get(u, refused[i], &extra, 0) == CURLUE_OK)
+            goto out;
     }
-    if (d < 0) {
-        pf_close_client(sock, 1011, "Proxy error: out of resources");
-        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
-    } else {
-        pf_serve(pf, sock, extra_in, extra_in_size, urh);
-    }
-    rk_relay_leave();
+    size_t hl = strlen(h);
+    int v6 = hl >= 2 && h[0] == '[' && h[hl - 1] == ']';
+    curl_url_get(u, CURLUPART_ZONEID, &zone, 0);
+    int n = snprintf(host, hostlen, "%.*s%s%s", (int)(v6 ? hl - 2 : hl), h + (v6 ? 1 : 0),
+                     zone ? "%" : "", zone ? zone : "");
+    if (n > 0 && (size_t)n < hostlen && (size_t)snprintf(port, portlen, "%s", p) < portlen)
+        rc = 0;
+out:
+    curl_free(h);
+    curl_free(p);
+    curl_free(path);
+    curl_free(zone);
+    curl_free(extra);
+    curl_url_cleanup(u);
+    return rc;
 }
 
 /* Connect to tcp://host:port within timeout_ms. Returns the non-blocking fd
@@ -365,25 +303,11 @@ static int pf_connect(const char *url, int timeout_ms, char *why, size_t whylen)
         snprintf(why, whylen, "the operator returned %s, expected tcp://host:port", url);
         return -1;
     }
-    const char *h = url + 6;
     char host[256], port[16];
-    const char *colon;
-    if (*h == '[') {
-        const char *close_br = strchr(h, ']');
-        if (!close_br || close_br[1] != ':' || (size_t)(close_br - h - 1) >= sizeof host)
-            goto bad;
-        snprintf(host, sizeof host, "%.*s", (int)(close_br - h - 1), h + 1);
-        colon = close_br + 1;
-    } else {
-        colon = strrchr(h, ':');
-        if (!colon || (size_t)(colon - h) >= sizeof host || colon == h)
-            goto bad;
-        snprintf(host, sizeof host, "%.*s", (int)(colon - h), h);
+    if (pf_split_tcp(url, host, sizeof host, port, sizeof port) != 0) {
+        snprintf(why, whylen, "the operator returned a malformed address %s", url);
+        return -1;
     }
-    snprintf(port, sizeof port, "%s", colon + 1);
-    size_t pl = strlen(port);
-    if (pl > 0 && port[pl - 1] == '/')
-        port[pl - 1] = '\0';
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(host, port, &hints, &res);
@@ -417,27 +341,10 @@ static int pf_connect(const char *url, int timeout_ms, char *why, size_t whylen)
     }
     freeaddrinfo(res);
     return fd;
-bad:
-    snprintf(why, whylen, "the operator returned a malformed address %s", url);
-    return -1;
 }
 
-/* Answer the client's handshake (101) and hand the socket to pf_upgraded. */
-static void pf_accept(struct rk_req *r, struct pf_state *pf)
-{
-    char acc[29];
-    rk_ws_accept_key(rk_req_header(r, "Sec-WebSocket-Key"), acc);
-    struct MHD_Response *resp = MHD_create_response_for_upgrade(pf_upgraded, pf);
-    if (!resp) {
-        rk_reply_detail(r, 500, "out of memory");
-        return;
-    }
-    MHD_add_response_header(resp, "Upgrade", "websocket");
-    MHD_add_response_header(resp, "Sec-WebSocket-Accept", acc);
-    r->outcome = pf->close_code ? "failed" : "success";
-    rk_req_reply_mhd(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
-}
-
+/* WS portforward: the port, the handshake, the policy, the endpoint, the TCP connect, then
+ * the 101 (a failure before that is a close frame after it). */
 void rk_relay_portforward_handler(struct rk_req *r)
 {
     long long port = 0;
@@ -448,57 +355,33 @@ void rk_relay_portforward_handler(struct rk_req *r)
                           : "Query parameter port is required");
         return;
     }
-    const char *ver = rk_req_header(r, "Sec-WebSocket-Version");
-    if (!rk_ws_key_valid(rk_req_header(r, "Sec-WebSocket-Key"))) {
-        rk_reply_detail(r, 400, "Missing or invalid Sec-WebSocket-Key");
+    if (rk_upgrade_check_handshake(r) != 0)
         return;
-    }
-    if (!ver || strcmp(ver, "13") != 0) {
-        rk_reply_detail(r, 400, "Unsupported Sec-WebSocket-Version (13 is required)");
-        return;
-    }
     struct pf_state *pf = calloc(1, sizeof *pf);
     if (!pf) {
         rk_reply_detail(r, 500, "out of memory");
         return;
     }
-    pf->app = r->app;
+    pf->up.serve = pf_serve;
+    pf->up.release = pf_release;
     pf->tcp_fd = -1;
-    r->route_ctx = pf;
-    r->route_ctx_free = pf_free;
+    rk_upgrade_attach(r, &pf->up, "portforward");
 
     char err[256];
-    struct rk_target t;
+    struct rk_proxy_target pt;
     if (rk_relay_check_port_ws(port, err, sizeof err) != 0) {
-        pf_fail(pf, 1008, err);
-    } else if (rk_dispatch(r->app, r->call, RK_OP_PORT_FORWARD, r->params[0], &t) != RK_OK) {
-        snprintf(err, sizeof err, "Proxy error: %s", rk_call_error_text(r->call));
-        pf_fail(pf, 1011, err);
+        rk_upgrade_fail(&pf->up, 1008, "%s", err);
+    } else if (rk_relay_target(r, RK_OP_PORT_FORWARD, (int)port, RK_PROXY_TCP, &pt, NULL) !=
+               RK_OK) {
+        rk_upgrade_fail(&pf->up, 1011, "Proxy error: %s", rk_call_error_text(r->call));
     } else {
-        const struct rk_plugin *pl = r->app->plugin;
-        struct rk_proxy_target pt;
-        memset(&pt, 0, sizeof pt);
-        rk_metrics_upstream_begin();
-        rk_status st =
-            pl->ops.proxy_target(pl->inst, r->call, &t.ref, (int)port, RK_PROXY_TCP, &pt);
-        rk_metrics_upstream("proxy_target", st);
-        rk_target_release(&t);
-        char why[512];
-        if (st != RK_OK || !pt.base_url) {
-            snprintf(why, sizeof why, "Proxy error: %s",
-                     st != RK_OK ? rk_call_error_text(r->call)
-                                 : "the operator returned no endpoint");
-            pf_fail(pf, 1011, why);
-        } else {
-            char cwhy[400];
-            pf->tcp_fd = pf_connect(pt.base_url, r->app->cfg->proxy.connect_timeout_s * 1000, cwhy,
-                                    sizeof cwhy);
-            if (pf->tcp_fd < 0) {
-                rk_info("portforward to sandbox %s port %lld failed: %s", r->params[0], port, cwhy);
-                snprintf(why, sizeof why, "Proxy error: %s", cwhy);
-                pf_fail(pf, 1011, why);
-            }
+        char cwhy[400];
+        pf->tcp_fd =
+            pf_connect(pt.base_url, r->app->cfg->proxy.connect_timeout_s * 1000, cwhy, sizeof cwhy);
+        if (pf->tcp_fd < 0) {
+            rk_info("portforward to sandbox %s port %lld failed: %s", r->params[0], port, cwhy);
+            rk_upgrade_fail(&pf->up, 1011, "Proxy error: %s", cwhy);
         }
     }
-    pf_accept(r, pf);
+    rk_upgrade_accept(r, &pf->up, NULL);
 }

@@ -135,6 +135,15 @@ static int has_path_prefix(const char *s, const char *prefix)
     return s[n] == '\0' || s[n] == '/' || s[n] == '?' || s[n] == '#';
 }
 
+/* Rewrite "/" + rest (a path that lost its leading '/' to a cut). */
+static char *rewrite_rooted(const char *rest, const char *prefix, const char *base_path)
+{
+    char *tmp = rk_strdup_printf("/%s", rest);
+    char *res = rk_relay_rewrite_location(tmp, prefix, base_path);
+    free(tmp);
+    return res;
+}
+
 /* Keep redirects under the proxy prefix. Hand-written: a Location may be any
  * text (relative, malformed, another scheme) and must pass unchanged; curl_url
  * would refuse or normalise what we only cut at the authority. */
@@ -155,23 +164,15 @@ char *rk_relay_rewrite_location(const char *loc, const char *prefix, const char 
     }
     if (absolute) {
         rest += strcspn(rest, "/?#");
-        if (*rest != '/') {
-            char *tmp = rk_strdup_printf("/%s", rest);
-            char *res = rk_relay_rewrite_location(tmp, prefix, base_path);
-            free(tmp);
-            return res;
-        }
+        if (*rest != '/')
+            return rewrite_rooted(rest, prefix, base_path);
     }
     if (rest[0] != '/')
         return rk_xstrdup(loc);
     if (base_path && has_path_prefix(rest, base_path)) {
         rest += strlen(base_path);
-        if (*rest != '/') {
-            char *tmp = rk_strdup_printf("/%s", rest);
-            char *res = rk_relay_rewrite_location(tmp, prefix, NULL);
-            free(tmp);
-            return res;
-        }
+        if (*rest != '/')
+            return rewrite_rooted(rest, prefix, NULL);
     }
     if (prefix && has_path_prefix(rest, prefix))
         return rk_xstrdup(rest);

@@ -9,12 +9,13 @@
  * The upstream connection is a libcurl CONNECT_ONLY handle (DNS, connect
  * timeout and TLS for https endpoints), over which the upstream handshake is
  * written and read by hand; only then is the client answered (101) through
- * libmicrohttpd's upgrade support. The upgrade callback runs on the
- * connection's own thread and relays bytes both ways with poll() until one
- * side ends: no frame is parsed or rebuilt, so text, binary, fragments,
- * ping/pong, close codes and multi-MiB frames pass unchanged. Only the frame
- * boundaries of the upstream->client direction are tracked, so that when the
- * daemon starts draining a close 1001 can be inserted between frames.
+ * libmicrohttpd's upgrade support (the upgrade path of upgrade_thread.h,
+ * shared with the portforward relay). Bytes are relayed both ways with
+ * poll() until one side ends: no frame is parsed or rebuilt, so text,
+ * binary, fragments, ping/pong, close codes and multi-MiB frames pass
+ * unchanged. Only the frame boundaries of the upstream->client direction are
+ * tracked, so that when the daemon starts draining a close 1001 can be
+ * inserted between frames.
  *
  * Errors are reported as WebSocket close frames after accepting the client
  * (ROCK closes before accepting, which loses the code): 1008 for port policy,
@@ -26,7 +27,6 @@
 #endif
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <stdio.h>
@@ -36,20 +36,16 @@
 #include <sys/socket.h>
 
 #include "base/app.h"
+#include "base/util.h"
 #include "config/config.h"
 #include "domain/dispatch.h"
-#include "engine/envelope.h"
+#include "engine/http_server.h"
 #include "engine/reply.h"
 #include "host/host.h"
-#include "engine/http_server.h"
 #include "obs/log.h"
-#include "obs/metrics.h"
-#include "host/plugin_loader.h"
 #include "relay/proxy_guard.h"
 #include "relay/relay_common.h"
-#include "engine/router.h"
 #include "relay/upgrade_thread.h"
-#include "base/util.h"
 
 /** Relay buffer per direction. */
 #define WS_BUF_BYTES (64 * 1024)
@@ -58,64 +54,27 @@
 /** Budget for the client's headers copied into the upstream handshake (noVNC-like
  *  servers have small header buffers). */
 #define WS_MAX_CLIENT_HEADER_BYTES (6 * 1024)
-/** How long a close frame of ours waits for the peer's answer. */
+/** How long the drain waits for a frame boundary before it cuts the session. */
 #define WS_CLOSE_WAIT_MS 2000
 
-/* State of one WebSocket request, owned by the request (route_ctx). */
+/* State of one WebSocket request: the request's until a relay thread takes it. */
 struct ws_relay {
-    struct rk_app *app;
-    uint16_t close_code;    /* non-zero: accept, send this close, end */
-    char close_reason[512]; /* cut to 123 bytes when framed */
+    struct rk_upgrade up; /* first: the upgrade path's part */
     CURL *curl;
     curl_socket_t up_fd;
     char *leftover; /* upstream bytes read past its 101 head */
     size_t leftover_len;
-    char sandbox_id[128];
     int port;
 };
 
-/* Free the state when the request ends (after any upgrade callback). */
-static void ws_free(struct rk_req *r)
+/* rk_upgrade release: free the whole state. */
+static void ws_release(struct rk_upgrade *up)
 {
-    struct ws_relay *ws = r->route_ctx;
-    r->route_ctx = NULL;
-    if (!ws)
-        return;
+    struct ws_relay *ws = (struct ws_relay *)up;
     if (ws->curl)
         curl_easy_cleanup(ws->curl);
     free(ws->leftover);
     free(ws);
-}
-
-/* Remember a close code and reason to send once the client is accepted. */
-static void ws_fail(struct ws_relay *ws, uint16_t code, const char *fmt, const char *text)
-{
-    ws->close_code = code;
-    if (snprintf(ws->close_reason, sizeof ws->close_reason, fmt, text) < 0)
-        ws->close_reason[0] = '\0';
-}
-
-/* Send all of buf on a non-blocking socket within timeout_ms. Returns 0 or -1. */
-static int send_all_fd(int fd, const void *buf, size_t len, int timeout_ms)
-{
-    const char *p = buf;
-    int64_t until = rk_now_ms() + timeout_ms;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return -1;
-        int64_t left = until - rk_now_ms();
-        if (left <= 0)
-            return -1;
-        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        poll(&pfd, 1, (int)left);
-    }
-    return 0;
 }
 
 /* Wait for readiness of the upstream socket until the absolute deadline. */
@@ -171,7 +130,8 @@ static void ws_client_header(void *ud, const char *name, const char *value)
     rk_buf_printf(c->req, "%s: %s\r\n", name, value);
 }
 
-/* Find a header value in a raw HTTP head (case-insensitive name); malloc'd. */
+/* Find a header value in a raw HTTP head (case-insensitive name); malloc'd. Hand-written:
+ * the 101 answer arrives on a CONNECT_ONLY connection, whose bytes libcurl does not parse. */
 static char *head_value(const char *head, const char *name)
 {
     size_t nlen = strlen(name);
@@ -207,7 +167,7 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
         snprintf(why, whylen, "the operator returned an unusable endpoint address");
         return -1;
     }
-    const struct rk_config *cfg = ws->app->cfg;
+    const struct rk_config *cfg = ws->up.app->cfg;
     int rc = -1;
     char errbuf[CURL_ERROR_SIZE] = "";
     struct rk_buf req = {0};
@@ -229,9 +189,8 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
     curl_easy_setopt(ws->curl, CURLOPT_PROXY, "");
     curl_easy_setopt(ws->curl, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(ws->curl, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(
-        ws->curl, CURLOPT_CONNECTTIMEOUT_MS,
-        (long)(cfg->proxy.connect_timeout_s > 0 ? cfg->proxy.connect_timeout_s * 1000 : 5000));
+    curl_easy_setopt(ws->curl, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)cfg->proxy.connect_timeout_s * 1000);
     CURLcode cc = curl_easy_perform(ws->curl);
     curl_easy_setopt(ws->curl, CURLOPT_ERRORBUFFER, NULL);
     if (cc != CURLE_OK) {
@@ -252,8 +211,10 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
         goto out;
     }
     char key[25], expect[29];
-    rk_base64(nonce, sizeof nonce, key);
-    rk_ws_accept_key(key, expect);
+    if (rk_base64(nonce, sizeof nonce, key) != 0 || rk_ws_accept_key(key, expect) != 0) {
+        snprintf(why, whylen, "cannot compute the handshake key");
+        goto out;
+    }
     target = rk_relay_ws_request_target(&u, fwd);
     rk_buf_printf(&req,
                   "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -263,7 +224,7 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
     rk_req_header_each(r, ws_client_header, &hc);
     if (hc.dropped)
         rk_warn("websocket proxy to sandbox %s: %d client header(s) left out (size budget)",
-                ws->sandbox_id, hc.dropped);
+                ws->up.sandbox_id, hc.dropped);
     int client_offered = protocols.len > 0;
     rk_buf_printf(&req, "Sec-WebSocket-Protocol: %s\r\n",
                   client_offered ? rk_buf_cstr(&protocols) : "binary, base64");
@@ -280,7 +241,7 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
         goto out;
     }
 
-    int64_t until = rk_now_ms() + (cfg->proxy.timeout_s > 0 ? cfg->proxy.timeout_s : 30) * 1000LL;
+    int64_t until = rk_now_ms() + cfg->proxy.timeout_s * 1000LL;
     size_t off = 0;
     while (off < req.len) {
         size_t n = 0;
@@ -363,29 +324,6 @@ out:
     return rc;
 }
 
-/* Send our close frame to the client, wait briefly for its answer. */
-static void ws_close_client(int sock, uint16_t code, const char *reason)
-{
-    unsigned char frame[160];
-    size_t n = rk_ws_close_frame(code, reason, frame, sizeof frame);
-    if (send_all_fd(sock, frame, n, WS_CLOSE_WAIT_MS) != 0)
-        return;
-    int64_t until = rk_now_ms() + WS_CLOSE_WAIT_MS;
-    char sink[512];
-    for (;;) {
-        ssize_t got = recv(sock, sink, sizeof sink, 0);
-        if (got > 0 || got == 0)
-            return; /* the client's close frame (or EOF) */
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return;
-        int64_t left = until - rk_now_ms();
-        if (left <= 0)
-            return;
-        struct pollfd pfd = {.fd = sock, .events = POLLIN};
-        poll(&pfd, 1, (int)left);
-    }
-}
-
 /* One direction's buffer. */
 struct ws_buf {
     char *data;
@@ -465,11 +403,11 @@ static void ws_relay_loop(struct ws_relay *ws, int sock, const char *extra, size
             break;
         /* WebSocket sessions never finish by themselves: end them as soon
          * as the drain starts, between two frames, with 1001. */
-        if (ws->app->draining || ws->app->stopping) {
+        if (ws->up.app->draining || ws->up.app->stopping) {
             if (!stop_since)
                 stop_since = rk_now_ms();
             if (u2c.len == 0 && rk_ws_at_boundary(&track)) {
-                ws_close_client(sock, 1001, "server shutting down");
+                rk_upgrade_close_client(sock, 1001, "server shutting down");
                 break;
             }
             if (rk_now_ms() - stop_since > WS_CLOSE_WAIT_MS)
@@ -495,98 +433,18 @@ done:
     free(u2c.data);
 }
 
-/* Relay one upgraded connection until either side ends, then release it. */
-static void ws_serve(struct ws_relay *ws, MHD_socket sock, const char *extra_in,
-                     size_t extra_in_size, struct MHD_UpgradeResponseHandle *urh)
+/* rk_upgrade serve: relay the upgraded connection until either side ends. */
+static void ws_serve(struct rk_upgrade *up, int sock, const char *extra, size_t extra_len)
 {
-    int fl = fcntl(sock, F_GETFL);
-    if (fl >= 0)
-        fcntl(sock, F_SETFL, fl | O_NONBLOCK);
-    if (ws->close_code || !ws->curl)
-        ws_close_client(sock, ws->close_code ? ws->close_code : 1011,
-                        ws->close_code ? ws->close_reason : "Proxy error: no upstream");
+    struct ws_relay *ws = (struct ws_relay *)up;
+    if (!ws->curl)
+        rk_upgrade_close_client(sock, 1011, "Proxy error: no upstream");
     else
-        ws_relay_loop(ws, sock, extra_in, extra_in_size);
+        ws_relay_loop(ws, sock, extra, extra_len);
     if (ws->curl) {
         curl_easy_cleanup(ws->curl);
         ws->curl = NULL;
     }
-    MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
-}
-
-/* rk_upgrade_serve_fn for the TLS relay thread. */
-static void ws_serve_detached(void *state, int sock, const char *extra, size_t extra_len,
-                              struct MHD_UpgradeResponseHandle *urh)
-{
-    ws_serve(state, sock, extra, extra_len, urh);
-}
-
-/* rk_upgrade_release_fn: the relay thread owns ws once detached. */
-static void ws_release(void *state)
-{
-    struct ws_relay *ws = state;
-    free(ws->leftover);
-    free(ws);
-}
-
-/* MHD upgrade callback, on the connection's own thread: relays here over plain
- * HTTP, on a thread of its own over TLS (upgrade_thread.h). */
-static void ws_upgraded(void *cls, struct MHD_Connection *connection, void *req_cls,
-                        const char *extra_in, size_t extra_in_size, MHD_socket sock,
-                        struct MHD_UpgradeResponseHandle *urh)
-{
-    (void)connection;
-    struct ws_relay *ws = cls;
-    rk_relay_enter();
-    int d = rk_upgrade_detach(ws_serve_detached, ws_release, ws, sock, extra_in, extra_in_size, urh,
-                              (size_t)ws->app->cfg->server.thread_stack_kib * 1024);
-    if (d > 0) {
-        struct rk_req *r = req_cls;
-        if (r && r->route_ctx == ws)
-            r->route_ctx = NULL; /* the relay thread owns ws now */
-        return;
-    }
-    if (d < 0) {
-        rk_warn("websocket proxy to sandbox %s: cannot start the relay thread", ws->sandbox_id);
-        ws_close_client(sock, 1011, "Proxy error: out of resources");
-        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
-    } else {
-        ws_serve(ws, sock, extra_in, extra_in_size, urh);
-    }
-    rk_relay_leave();
-}
-
-/* Answer the client's handshake (101) and hand the socket to ws_upgraded. */
-static void ws_accept(struct rk_req *r, struct ws_relay *ws, const char *protocol)
-{
-    char acc[29];
-    rk_ws_accept_key(rk_req_header(r, "Sec-WebSocket-Key"), acc);
-    struct MHD_Response *resp = MHD_create_response_for_upgrade(ws_upgraded, ws);
-    if (!resp) {
-        rk_reply_detail(r, 500, "out of memory");
-        return;
-    }
-    MHD_add_response_header(resp, "Upgrade", "websocket");
-    MHD_add_response_header(resp, "Sec-WebSocket-Accept", acc);
-    if (protocol && *protocol)
-        MHD_add_response_header(resp, "Sec-WebSocket-Protocol", protocol);
-    r->outcome = ws->close_code ? "failed" : "success";
-    rk_req_reply_mhd(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
-}
-
-/* Check the client handshake; replies 400 and returns -1 when unusable. */
-static int ws_check_handshake(struct rk_req *r)
-{
-    const char *ver = rk_req_header(r, "Sec-WebSocket-Version");
-    if (!rk_ws_key_valid(rk_req_header(r, "Sec-WebSocket-Key"))) {
-        rk_reply_detail(r, 400, "Missing or invalid Sec-WebSocket-Key");
-        return -1;
-    }
-    if (!ver || strcmp(ver, "13") != 0) {
-        rk_reply_detail(r, 400, "Unsupported Sec-WebSocket-Version (13 is required)");
-        return -1;
-    }
-    return 0;
 }
 
 /* Allocate the state and attach it to the request. */
@@ -595,11 +453,10 @@ static struct ws_relay *ws_new(struct rk_req *r)
     struct ws_relay *ws = calloc(1, sizeof *ws);
     if (!ws)
         return NULL;
-    ws->app = r->app;
+    ws->up.serve = ws_serve;
+    ws->up.release = ws_release;
     ws->up_fd = CURL_SOCKET_BAD;
-    snprintf(ws->sandbox_id, sizeof ws->sandbox_id, "%s", r->params[0] ? r->params[0] : "");
-    r->route_ctx = ws;
-    r->route_ctx_free = ws_free;
+    rk_upgrade_attach(r, &ws->up, "websocket proxy");
     return ws;
 }
 
@@ -624,7 +481,7 @@ static int ws_port(struct rk_req *r, struct ws_relay *ws, int vnc, const char **
                              rk_req_query(r, "rock_target_port"), RK_RELAY_DEFAULT_PORT, &pc, err,
                              sizeof err) != RK_PORTSEL_OK ||
         rk_relay_check_port_ws(pc.port, err, sizeof err) != 0) {
-        ws_fail(ws, 1008, "%s", err);
+        rk_upgrade_fail(&ws->up, 1008, "%s", err);
         return -1;
     }
     ws->port = (int)pc.port;
@@ -635,7 +492,7 @@ static int ws_port(struct rk_req *r, struct ws_relay *ws, int vnc, const char **
 /* WS proxy/vnc: open the upstream WebSocket, then accept the client. */
 void rk_relay_ws_handler(struct rk_req *r)
 {
-    if (ws_check_handshake(r) != 0)
+    if (rk_upgrade_check_handshake(r) != 0)
         return;
     struct ws_relay *ws = ws_new(r);
     if (!ws) {
@@ -648,39 +505,22 @@ void rk_relay_ws_handler(struct rk_req *r)
     if (ws_port(r, ws, vnc, &fwd) != 0)
         goto accept;
     if (rk_relay_has_dot_segment(fwd)) {
-        ws_fail(ws, 1011, "Proxy error: %s", RK_RELAY_TRAVERSAL_MSG);
-        goto accept;
-    }
-    struct rk_app *app = r->app;
-    struct rk_target t;
-    if (rk_dispatch(app, r->call, RK_OP_PROXY_WS, r->params[0], &t) != RK_OK) {
-        ws_fail(ws, 1011, "Proxy error: %s", rk_call_error_text(r->call));
+        rk_upgrade_fail(&ws->up, 1011, "Proxy error: %s", RK_RELAY_TRAVERSAL_MSG);
         goto accept;
     }
     struct rk_proxy_target pt;
-    memset(&pt, 0, sizeof pt);
-    rk_status st = RK_E_UNSUPPORTED;
-    rk_metrics_upstream_begin();
-    if (app->plugin->ops.proxy_target)
-        st = app->plugin->ops.proxy_target(app->plugin->inst, r->call, &t.ref, ws->port,
-                                           RK_PROXY_WS, &pt);
-    else
-        rk_call_set_error(r->call, st, "%s backend does not support websocket proxy",
-                          app->plugin->desc->display_name);
-    rk_metrics_upstream("proxy_target", st);
-    rk_target_release(&t);
-    if (st != RK_OK || !pt.base_url) {
-        ws_fail(ws, 1011, "Proxy error: %s",
-                st != RK_OK ? rk_call_error_text(r->call) : "the operator returned no endpoint");
+    if (rk_relay_target(r, RK_OP_PROXY_WS, ws->port, RK_PROXY_WS, &pt, NULL) != RK_OK) {
+        rk_upgrade_fail(&ws->up, 1011, "Proxy error: %s", rk_call_error_text(r->call));
         goto accept;
     }
     char why[CURL_ERROR_SIZE + 128];
     if (ws_open_upstream(ws, r, &pt, fwd, vnc, &chosen, why, sizeof why) != 0) {
-        rk_info("websocket proxy to sandbox %s port %d failed: %s", ws->sandbox_id, ws->port, why);
-        ws_fail(ws, 1011, "Proxy error: %s", why);
+        rk_info("websocket proxy to sandbox %s port %d failed: %s", ws->up.sandbox_id, ws->port,
+                why);
+        rk_upgrade_fail(&ws->up, 1011, "Proxy error: %s", why);
         goto accept;
     }
 accept:
-    ws_accept(r, ws, ws->close_code ? NULL : chosen);
+    rk_upgrade_accept(r, &ws->up, ws->up.close_code ? NULL : chosen);
     free(chosen);
 }

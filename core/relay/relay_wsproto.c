@@ -1,119 +1,56 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * WebSocket protocol pieces of the relays (RFC 6455): the handshake's accept
- * key (SHA-1 + base64) and key check, our close frames, and the frame
- * boundary tracker that lets a byte-transparent relay insert a close frame.
+ * key (SHA-1 and base64 from GnuTLS) and key check, our close frames, and the
+ * frame boundary tracker that lets a byte-transparent relay insert a close
+ * frame. Frames stay hand-written: the relay passes them byte for byte, and
+ * no linked library tracks frames of a stream it does not own (libcurl's
+ * WebSocket API owns the connection and re-frames).
  */
 #include <ctype.h>
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "relay/relay_common.h"
 
-/* Rotate left. */
-static uint32_t rol32(uint32_t v, int n)
+/* SHA-1 over a whole buffer (GnuTLS). */
+int rk_sha1(const void *data, size_t len, unsigned char out[20])
 {
-    return (v << n) | (v >> (32 - n));
+    return gnutls_hash_fast(GNUTLS_DIG_SHA1, data, len, out) == 0 ? 0 : -1;
 }
 
-/* One 64-byte block of SHA-1 (FIPS 180-4). */
-static void sha1_block(uint32_t h[5], const unsigned char *blk)
+/* RFC 4648 base64 with padding (GnuTLS: no line breaks, no armour without a label). */
+int rk_base64(const unsigned char *in, size_t len, char *out)
 {
-    uint32_t w[80];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)blk[4 * i] << 24 | (uint32_t)blk[4 * i + 1] << 16 |
-               (uint32_t)blk[4 * i + 2] << 8 | blk[4 * i + 3];
-    for (int i = 16; i < 80; i++)
-        w[i] = rol32(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
-    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int i = 0; i < 80; i++) {
-        uint32_t f, k;
-        if (i < 20) {
-            f = (b & c) | (~b & d);
-            k = 0x5A827999;
-        } else if (i < 40) {
-            f = b ^ c ^ d;
-            k = 0x6ED9EBA1;
-        } else if (i < 60) {
-            f = (b & c) | (b & d) | (c & d);
-            k = 0x8F1BBCDC;
-        } else {
-            f = b ^ c ^ d;
-            k = 0xCA62C1D6;
-        }
-        uint32_t t = rol32(a, 5) + f + e + k + w[i];
-        e = d;
-        d = c;
-        c = rol32(b, 30);
-        b = a;
-        a = t;
-    }
-    h[0] += a;
-    h[1] += b;
-    h[2] += c;
-    h[3] += d;
-    h[4] += e;
-}
-
-/* SHA-1 over a whole buffer. */
-void rk_sha1(const void *data, size_t len, unsigned char out[20])
-{
-    uint32_t h[5] = {0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0};
-    const unsigned char *p = data;
-    size_t left = len;
-    while (left >= 64) {
-        sha1_block(h, p);
-        p += 64;
-        left -= 64;
-    }
-    unsigned char tail[128] = {0};
-    memcpy(tail, p, left);
-    tail[left] = 0x80;
-    size_t tlen = left + 1 + 8 <= 64 ? 64 : 128;
-    uint64_t bits = (uint64_t)len * 8;
-    for (int i = 0; i < 8; i++)
-        tail[tlen - 1 - i] = (unsigned char)(bits >> (8 * i));
-    sha1_block(h, tail);
-    if (tlen == 128)
-        sha1_block(h, tail + 64);
-    for (int i = 0; i < 5; i++) {
-        out[4 * i] = (unsigned char)(h[i] >> 24);
-        out[4 * i + 1] = (unsigned char)(h[i] >> 16);
-        out[4 * i + 2] = (unsigned char)(h[i] >> 8);
-        out[4 * i + 3] = (unsigned char)h[i];
-    }
-}
-
-/* RFC 4648 base64 with padding. */
-void rk_base64(const unsigned char *in, size_t len, char *out)
-{
-    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t o = 0;
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        if (i + 1 < len)
-            v |= (uint32_t)in[i + 1] << 8;
-        if (i + 2 < len)
-            v |= in[i + 2];
-        out[o++] = tbl[(v >> 18) & 63];
-        out[o++] = tbl[(v >> 12) & 63];
-        out[o++] = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
-        out[o++] = i + 2 < len ? tbl[v & 63] : '=';
-    }
-    out[o] = '\0';
+    out[0] = '\0';
+    if (len > UINT_MAX)
+        return -1;
+    gnutls_datum_t src = {(unsigned char *)in, (unsigned)len}, enc = {NULL, 0};
+    if (gnutls_base64_encode2(&src, &enc) < 0)
+        return -1;
+    if (enc.size)
+        memcpy(out, enc.data, enc.size);
+    out[enc.size] = '\0';
+    gnutls_free(enc.data);
+    return 0;
 }
 
 /* RFC 6455 §4.2.2: base64(SHA-1(key + GUID)). */
-void rk_ws_accept_key(const char *key, char out[29])
+int rk_ws_accept_key(const char *key, char out[29])
 {
     static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
     char buf[128];
-    int n = snprintf(buf, sizeof buf, "%s%s", key, guid);
+    int n = snprintf(buf, sizeof buf, "%s%s", key ? key : "", guid);
     if (n < 0 || (size_t)n >= sizeof buf)
         n = (int)sizeof buf - 1;
     unsigned char digest[20];
-    rk_sha1(buf, (size_t)n, digest);
-    rk_base64(digest, sizeof digest, out);
+    out[0] = '\0';
+    if (rk_sha1(buf, (size_t)n, digest) != 0)
+        return -1;
+    return rk_base64(digest, sizeof digest, out);
 }
 
 /* A key is base64 of 16 bytes: 22 characters and "==". */

@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Fuzz the proxy's path checks in core/relay_policy.c and core/relay_url.c: the traversal/NUL
- * refusal, the raw sub-path split and the upstream URL builder. Invariant
- * checked: a path that is accepted never holds, after one decode, a NUL byte
- * or a "." / ".." segment.
+ * Fuzz the proxy's path checks in core/relay/relay_policy.c and core/relay/relay_url.c: the
+ * traversal/NUL refusal, the raw sub-path split and the upstream URL builder. Invariant checked: a
+ * path that is accepted never holds, after one decode, a NUL byte or a "." / ".." segment.
  */
 #include <assert.h>
 #include <stdlib.h>

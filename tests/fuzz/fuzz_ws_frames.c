@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Fuzz the WebSocket frame tracker (core/relay_wsproto.c, used by the relay to
+ * Fuzz the WebSocket frame tracker (core/relay/relay_wsproto.c, used by the relay to
  * know when a close frame may be injected). Invariant: feeding the same bytes
  * in one piece or split at any point ends in the same state.
  */

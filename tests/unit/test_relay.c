@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Unit tests for the relay helpers (core/relay_policy.c, relay_url.c,
+/* Unit tests for the relay helpers (core/relay/relay_policy.c, relay_url.c,
  * relay_wsproto.c): port selection, traversal check, header
  * filtering, URL building, Location rewriting, WebSocket accept key and
- * close frames, frame boundary tracking and the timed pipe. */
+ * close frames, frame boundary tracking and the timed pipe; and for what a
+ * relay uses from the domain: the endpoint cache and the idle touch. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,8 +14,13 @@
 
 #include <cmocka.h>
 
+#include "base/app.h"
 #include "base/bytepipe.h"
+#include "base/util.h"
+#include "domain/activity.h"
+#include "domain/endpoint_cache.h"
 #include "relay/relay_common.h"
+#include "store/store.h"
 
 /* Port selection: one source, none, several, bad values (§5.20, U31). */
 static void test_port_sources(void **state)
@@ -137,7 +143,7 @@ static void test_traversal(void **state)
     assert_false(rk_relay_has_dot_segment("a/..b/c.d/.e"));
     assert_false(rk_relay_has_dot_segment("a%2Fb%20c"));
     assert_false(rk_relay_has_dot_segment("a/b/"));
-    /* Issue 10: NUL after one decode, and other spellings of "..". */
+    /* NUL after one decode, and other spellings of "..". */
     assert_true(rk_relay_has_dot_segment("%00/../.."));
     assert_true(rk_relay_has_dot_segment("a%00b"));
     assert_true(rk_relay_has_dot_segment("%2E%2e/x"));
@@ -419,15 +425,91 @@ static void test_bytepipe_timed(void **state)
     rk_bytepipe_free(p);
 }
 
+/* The endpoint cache only caches: a copy per hit (credential flags and the idle timeout
+ * included), misses after the TTL, forget and forget-by-sandbox. */
+static void test_endpoint_cache(void **state)
+{
+    (void)state;
+    struct rk_kv hdr[2] = {{"X-Route", "r1"}, {"Authorization", "Bearer t"}};
+    uint32_t flags[2] = {0, RK_PROXY_HEADER_CREDENTIAL};
+    struct rk_proxy_target pt = {0};
+    pt.base_url = "http://10.0.0.1:8080/base";
+    pt.headers = hdr;
+    pt.headers_len = 2;
+    pt.header_flags = flags;
+    rk_ep_cache_clear();
+    struct rk_ep e;
+    assert_int_equal(rk_ep_cache_get("sb-ep", 8080, 0, 60000, &e), -1);
+    rk_ep_cache_put("sb-ep", 8080, 0, &pt, 7);
+    rk_ep_cache_put("sb-ep", 9090, 0, &pt, 7);
+    assert_int_equal(rk_ep_cache_get("sb-ep", 8080, 0, 60000, &e), 0);
+    assert_string_equal(e.base_url, pt.base_url);
+    assert_int_equal(e.headers_len, 2);
+    assert_string_equal(e.headers[1].key, "Authorization");
+    assert_string_equal(e.headers[1].value, "Bearer t");
+    assert_non_null(e.header_flags);
+    assert_int_equal(e.header_flags[1], RK_PROXY_HEADER_CREDENTIAL);
+    assert_int_equal(e.idle_minutes, 7);
+    rk_ep_free(&e);
+    assert_int_equal(rk_ep_cache_get("sb-ep", 8080, 1, 60000, &e), -1); /* another kind */
+    assert_int_equal(rk_ep_cache_get("sb-ep", 8080, 0, 0, &e), -1);     /* caching off */
+    rk_ep_cache_forget("sb-ep", 8080, 0);
+    assert_int_equal(rk_ep_cache_get("sb-ep", 8080, 0, 60000, &e), -1);
+    assert_int_equal(rk_ep_cache_get("sb-ep", 9090, 0, 60000, &e), 0);
+    rk_ep_free(&e);
+    rk_ep_cache_forget_sandbox("sb-ep");
+    assert_int_equal(rk_ep_cache_get("sb-ep", 9090, 0, 60000, &e), -1);
+    rk_ep_cache_clear();
+}
+
+/* The idle touch: the deadline rule, the once-per-second throttle, and the store write. */
+static void test_activity_touch(void **state)
+{
+    (void)state;
+    assert_int_equal(rk_activity_deadline(1000, 0), 0);
+    assert_int_equal(rk_activity_deadline(1000, -5), 0);
+    assert_int_equal(rk_activity_deadline(1000, 2), 1120);
+    assert_true(rk_activity_due("sb-due", 5000));
+    assert_false(rk_activity_due("sb-due", 5000));
+    assert_true(rk_activity_due("sb-due-2", 5000));
+    assert_true(rk_activity_due("sb-due", 5001));
+    assert_false(rk_activity_due("sb-due", 5001));
+
+    struct rk_app app = {0};
+    app.store = rk_store_open_memory();
+    assert_non_null(app.store);
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = json_object_new_object();
+    json_object_object_add(rec, "state", json_object_new_string("running"));
+    assert_int_equal(rk_store_create(app.store, "sb-act", rec, 1, err, sizeof err), RK_STORE_OK);
+    json_object_put(rec);
+    assert_int_equal(rk_activity_touch(&app, "sb-act", 0), 0); /* no idle timeout */
+    int64_t before = rk_epoch_s();
+    int64_t d = rk_activity_touch(&app, "sb-act", 3);
+    int64_t again = rk_activity_touch(&app, "sb-act", 3);
+    int64_t after = rk_epoch_s();
+    assert_true(d >= before + 180 && d <= after + 180);
+    if (before == after)
+        assert_int_equal(again, 0); /* the same second: not due */
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(app.store, "sb-act", &got, err, sizeof err), RK_STORE_OK);
+    json_object *exp = NULL;
+    assert_true(json_object_object_get_ex(got, "expire_time", &exp));
+    assert_true(json_object_get_int64(exp) >= d);
+    json_object_put(got);
+    rk_store_close(app.store);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_port_sources), cmocka_unit_test(test_parse_int),
-        cmocka_unit_test(test_port_ranges),  cmocka_unit_test(test_traversal),
-        cmocka_unit_test(test_raw_rest),     cmocka_unit_test(test_header_filters),
-        cmocka_unit_test(test_urls),         cmocka_unit_test(test_location),
-        cmocka_unit_test(test_ws_accept),    cmocka_unit_test(test_close_frame),
-        cmocka_unit_test(test_tracker),      cmocka_unit_test(test_bytepipe_timed),
+        cmocka_unit_test(test_port_sources),   cmocka_unit_test(test_parse_int),
+        cmocka_unit_test(test_port_ranges),    cmocka_unit_test(test_traversal),
+        cmocka_unit_test(test_raw_rest),       cmocka_unit_test(test_header_filters),
+        cmocka_unit_test(test_urls),           cmocka_unit_test(test_location),
+        cmocka_unit_test(test_ws_accept),      cmocka_unit_test(test_close_frame),
+        cmocka_unit_test(test_tracker),        cmocka_unit_test(test_bytepipe_timed),
+        cmocka_unit_test(test_endpoint_cache), cmocka_unit_test(test_activity_touch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

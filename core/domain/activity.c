@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The one owner of the idle touch (see activity.h). */
+#include "domain/activity.h"
+
+#include <stdatomic.h>
+
+#include "base/app.h"
+#include "base/util.h"
+#include "obs/log.h"
+#include "store/store.h"
+
+/** Throttle slots, indexed by a hash of the sandbox id. */
+#define ACTIVITY_SLOTS 4096
+
+/* Each slot holds (high 32 bits of the id's hash, the second it was last touched in). */
+static _Atomic uint64_t activity_slots[ACTIVITY_SLOTS];
+
+/* Deadline of activity at now_s. */
+int64_t rk_activity_deadline(int64_t now_s, int64_t idle_minutes)
+{
+    return idle_minutes > 0 ? now_s + idle_minutes * 60 : 0;
+}
+
+/* First activity on id in second now_s (FNV-1a slot)? */
+int rk_activity_due(const char *id, int64_t now_s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    uint64_t want = (h & 0xffffffff00000000ull) | (uint32_t)now_s;
+    _Atomic uint64_t *slot = &activity_slots[h % ACTIVITY_SLOTS];
+    return atomic_exchange_explicit(slot, want, memory_order_relaxed) != want;
+}
+
+/* Throttled store touch of one sandbox. */
+int64_t rk_activity_touch(struct rk_app *app, const char *id, int64_t idle_minutes)
+{
+    if (!id || idle_minutes <= 0)
+        return 0;
+    int64_t now = rk_epoch_s();
+    if (!rk_activity_due(id, now))
+        return 0;
+    int64_t deadline = rk_activity_deadline(now, idle_minutes);
+    char err[RK_STORE_ERRLEN];
+    if (rk_store_touch(app->store, id, deadline, err, sizeof err) != RK_STORE_OK) {
+        rk_warn("cannot refresh idle deadline of %s: %s", id, err);
+        return 0;
+    }
+    return deadline;
+}

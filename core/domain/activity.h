@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The idle touch: activity on a sandbox (a runtime call, a proxied request)
+ * moves its idle deadline to now + its idle timeout (auto_clear_time, in
+ * minutes). This file is the one owner of that decision: when a touch is due
+ * (at most once per second per sandbox and process: the deadline has 1 s
+ * resolution) and which deadline it writes. The endpoint cache only caches
+ * endpoints; a relay serving from it calls rk_activity_touch.
+ */
+#ifndef RK_ACTIVITY_H
+#define RK_ACTIVITY_H
+
+#include <stdint.h>
+
+struct rk_app;
+
+/** The idle deadline (epoch seconds) activity at now_s gives a sandbox whose
+ *  idle timeout is idle_minutes; 0 when it has none (idle_minutes <= 0). */
+int64_t rk_activity_deadline(int64_t now_s, int64_t idle_minutes);
+
+/** 1 when activity on id in second now_s is the first this process saw in
+ *  that second (and records it), else 0: the touch throttle. Cheap and
+ *  lock-free; a hash collision between two ids costs one extra touch. */
+int rk_activity_due(const char *id, int64_t now_s);
+
+/** Activity on sandbox id whose idle timeout is idle_minutes: when a touch is
+ *  due, writes rk_activity_deadline(now) to the store (which moves it only for
+ *  an active sandbox). Returns the deadline written, or 0 when nothing was
+ *  written (no idle timeout, not due, or a store error, which is logged). */
+int64_t rk_activity_touch(struct rk_app *app, const char *id, int64_t idle_minutes);
+
+#endif /* RK_ACTIVITY_H */
