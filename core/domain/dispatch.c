@@ -13,6 +13,7 @@
 #include "store/store.h"
 #include "base/util.h"
 #include "base/ident.h"
+#include "domain/activity.h"
 
 /* One row per operation: the gate's whole policy lives in this table. */
 static const struct rk_op_info op_table[RK_OP_COUNT] = {
@@ -59,6 +60,14 @@ void rk_target_detach(struct rk_target *t, struct rk_call *call)
     t->rec = NULL;
 }
 
+/* The second to touch sandbox id in, for rk_store_get_touch, or 0 when this
+ * process touched it this second already (activity.h owns the throttle). */
+static int64_t touch_now(const char *id)
+{
+    int64_t now = rk_epoch_s();
+    return rk_activity_due(id, now) ? now : 0;
+}
+
 void rk_dispatch_touch(struct rk_app *app, json_object *rec)
 {
     if (!rk_state_is_active(rk_rec_state(rec)))
@@ -72,7 +81,7 @@ void rk_dispatch_touch(struct rk_app *app, json_object *rec)
     const char *id = rk_rec_str(rec, "sandbox_id");
     if (!id)
         return;
-    int64_t expire = rk_epoch_s() + minutes * 60;
+    int64_t expire = rk_activity_deadline(rk_epoch_s(), minutes);
     char err[RK_STORE_ERRLEN];
     if (rk_store_touch(app->store, id, expire, err, sizeof err) != RK_STORE_OK)
         rk_warn("cannot refresh idle deadline of %s: %s", id, err);
@@ -217,8 +226,8 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
     const struct rk_op_info *info = rk_op_info(op);
     json_object *rec = NULL;
     rk_store_rc rc = info->touches_idle
-                         ? rk_store_get_touch(app->store, sandbox_id, rk_epoch_s(), &rec, NULL, 0,
-                                              err, sizeof err)
+                         ? rk_store_get_touch(app->store, sandbox_id, touch_now(sandbox_id), &rec,
+                                              NULL, 0, err, sizeof err)
                          : rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);
     if (rc == RK_STORE_NOT_FOUND)
         return rk_call_set_error(call, RK_E_NOT_FOUND, "Sandbox %s not found", sandbox_id);

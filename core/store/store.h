@@ -190,7 +190,8 @@ uint64_t rk_store_error_count(const struct rk_store *st);
 /** Fetch a record like rk_store_get and, when it is active and its
  *  "auto_clear_time" (minutes) is positive, move its idle deadline to
  *  now_s + minutes*60 if that is later (so the deadline is written at most once
- *  per second per sandbox). One Redis round trip. now_s <= 0: no touch.
+ *  per second per sandbox). One Redis round trip. now_s <= 0: no touch (a
+ *  plain read; the caller's throttle, domain/activity.h, decides when).
  *  mark (may be NULL) receives the reconciler's mark (rk_store_set_mark), ""
  *  if none, in the same round trip. */
 rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_s,

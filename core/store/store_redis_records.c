@@ -5,7 +5,6 @@
  * touches (get_touch, throttled in-process to one script call per sandbox and second). */
 #include "store/store_redis_internal.h"
 
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -356,29 +355,6 @@ rk_store_rc rkr_touch(struct rk_store *st, const char *id, int64_t expire_time, 
     return rkr_run_int(rs, &c, &v, err, errlen);
 }
 
-/* In-process throttle of the idle touch. The script moves a deadline at most once per second
- * (its now is in seconds), so once this process has touched a sandbox in the current second,
- * further reads in that second skip the script: plain MGET + ZSCORE in one round trip cost
- * Redis far less CPU than the script (measured: 22 us of Redis CPU per get_status with the
- * script on every read, on the same 2 cores as rock-admin). Slots are indexed by a hash of the id
- * and hold (hash high bits, second); a collision only causes an extra touch. */
-#define TOUCH_SLOTS 4096
-static _Atomic uint64_t touch_slots[TOUCH_SLOTS];
-
-/* True when this process has not touched id in second now_s yet (and records that it does). */
-static bool touch_due(const char *id, int64_t now_s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
-    uint64_t want = (h & 0xffffffff00000000ull) | (uint32_t)now_s;
-    _Atomic uint64_t *slot = &touch_slots[h % TOUCH_SLOTS];
-    if (atomic_load_explicit(slot, memory_order_relaxed) == want)
-        return false;
-    atomic_store_explicit(slot, want, memory_order_relaxed);
-    return true;
-}
-
 /* Record, idle deadline and reconciler mark with two plain commands (MGET record mark, ZSCORE)
  * in one round trip, without the touch. */
 __attribute__((noinline)) static rk_store_rc get_plain(struct redis_store *rs, const char *id,
@@ -416,13 +392,15 @@ static rk_store_rc get_touch_script(struct redis_store *rs, const char *id, int6
                                     json_object **out, char *mark, size_t marklen, char *err,
                                     size_t errlen) __attribute__((noinline));
 
-/* Record + idle deadline (+ mark): one EVALSHA with the idle touch, or, when this process
- * already touched the sandbox this second, plain reads (see touch_due). */
+/* Record + idle deadline (+ mark): one EVALSHA with the idle touch, or, with now_s <= 0 (the
+ * caller's throttle, domain/activity.c, says this process touched the sandbox this second
+ * already), plain MGET + ZSCORE in one round trip: far less Redis CPU than the script
+ * (measured: 22 us of Redis CPU per get_status with the script on every read). */
 rk_store_rc rkr_get_touch(struct rk_store *st, const char *id, int64_t now_s, json_object **out,
                           char *mark, size_t marklen, char *err, size_t errlen)
 {
     struct redis_store *rs = rkr_store(st);
-    if (now_s <= 0 || !touch_due(id, now_s))
+    if (now_s <= 0)
         return get_plain(rs, id, out, mark, marklen, err, errlen);
     return get_touch_script(rs, id, now_s, out, mark, marklen, err, errlen);
 }
