@@ -19,6 +19,13 @@ void rk_path_body(struct rk_route_path *p, struct rk_req *r)
     p->body = rk_v_body(&p->v, r);
 }
 
+const char *rk_path_sandbox(struct rk_route_path *p, struct rk_req *r)
+{
+    rk_path_body(p, r);
+    return rk_v_str(&p->v, p->body, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID,
+                    NULL);
+}
+
 void rk_path_query(struct rk_route_path *p, struct rk_req *r)
 {
     memset(p, 0, sizeof *p);

@@ -29,6 +29,12 @@ struct rk_route_path {
 /** Start on the JSON body: validation at "body", the body parsed into p->body. */
 void rk_path_body(struct rk_route_path *p, struct rk_req *r);
 
+/** rk_path_body, then the body's required sandbox_id (NonBlank, the
+ *  identifier rule; noted on the request): the start of every route on one
+ *  sandbox's body. NULL when it is missing or invalid (the problem is kept
+ *  for rk_path_valid / rk_path_gate). */
+const char *rk_path_sandbox(struct rk_route_path *p, struct rk_req *r);
+
 /** Start on the query string: validation at "query". */
 void rk_path_query(struct rk_route_path *p, struct rk_req *r);
 

@@ -131,7 +131,7 @@ void rk_route_execute(struct rk_req *r)
 
     if (rk_collector_reply_busy(r, &col)) /* answered 503 */
         goto out;
-    if (rk_command_timed_out(st, &res)) /* B51: before output mapping and `check` */
+    if (rk_command_timed_out(r->call, st, &res)) /* B51: before output mapping and `check` */
         rk_reply_timeout(r, has_timeout, timeout_s, "command");
     else if (st != RK_OK)
         rk_path_fail(&p, st);

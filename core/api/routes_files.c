@@ -24,14 +24,10 @@ void rk_route_read_file(struct rk_req *r)
     rk_collector_init(&col, r->call, r->app->cfg->server.max_read_bytes, "file",
                       "server.max_read_bytes");
     struct rk_route_path p;
-    rk_path_body(&p, r);
-    struct rk_v *v = &p.v;
-    json_object *body = p.body;
-    const char *id =
-        rk_v_str(v, body, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID, NULL);
-    const char *path = rk_v_str(v, body, "path", RK_V_REQUIRED, NULL);
-    const char *encoding = rk_v_str(v, body, "encoding", 0, "utf-8");
-    const char *errors = rk_v_str(v, body, "errors", 0, "strict");
+    const char *id = rk_path_sandbox(&p, r);
+    const char *path = rk_v_str(&p.v, p.body, "path", RK_V_REQUIRED, NULL);
+    const char *encoding = rk_v_str(&p.v, p.body, "encoding", 0, "utf-8");
+    const char *errors = rk_v_str(&p.v, p.body, "errors", 0, "strict");
     if (rk_path_gate(&p, RK_OP_FILE_READ, id) != 0)
         goto out;
     const struct rk_plugin *pl = r->app->plugin;
@@ -95,18 +91,14 @@ static long long mem_source_read(void *ctx, char *buf, size_t len)
 void rk_route_write_file(struct rk_req *r)
 {
     struct rk_route_path p;
-    rk_path_body(&p, r);
-    struct rk_v *v = &p.v;
-    json_object *body = p.body;
-    const char *id =
-        rk_v_str(v, body, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID, NULL);
-    (void)rk_v_str(v, body, "content", RK_V_REQUIRED, NULL);
-    const char *path = rk_v_str(v, body, "path", RK_V_REQUIRED, NULL);
+    const char *id = rk_path_sandbox(&p, r);
+    (void)rk_v_str(&p.v, p.body, "content", RK_V_REQUIRED, NULL);
+    const char *path = rk_v_str(&p.v, p.body, "path", RK_V_REQUIRED, NULL);
     if (rk_path_valid(&p) != 0)
         goto out;
     /* The content may hold NUL bytes: take it with its length from the JSON. */
     json_object *cval = NULL;
-    json_object_object_get_ex(body, "content", &cval);
+    json_object_object_get_ex(p.body, "content", &cval);
     struct mem_source ms = {.p = json_object_get_string(cval),
                             .left = (size_t)json_object_get_string_len(cval)};
 

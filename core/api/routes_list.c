@@ -109,10 +109,18 @@ static json_object *list_item(json_object *rec)
     return st;
 }
 
-/* The list answer for items (taken) with total and has_more. */
-static void reply_list(struct rk_req *r, json_object *items, size_t total, int64_t page,
-                       int64_t page_size)
+/* Reply the list page recs[first, last) (inactive or unknown ones skipped)
+ * out of total, then release all n records. */
+static void reply_page(struct rk_req *r, json_object **recs, size_t n, size_t first, size_t last,
+                       size_t total, int64_t page, int64_t page_size)
 {
+    json_object *items = json_object_new_array();
+    for (size_t i = first; i < last && i < n; i++)
+        if (recs[i] && rk_state_is_active(rk_rec_state(recs[i])))
+            json_object_array_add(items, list_item(recs[i]));
+    for (size_t i = 0; i < n; i++)
+        json_object_put(recs[i]);
+    free(recs);
     json_object *res = rk_result_head();
     json_object_object_add(res, "items", items);
     json_object_object_add(res, "total", json_object_new_int64((int64_t)total));
@@ -138,14 +146,7 @@ static void list_page(struct rk_req *r, int64_t page, int64_t page_size)
     rk_store_free_ids(ids, n);
     if (!recs)
         return;
-    json_object *items = json_object_new_array();
-    for (size_t i = 0; i < n; i++) {
-        if (recs[i] && rk_state_is_active(rk_rec_state(recs[i])))
-            json_object_array_add(items, list_item(recs[i]));
-        json_object_put(recs[i]);
-    }
-    free(recs);
-    reply_list(r, items, total, page, page_size);
+    reply_page(r, recs, n, 0, n, total, page, page_size);
 }
 
 /* GET /sandboxes (§5.17): page, page_size and exact-match filters. */
@@ -191,14 +192,8 @@ void rk_route_list(struct rk_req *r)
             json_object_put(recs[i]);
     }
     qsort(recs, kept, sizeof *recs, by_create_time);
-    json_object *items = json_object_new_array();
     size_t first = (size_t)((page - 1) * page_size);
-    for (size_t i = first; i < kept && i < first + (size_t)page_size; i++)
-        json_object_array_add(items, list_item(recs[i]));
-    for (size_t i = 0; i < kept; i++)
-        json_object_put(recs[i]);
-    free(recs);
-    reply_list(r, items, kept, page, page_size);
+    reply_page(r, recs, kept, first, first + (size_t)page_size, kept, page, page_size);
 }
 
 /* POST /sandboxes/batch (§5.18): the statuses of the active ones among ids. */

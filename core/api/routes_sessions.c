@@ -78,22 +78,18 @@ static void rollback_reservation(struct rk_req *r, const char *sandbox_id, const
 void rk_route_create_session(struct rk_req *r)
 {
     struct rk_route_path p;
-    rk_path_body(&p, r);
-    struct rk_v *v = &p.v;
-    json_object *body = p.body;
-    const char *id =
-        rk_v_str(v, body, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID, NULL);
-    const char *name = rk_v_str(v, body, "session", RK_V_SESSION, "default");
-    rk_v_choice(v, body, "session_type", rk_bash_only, 0);
-    json_object *sources = rk_v_strlist(v, body, "startup_source", 0);
+    const char *id = rk_path_sandbox(&p, r);
+    const char *name = rk_v_str(&p.v, p.body, "session", RK_V_SESSION, "default");
+    rk_v_choice(&p.v, p.body, "session_type", rk_bash_only, 0);
+    json_object *sources = rk_v_strlist(&p.v, p.body, "startup_source", 0);
     /* env_enable is accepted and ignored: the admin's environment never
      * crosses into a sandbox. */
-    (void)rk_v_bool(v, body, "env_enable", 0, 0);
-    json_object *env = rk_v_strmap(v, body, "env", 0);
-    const char *remote_user = rk_v_str(v, body, "remote_user", 0, NULL);
+    (void)rk_v_bool(&p.v, p.body, "env_enable", 0, 0);
+    json_object *env = rk_v_strmap(&p.v, p.body, "env", 0);
+    const char *remote_user = rk_v_str(&p.v, p.body, "remote_user", 0, NULL);
     double startup_s;
-    int has_startup = rk_v_opt_seconds(v, body, "startup_timeout", 1, 1.0, &startup_s);
-    (void)rk_v_int(v, body, "max_read_size", 0, 2000, NULL);
+    int has_startup = rk_v_opt_seconds(&p.v, p.body, "startup_timeout", 1, 1.0, &startup_s);
+    (void)rk_v_int(&p.v, p.body, "max_read_size", 0, 2000, NULL);
     if (rk_path_gate(&p, RK_OP_SESSION_CREATE, id) != 0)
         goto out;
     const char *sid = p.t.ref.sandbox_id;
@@ -118,14 +114,7 @@ void rk_route_create_session(struct rk_req *r)
         .startup_timeout_ms = rk_seconds_to_ms(has_startup, startup_s),
     };
     opts.env = rk_env_overlay(r->call, p.t.rec, env, &opts.env_len);
-    size_t nsrc = sources ? json_object_array_length(sources) : 0;
-    if (nsrc) {
-        const char **src = rk_arena_alloc(r->call, nsrc * sizeof *src);
-        for (size_t i = 0; i < nsrc; i++)
-            src[i] = json_object_get_string(json_object_array_get_idx(sources, i));
-        opts.startup_source = src;
-        opts.startup_source_len = nsrc;
-    }
+    opts.startup_source = rk_v_strings(&p.v, sources, &opts.startup_source_len);
     struct rk_session_opened opened = {0};
     rk_status st;
     RK_UPSTREAM(st, pl, session_open, r->call, &p.t.ref, &opts, &opened);
@@ -222,21 +211,17 @@ void rk_route_run_in_session(struct rk_req *r)
     struct rk_collector col;
     rk_collector_output(&col, r);
     struct rk_route_path p;
-    rk_path_body(&p, r);
-    struct rk_v *v = &p.v;
-    json_object *body = p.body;
-    const char *id =
-        rk_v_str(v, body, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID, NULL);
-    const char *command = rk_v_str(v, body, "command", RK_V_REQUIRED, NULL);
-    const char *name = rk_v_str(v, body, "session", RK_V_SESSION, "default");
-    rk_v_choice(v, body, "action_type", rk_bash_only, 0);
+    const char *id = rk_path_sandbox(&p, r);
+    const char *command = rk_v_str(&p.v, p.body, "command", RK_V_REQUIRED, NULL);
+    const char *name = rk_v_str(&p.v, p.body, "session", RK_V_SESSION, "default");
+    rk_v_choice(&p.v, p.body, "action_type", rk_bash_only, 0);
     double timeout_s;
-    int has_timeout = rk_v_opt_seconds(v, body, "timeout", 0, 0, &timeout_s);
-    enum check check = (enum check)rk_v_choice(v, body, "check", check_names, CHECK_RAISE);
-    int interactive = rk_v_bool(v, body, "is_interactive_command", 0, 0);
-    int quit = rk_v_bool(v, body, "is_interactive_quit", 0, 0);
-    json_object *expect = rk_v_strlist(v, body, "expect", 0);
-    const char *error_msg = rk_v_str(v, body, "error_msg", 0, "");
+    int has_timeout = rk_v_opt_seconds(&p.v, p.body, "timeout", 0, 0, &timeout_s);
+    enum check check = (enum check)rk_v_choice(&p.v, p.body, "check", check_names, CHECK_RAISE);
+    int interactive = rk_v_bool(&p.v, p.body, "is_interactive_command", 0, 0);
+    int quit = rk_v_bool(&p.v, p.body, "is_interactive_quit", 0, 0);
+    json_object *expect = rk_v_strlist(&p.v, p.body, "expect", 0);
+    const char *error_msg = rk_v_str(&p.v, p.body, "error_msg", 0, "");
     /* U30: an unknown name is reported before the interactive check. */
     if (gate_session(&p, RK_OP_SESSION_RUN, id, name, &session_id) != 0)
         goto out;
@@ -258,13 +243,7 @@ void rk_route_run_in_session(struct rk_req *r)
         }
         req.flags =
             (interactive ? RK_SESSF_INTERACTIVE : 0u) | (quit ? RK_SESSF_INTERACTIVE_QUIT : 0u);
-        if (n_expect) {
-            const char **ev = rk_arena_alloc(r->call, n_expect * sizeof *ev);
-            for (size_t i = 0; i < n_expect; i++)
-                ev[i] = json_object_get_string(json_object_array_get_idx(expect, i));
-            req.expect = ev;
-            req.expect_len = n_expect;
-        }
+        req.expect = rk_v_strings(&p.v, expect, &req.expect_len);
     }
 
     struct rk_sink sink = rk_collector_sink(&col);
@@ -275,7 +254,7 @@ void rk_route_run_in_session(struct rk_req *r)
 
     if (rk_collector_reply_busy(r, &col))
         goto out;
-    if (rk_command_timed_out(st, &res))
+    if (rk_command_timed_out(r->call, st, &res))
         rk_reply_timeout(r, has_timeout, timeout_s, "session command");
     else if (st != RK_OK)
         rk_path_fail(&p, st);
@@ -292,13 +271,9 @@ void rk_route_close_session(struct rk_req *r)
 {
     char *session_id = NULL;
     struct rk_route_path p;
-    rk_path_body(&p, r);
-    struct rk_v *v = &p.v;
-    json_object *body = p.body;
-    const char *id =
-        rk_v_str(v, body, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID, NULL);
-    const char *name = rk_v_str(v, body, "session", RK_V_SESSION, "default");
-    rk_v_choice(v, body, "session_type", rk_bash_only, 0);
+    const char *id = rk_path_sandbox(&p, r);
+    const char *name = rk_v_str(&p.v, p.body, "session", RK_V_SESSION, "default");
+    rk_v_choice(&p.v, p.body, "session_type", rk_bash_only, 0);
     if (gate_session(&p, RK_OP_SESSION_CLOSE, id, name, &session_id) != 0)
         goto out;
     const struct rk_plugin *pl = r->app->plugin;

@@ -36,6 +36,28 @@ static void num_text(double v, char out[64])
         rk_py_float(v, out);
 }
 
+/* A size ("8g") normalized into norm and checked against the configured
+ * maximum max (a maximum that does not parse is no limit); a 4000 naming
+ * what is replied and -1 returned when it is invalid or too large. */
+static int check_size(struct rk_req *r, const char *what, const char *value, const char *max,
+                      char norm[32])
+{
+    char max_norm[32];
+    double bytes = 0, max_bytes = 0;
+    if (rk_memory_normalize(value, norm, &bytes) != 0) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call, "Invalid %s size: %s", what, value));
+        return -1;
+    }
+    if (rk_memory_normalize(max, max_norm, &max_bytes) == 0 && bytes > max_bytes) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call, "Requested %s %s exceed the maximum allowed %s",
+                                       what, value, max));
+        return -1;
+    }
+    return 0;
+}
+
 /* Validate the start request and create the pending record; on success
  * *id_out is the sandbox id (arena) and *disk_out the disk value. Replies on
  * failure and returns -1. */
@@ -83,21 +105,10 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
         goto fail;
 
     /* Business validation: 4000 with the start object shape. */
-    char mem_norm[32], max_norm[32];
-    double mem_bytes = 0, max_bytes = 0;
+    char mem_norm[32], disk_norm[32];
     char a[64], b[64];
-    if (rk_memory_normalize(memory, mem_norm, &mem_bytes) != 0) {
-        rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call, "Invalid memory size: %s", memory));
+    if (check_size(r, "memory", memory, cfg->runtime.max_memory, mem_norm) != 0)
         goto fail;
-    }
-    if (rk_memory_normalize(cfg->runtime.max_memory, max_norm, &max_bytes) == 0 &&
-        mem_bytes > max_bytes) {
-        rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call, "Requested memory %s exceed the maximum allowed %s",
-                                       memory, cfg->runtime.max_memory));
-        goto fail;
-    }
     if (cpus <= 0 || limit_cpus < 0) {
         num_text(cpus, a);
         rk_reply_error(r, RK_E_INVALID, rk_arena_printf(r->call, "Invalid cpus: %s", a));
@@ -111,23 +122,8 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
             rk_arena_printf(r->call, "Requested CPUs %s exceed the maximum allowed %s", a, b));
         goto fail;
     }
-    if (disk) {
-        char dn[32];
-        double disk_bytes = 0, disk_max = 0;
-        if (rk_memory_normalize(disk, dn, &disk_bytes) != 0) {
-            rk_reply_error(r, RK_E_INVALID,
-                           rk_arena_printf(r->call, "Invalid disk size: %s", disk));
-            goto fail;
-        }
-        if (rk_memory_normalize(cfg->runtime.max_disk, dn, &disk_max) == 0 &&
-            disk_bytes > disk_max) {
-            rk_reply_error(r, RK_E_INVALID,
-                           rk_arena_printf(r->call,
-                                           "Requested disk %s exceed the maximum allowed %s", disk,
-                                           cfg->runtime.max_disk));
-            goto fail;
-        }
-    }
+    if (disk && check_size(r, "disk", disk, cfg->runtime.max_disk, disk_norm) != 0)
+        goto fail;
     if (acm <= 0)
         acm = cfg->runtime.default_auto_clear_minutes;
     (void)has_acm;
@@ -197,20 +193,18 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
         goto fail;
     }
 
-    struct rk_create_spec spec = {
-        .sandbox_id = id,
-        .image = image,
-        .cpus = cpus,
-        .limit_cpus = limit_cpus,
-        .memory = memory,
-        .env = NULL,
-        .env_len = 0,
-        .user_id = user,
-        .experiment_id = exp,
-        .namespace_name = ns,
-        .idle_timeout_s = acm * 60,
-        .startup_timeout_s = (int64_t)startup_timeout,
-    };
+    /* What the backend create needs: the request as given (the record keeps the normalized
+     * values for the status object). */
+    struct rk_create_spec spec = {.sandbox_id = id,
+                                  .image = image,
+                                  .cpus = cpus,
+                                  .limit_cpus = limit_cpus,
+                                  .memory = memory,
+                                  .user_id = user,
+                                  .experiment_id = exp,
+                                  .namespace_name = ns,
+                                  .idle_timeout_s = acm * 60,
+                                  .startup_timeout_s = (int64_t)startup_timeout};
     if (rk_lifecycle_create_async(app, r->call, &spec) != RK_OK) {
         const char *why = rk_call_error_text(r->call);
         json_object *gone = NULL;

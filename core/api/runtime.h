@@ -67,7 +67,7 @@ void rk_timeout_repr(int has, double s, char out[64]);
 void rk_command_deadline(struct rk_req *r, int64_t timeout_ms);
 /** 1 if the plugin reported that the command ran out of time: RK_E_TIMEOUT
  *  (the deadline passed), or a result whose backend killed it for time. */
-int rk_command_timed_out(rk_status st, const struct rk_exec_res *res);
+int rk_command_timed_out(struct rk_call *call, rk_status st, const struct rk_exec_res *res);
 
 /** Reply the ROCK timeout failure "Timeout (<s>s) exceeded while running
  *  <what>" for a command of has/s seconds. */

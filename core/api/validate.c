@@ -285,6 +285,18 @@ json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, uns
     return val;
 }
 
+const char **rk_v_strings(struct rk_v *v, json_object *list, size_t *n_out)
+{
+    size_t n = list ? json_object_array_length(list) : 0;
+    *n_out = n;
+    if (!n)
+        return NULL;
+    const char **out = rk_arena_alloc(v->call, n * sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        out[i] = json_object_get_string(json_object_array_get_idx(list, i));
+    return out;
+}
+
 int rk_v_choice(struct rk_v *v, json_object *obj, const char *key, const char *const *allowed,
                 int def)
 {

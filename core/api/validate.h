@@ -66,6 +66,10 @@ json_object *rk_v_strmap(struct rk_v *v, json_object *obj, const char *key, unsi
 /** Array of strings, or NULL when absent/null. Borrowed from obj. */
 json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, unsigned flags);
 
+/** The items of a list rk_v_strlist accepted (NULL: none) as a C array in
+ *  the arena; *n_out receives the count (0 gives NULL). Borrowed from list. */
+const char **rk_v_strings(struct rk_v *v, json_object *list, size_t *n_out);
+
 /** Pydantic Literal: absent/null gives def; otherwise the value must be one
  *  of allowed (NULL-terminated). Returns the index of the value in allowed. */
 int rk_v_choice(struct rk_v *v, json_object *obj, const char *key, const char *const *allowed,
