@@ -140,9 +140,7 @@ static json_object *commit_status(const char *id, const char *tag, const char *p
 void rk_route_commit(struct rk_req *r)
 {
     struct rk_route_path p;
-    rk_path_body(&p, r);
-    const char *id =
-        rk_v_str(&p.v, p.body, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID, NULL);
+    const char *id = rk_path_sandbox(&p, r);
     const char *tag = rk_v_str(&p.v, p.body, "image_tag", RK_V_REQUIRED | RK_V_NONBLANK, NULL);
     if (tag && strpbrk(tag, "\r\n"))
         rk_v_problem(&p.v, "image_tag", "image_tag must not contain line separators");

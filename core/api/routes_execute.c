@@ -90,10 +90,8 @@ void rk_route_execute(struct rk_req *r)
     struct rk_buf cmd = {0};
     struct rk_collector col;
     rk_collector_output(&col, r);
-    rk_path_body(&p, r);
+    const char *id = rk_path_sandbox(&p, r);
     json_object *body = p.body;
-    const char *id =
-        rk_v_str(&p.v, body, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID, NULL);
     int is_string = parse_command(&p.v, body, &cmd);
     double timeout_s;
     int has_timeout = rk_v_opt_seconds(&p.v, body, "timeout", 1, 1200.0, &timeout_s);

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* The lax request validators (validate.h): fields of a JSON body or the
+ * query string, problems accumulated in pydantic's wording. */
 #include "api/validate.h"
 
 #include <ctype.h>
