@@ -8,35 +8,31 @@
 
 #define P RK_API_PREFIX
 
-/* JSON route helper: method, path, name, handler, failure message, shape. */
-#define JSON_ROUTE(m, pat, nm, fn, msg, shp)                                                       \
+/* Route helpers: method, path, name, body mode, handler, failure message, shape. */
+#define ROUTE(m, pat, nm, bm, fn, msg, shp)                                                        \
     {                                                                                              \
-        .method = m, .pattern = pat, .name = nm, .body_mode = RK_BODY_JSON, .handler = fn,         \
+        .method = m, .pattern = pat, .name = nm, .body_mode = bm, .handler = fn,                   \
         .fail_message = msg, .shape = shp                                                          \
     }
-#define GET_ROUTE(pat, nm, fn, msg, shp)                                                           \
+#define JSON_ROUTE(m, pat, nm, fn, msg, shp) ROUTE(m, pat, nm, RK_BODY_JSON, fn, msg, shp)
+#define GET_ROUTE(pat, nm, fn, msg, shp) ROUTE("GET", pat, nm, RK_BODY_NONE, fn, msg, shp)
+/* A probe: always admitted, even at the limits. */
+#define HEALTH_ROUTE(pat, nm, fn)                                                                  \
     {                                                                                              \
-        .method = "GET", .pattern = pat, .name = nm, .body_mode = RK_BODY_NONE, .handler = fn,     \
-        .fail_message = msg, .shape = shp                                                          \
+        .method = "GET", .pattern = pat, .name = nm, .handler = fn, .flags = RK_ROUTE_HEALTH       \
+    }
+/* A route whose first path parameter is the sandbox id (no JSON body unless bm says so). */
+#define SANDBOX_ROUTE(m, pat, nm, bm, fn, msg, shp)                                                \
+    {                                                                                              \
+        .method = m, .pattern = pat, .name = nm, .body_mode = bm, .handler = fn,                   \
+        .fail_message = msg, .shape = shp, .flags = RK_ROUTE_SANDBOX_PARAM                         \
     }
 
 const struct rk_route rk_api_routes[] = {
     GET_ROUTE("/", "root", rk_route_root, NULL, RK_SHAPE_NULL),
-    {.method = "GET",
-     .pattern = "/livez",
-     .name = "livez",
-     .handler = rk_route_livez,
-     .flags = RK_ROUTE_HEALTH},
-    {.method = "GET",
-     .pattern = "/readyz",
-     .name = "readyz",
-     .handler = rk_route_readyz,
-     .flags = RK_ROUTE_HEALTH},
-    {.method = "GET",
-     .pattern = "/metrics",
-     .name = "metrics",
-     .handler = rk_route_metrics,
-     .flags = RK_ROUTE_HEALTH},
+    HEALTH_ROUTE("/livez", "livez", rk_route_livez),
+    HEALTH_ROUTE("/readyz", "readyz", rk_route_readyz),
+    HEALTH_ROUTE("/metrics", "metrics", rk_route_metrics),
     GET_ROUTE("/openapi.json", "openapi", rk_route_openapi, NULL, RK_SHAPE_NULL),
     GET_ROUTE("/docs", "docs", rk_route_docs, NULL, RK_SHAPE_NULL),
     JSON_ROUTE("POST", P "/start_async", "start_async", rk_route_start_async,
@@ -75,50 +71,22 @@ const struct rk_route rk_api_routes[] = {
                RK_SHAPE_SANDBOX_RESPONSE),
     JSON_ROUTE("POST", P "/restart", "restart", rk_route_restart, "restart sandbox failed",
                RK_SHAPE_START),
-    {.method = "POST",
-     .pattern = P "/sandboxes/{id}/restart",
-     .name = "restart",
-     .body_mode = RK_BODY_NONE,
-     .handler = rk_route_restart_path,
-     .fail_message = "restart sandbox failed",
-     .shape = RK_SHAPE_START,
-     .flags = RK_ROUTE_SANDBOX_PARAM},
-    {.method = "POST",
-     .pattern = P "/sandboxes/{id}/archive",
-     .name = "archive",
-     .body_mode = RK_BODY_NONE,
-     .handler = rk_route_archive,
-     .fail_message = "archive sandbox failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE,
-     .flags = RK_ROUTE_SANDBOX_PARAM},
+    SANDBOX_ROUTE("POST", P "/sandboxes/{id}/restart", "restart", RK_BODY_NONE,
+                  rk_route_restart_path, "restart sandbox failed", RK_SHAPE_START),
+    SANDBOX_ROUTE("POST", P "/sandboxes/{id}/archive", "archive", RK_BODY_NONE, rk_route_archive,
+                  "archive sandbox failed", RK_SHAPE_SANDBOX_RESPONSE),
     JSON_ROUTE("POST", P "/commit", "commit", rk_route_commit, "commit sandbox failed",
                RK_SHAPE_SANDBOX_RESPONSE),
-    {.method = "GET",
-     .pattern = P "/commit/{id}",
-     .name = "commit_status",
-     .handler = rk_route_commit_get,
-     .fail_message = "get commit status failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE,
-     .flags = RK_ROUTE_SANDBOX_PARAM},
+    SANDBOX_ROUTE("GET", P "/commit/{id}", "commit_status", RK_BODY_NONE, rk_route_commit_get,
+                  "get commit status failed", RK_SHAPE_SANDBOX_RESPONSE),
     GET_ROUTE(P "/sandboxes", "list", rk_route_list, "list sandboxes failed", RK_SHAPE_LIST),
     JSON_ROUTE("POST", P "/sandboxes/batch", "batch", rk_route_batch,
                "batch get sandbox status failed", RK_SHAPE_BATCH),
     GET_ROUTE(P "/get_token", "get_token", rk_route_get_token, "get oss sts token failed",
               RK_SHAPE_SANDBOX_RESPONSE),
-    {.method = "POST",
-     .pattern = P "/host/proxy/{*}",
-     .name = "host_proxy",
-     .body_mode = RK_BODY_NONE,
-     .handler = rk_route_host_proxy,
-     .fail_message = "host proxy post failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE},
-    {.method = "*",
-     .pattern = P "/proxy/{id}/{*}",
-     .name = "proxy_stub",
-     .body_mode = RK_BODY_JSON,
-     .handler = rk_route_proxy_stub,
-     .fail_message = "http proxy failed",
-     .shape = RK_SHAPE_SANDBOX_RESPONSE,
-     .flags = RK_ROUTE_SANDBOX_PARAM},
+    ROUTE("POST", P "/host/proxy/{*}", "host_proxy", RK_BODY_NONE, rk_route_host_proxy,
+          "host proxy post failed", RK_SHAPE_SANDBOX_RESPONSE),
+    SANDBOX_ROUTE("*", P "/proxy/{id}/{*}", "proxy_stub", RK_BODY_JSON, rk_route_proxy_stub,
+                  "http proxy failed", RK_SHAPE_SANDBOX_RESPONSE),
     {.pattern = NULL},
 };

@@ -12,27 +12,35 @@ struct rk_req;
 /** The API and operational routes (NULL-pattern terminated), for rk_router_use. */
 extern const struct rk_route rk_api_routes[];
 
-/* routes_lifecycle.c */
+/* Every handler answers its request (the route's fail_message and shape
+ * come from the table). One file per resource: */
+
+/* routes_start.c */
 void rk_route_start_async(struct rk_req *r);
 void rk_route_start(struct rk_req *r);
+/* routes_status.c */
 void rk_route_get_status(struct rk_req *r);
 void rk_route_is_alive(struct rk_req *r);
+void rk_route_statistics(struct rk_req *r);
+/* routes_list.c */
+void rk_route_list(struct rk_req *r);
+void rk_route_batch(struct rk_req *r);
+/* routes_state.c */
 void rk_route_stop(struct rk_req *r);
 void rk_route_delete(struct rk_req *r);
 void rk_route_restart(struct rk_req *r);
 void rk_route_restart_path(struct rk_req *r);
+/* routes_archive.c */
 void rk_route_archive(struct rk_req *r);
 void rk_route_commit(struct rk_req *r);
 void rk_route_commit_get(struct rk_req *r);
-void rk_route_list(struct rk_req *r);
-void rk_route_batch(struct rk_req *r);
-void rk_route_statistics(struct rk_req *r);
-
-/* routes_runtime.c */
+/* routes_execute.c */
 void rk_route_execute(struct rk_req *r);
+/* routes_sessions.c */
 void rk_route_create_session(struct rk_req *r);
 void rk_route_run_in_session(struct rk_req *r);
 void rk_route_close_session(struct rk_req *r);
+/* routes_files.c */
 void rk_route_read_file(struct rk_req *r);
 void rk_route_write_file(struct rk_req *r);
 

@@ -236,6 +236,20 @@ static int fields_ready(const struct upload *u)
     return u->target.seen && u->sandbox.seen && n > 0;
 }
 
+/* Note the sandbox_id field on the request for the access log (an id that
+ * breaks the identifier rule is not kept). */
+static void note_sandbox(struct upload *u)
+{
+    size_t n;
+    const char *s = stripped_sandbox(u, &n);
+    char id[RK_ID_MAX + 1];
+    if (!u->sandbox.seen || n == 0 || n > RK_ID_MAX)
+        return;
+    memcpy(id, s, n);
+    id[n] = '\0';
+    rk_req_set_sandbox(u->r, id);
+}
+
 /* 1 if the sandbox_id field arrived and breaks the identifier rule. */
 static int sandbox_id_invalid(const struct upload *u)
 {
@@ -538,6 +552,7 @@ void rk_route_upload(struct rk_req *r)
         u->pp = NULL;
     }
     end_part(u);
+    note_sandbox(u);
     if (u->malformed) {
         if (u->pipe)
             rk_bytepipe_abort(u->pipe);

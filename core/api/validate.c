@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* The lax request validators (validate.h): fields of a JSON body or the
+ * query string, problems accumulated in pydantic's wording. */
 #include "api/validate.h"
 
 #include <ctype.h>
@@ -12,21 +14,31 @@
 #include "engine/http_server.h"
 #include "rkutil.h"
 
-/* Apply the identifier rules to a non-empty value of an identifier field. An
- * empty value keeps the route's own handling (Field required / not found). */
-static int id_ok(struct rk_v *v, const char *key, const char *s, size_t len)
+/* Apply the identifier rules the flags name to a non-empty value. An empty
+ * value keeps the route's own handling (Field required / not found). */
+static int id_ok(struct rk_v *v, const char *key, unsigned flags, const char *s, size_t len)
 {
     if (len == 0)
         return 1;
-    if (strcmp(key, "sandbox_id") == 0 && !rk_id_valid(s, len)) {
+    if ((flags & RK_V_SANDBOX_ID) && !rk_id_valid(s, len)) {
         rk_v_problem(v, key, RK_ID_RULE_MSG);
         return 0;
     }
-    if (strcmp(key, "session") == 0 && !rk_session_name_valid(s, len)) {
+    if ((flags & RK_V_SESSION) && !rk_session_name_valid(s, len)) {
         rk_v_problem(v, key, RK_SESSION_RULE_MSG);
         return 0;
     }
     return 1;
+}
+
+/* The accepted value of a field (arena copy); a sandbox id is noted on the
+ * request for the access log. */
+static const char *accept_str(struct rk_v *v, unsigned flags, const char *s, size_t len)
+{
+    const char *out = rk_arena_strndup(v->call, s, len);
+    if ((flags & RK_V_SANDBOX_ID) && v->req && out && *out)
+        rk_req_set_sandbox(v->req, out);
+    return out;
 }
 
 void rk_v_init(struct rk_v *v, struct rk_call *call, const char *loc)
@@ -60,6 +72,7 @@ void rk_v_problem(struct rk_v *v, const char *key, const char *msg)
 
 json_object *rk_v_body(struct rk_v *v, struct rk_req *r)
 {
+    v->req = r;
     if (!r->body || r->body_len == 0) {
         rk_v_problem(v, "body", "Field required");
         return NULL;
@@ -126,9 +139,9 @@ const char *rk_v_str(struct rk_v *v, json_object *obj, const char *key, unsigned
             return def;
         }
     }
-    if (!id_ok(v, key, s, len))
+    if (!id_ok(v, key, flags, s, len))
         return def;
-    return rk_arena_strndup(v->call, s, len);
+    return accept_str(v, flags, s, len);
 }
 
 /* Parse a number from JSON (int, double, or numeric string). */
@@ -263,7 +276,7 @@ json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, uns
             rk_v_problem(v, sub, "Input should be a valid string");
             return NULL;
         }
-        if (strcmp(key, "sandbox_ids") == 0 && json_object_get_string_len(item) > 0 &&
+        if ((flags & RK_V_SANDBOX_ID) && json_object_get_string_len(item) > 0 &&
             !rk_id_valid(json_object_get_string(item), (size_t)json_object_get_string_len(item))) {
             char sub[256];
             snprintf(sub, sizeof sub, "%s.%zu", key, i);
@@ -272,6 +285,57 @@ json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, uns
         }
     }
     return val;
+}
+
+const char **rk_v_strings(struct rk_v *v, json_object *list, size_t *n_out)
+{
+    size_t n = list ? json_object_array_length(list) : 0;
+    *n_out = n;
+    if (!n)
+        return NULL;
+    const char **out = rk_arena_alloc(v->call, n * sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        out[i] = json_object_get_string(json_object_array_get_idx(list, i));
+    return out;
+}
+
+int rk_v_choice(struct rk_v *v, json_object *obj, const char *key, const char *const *allowed,
+                int def)
+{
+    json_object *val = member(obj, key, NULL);
+    if (!val)
+        return def;
+    if (json_object_is_type(val, json_type_string))
+        for (int i = 0; allowed[i]; i++)
+            if (strcmp(json_object_get_string(val), allowed[i]) == 0)
+                return i;
+    struct rk_buf msg = {0};
+    rk_buf_printf(&msg, "Input should be ");
+    for (size_t i = 0; allowed[i]; i++) {
+        if (i > 0)
+            rk_buf_printf(&msg, allowed[i + 1] ? ", " : " or ");
+        rk_buf_printf(&msg, "'%s'", allowed[i]);
+    }
+    rk_v_problem(v, key, rk_buf_cstr(&msg));
+    rk_buf_free(&msg);
+    return def;
+}
+
+int rk_v_opt_seconds(struct rk_v *v, json_object *obj, const char *key, int has_def, double def,
+                     double *out)
+{
+    json_object *val = NULL;
+    *out = 0;
+    int given = obj && json_object_object_get_ex(obj, key, &val);
+    if (given && !val)
+        return 0;
+    if (!given) {
+        *out = def;
+        return has_def;
+    }
+    int present = 0;
+    *out = rk_v_num(v, obj, key, 0, def, &present);
+    return present;
 }
 
 /* Value of one hex digit or -1. */
@@ -343,6 +407,7 @@ static int query_value_has_nul(struct rk_req *r, const char *key)
 
 const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigned flags)
 {
+    v->req = r;
     const char *s = rk_req_query(r, key);
     if (!s) {
         if (flags & RK_V_REQUIRED)
@@ -361,9 +426,9 @@ const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigne
             return NULL;
         }
     }
-    if (!id_ok(v, key, s, len))
+    if (!id_ok(v, key, flags, s, len))
         return NULL;
-    return rk_arena_strndup(v->call, s, len);
+    return accept_str(v, flags, s, len);
 }
 
 int rk_v_qbool(struct rk_v *v, struct rk_req *r, const char *key, int def)

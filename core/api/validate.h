@@ -20,13 +20,16 @@ struct rk_req;
 /** Field flags. */
 #define RK_V_REQUIRED 0x1u /* absent -> "Field required" */
 #define RK_V_NONBLANK 0x2u /* strip; empty -> "String should have at least 1 character" */
-
-/* The identifier rules (base/ident.h) apply to fields read through rk_v_str,
- * rk_v_qstr and rk_v_strlist with RK_V_SANDBOX_ID or RK_V_SESSION. */
+/* A sandbox id (rk_v_str, rk_v_qstr: the identifier rule of base/ident.h,
+ * and the value is noted on the request for the access log; rk_v_strlist:
+ * every item follows the rule). */
+#define RK_V_SANDBOX_ID 0x4u
+#define RK_V_SESSION 0x8u /* a session name (the session name rule of base/ident.h) */
 
 /** Accumulated validation problems. */
 struct rk_v {
     struct rk_call *call; /* arena for stripped strings */
+    struct rk_req *req;   /* the request (set by rk_v_body / rk_v_qstr); NULL in unit tests */
     const char *loc;      /* "body" or "query" */
     struct rk_buf text;
     int n;
@@ -62,6 +65,19 @@ int rk_v_bool(struct rk_v *v, json_object *obj, const char *key, unsigned flags,
 json_object *rk_v_strmap(struct rk_v *v, json_object *obj, const char *key, unsigned flags);
 /** Array of strings, or NULL when absent/null. Borrowed from obj. */
 json_object *rk_v_strlist(struct rk_v *v, json_object *obj, const char *key, unsigned flags);
+
+/** The items of a list rk_v_strlist accepted (NULL: none) as a C array in
+ *  the arena; *n_out receives the count (0 gives NULL). Borrowed from list. */
+const char **rk_v_strings(struct rk_v *v, json_object *list, size_t *n_out);
+
+/** Pydantic Literal: absent/null gives def; otherwise the value must be one
+ *  of allowed (NULL-terminated). Returns the index of the value in allowed. */
+int rk_v_choice(struct rk_v *v, json_object *obj, const char *key, const char *const *allowed,
+                int def);
+/** Seconds where an explicit null means "none": returns 1 when a value
+ *  applies (in *out), 0 for none; absent gives def when has_def. */
+int rk_v_opt_seconds(struct rk_v *v, json_object *obj, const char *key, int has_def, double def,
+                     double *out);
 
 /** Query string argument as a string (arena). */
 const char *rk_v_qstr(struct rk_v *v, struct rk_req *r, const char *key, unsigned flags);

@@ -32,6 +32,13 @@ int rk_activity_due(const char *id, int64_t now_s)
     return atomic_exchange_explicit(slot, want, memory_order_relaxed) != want;
 }
 
+/* The throttled second for a read-and-touch. */
+int64_t rk_activity_touch_second(const char *id)
+{
+    int64_t now = rk_epoch_s();
+    return id && rk_activity_due(id, now) ? now : 0;
+}
+
 /* Throttled store touch of one sandbox. */
 int64_t rk_activity_touch(struct rk_app *app, const char *id, int64_t idle_minutes)
 {

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* Archive and restore jobs by backend snapshots (archive.h): record patches,
+ * the job threads, and the take-over of a job whose admin died. */
 #include "domain/archive.h"
 
 #include <pthread.h>
@@ -492,12 +494,12 @@ rk_status rk_restore_start(struct rk_app *app, struct rk_call *call, json_object
     return st;
 }
 
-int rk_restore_in_progress(struct rk_app *app, json_object **rec_io)
+int rk_restore_in_progress(struct rk_app *app, json_object **rec_io, int take_over)
 {
     json_object *v;
     if (!json_object_object_get_ex(*rec_io, "restoring", &v) || !v || !json_object_get_boolean(v))
         return 0;
-    if (rec_int(*rec_io, "job_lease") >= rk_epoch_s())
+    if (!take_over || rec_int(*rec_io, "job_lease") >= rk_epoch_s())
         return 1;
     /* Its admin died mid-restore: the snapshot is still there, archive again. */
     const char *id = rk_rec_str(*rec_io, "sandbox_id");

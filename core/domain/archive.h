@@ -8,7 +8,8 @@
  *                                           -> archived (restore_failed)
  * The slow parts run on background threads. Progress lives in the record
  * (snapshot_id, job_lease), so when the admin that ran a job dies, the next
- * process that reads the record after the lease ran out takes the job over.
+ * background pass (the reconciler's) or an /archive retry after the lease ran
+ * out takes the job over. Status reads never do: they only read.
  */
 #ifndef RK_ARCHIVE_H
 #define RK_ARCHIVE_H
@@ -24,7 +25,8 @@ struct rk_call;
 rk_status rk_archive_start(struct rk_app *app, struct rk_call *call, const char *id);
 
 /** Take over an archiving record's job if its lease ran out (another admin
- *  died mid-archive). Cheap when there is nothing to do. */
+ *  died mid-archive): called by the reconciler pass and /archive. Cheap when
+ *  there is nothing to do. */
 void rk_archive_recover(struct rk_app *app, json_object *rec);
 
 /** Restore an archived sandbox: archived -> pending now, the backend create
@@ -33,10 +35,12 @@ rk_status rk_restore_start(struct rk_app *app, struct rk_call *call, json_object
 
 /**
  * For status refresh: 1 if the record is a restore in progress (do not ask
- * the backend yet), 0 if not. A restore whose lease ran out (its admin died)
- * is moved back to archived: 2, and *rec_io is replaced by the stored record.
+ * the backend yet), 0 if not. With take_over (background passes only), a
+ * restore whose lease ran out (its admin died) is moved back to archived: 2,
+ * and *rec_io is replaced by the stored record; without it, such a restore
+ * still reads as in progress (1).
  */
-int rk_restore_in_progress(struct rk_app *app, json_object **rec_io);
+int rk_restore_in_progress(struct rk_app *app, json_object **rec_io, int take_over);
 
 /** Delete the snapshot of an archived record (none = success). */
 rk_status rk_archive_delete_snapshot(struct rk_app *app, struct rk_call *call, json_object *rec);

@@ -60,14 +60,6 @@ void rk_target_detach(struct rk_target *t, struct rk_call *call)
     t->rec = NULL;
 }
 
-/* The second to touch sandbox id in, for rk_store_get_touch, or 0 when this
- * process touched it this second already (activity.h owns the throttle). */
-static int64_t touch_now(const char *id)
-{
-    int64_t now = rk_epoch_s();
-    return rk_activity_due(id, now) ? now : 0;
-}
-
 void rk_dispatch_touch(struct rk_app *app, json_object *rec)
 {
     if (!rk_state_is_active(rk_rec_state(rec)))
@@ -225,10 +217,11 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
      *    touch of a record the gate then refuses is the original's order (U35). */
     const struct rk_op_info *info = rk_op_info(op);
     json_object *rec = NULL;
-    rk_store_rc rc = info->touches_idle
-                         ? rk_store_get_touch(app->store, sandbox_id, touch_now(sandbox_id), &rec,
-                                              NULL, 0, err, sizeof err)
-                         : rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);
+    rk_store_rc rc =
+        info->touches_idle
+            ? rk_store_get_touch(app->store, sandbox_id, rk_activity_touch_second(sandbox_id), &rec,
+                                 NULL, 0, err, sizeof err)
+            : rk_store_get(app->store, sandbox_id, &rec, err, sizeof err);
     if (rc == RK_STORE_NOT_FOUND)
         return rk_call_set_error(call, RK_E_NOT_FOUND, "Sandbox %s not found", sandbox_id);
     if (rc != RK_STORE_OK)

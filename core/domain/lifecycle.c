@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* Sandbox lifecycle (lifecycle.h): background create, status refresh and the
+ * reconciler's transitions, guarded transitions, delete, restore, waits. */
 #include "domain/lifecycle.h"
 #include "domain/endpoint_cache.h"
 
@@ -102,6 +104,46 @@ static void clear_sessions(struct rk_app *app, const char *id)
         rk_warn("sandbox %s: cannot clear its session mappings: %s", id, err);
 }
 
+/* ---- session clean-up after a read (background) -------------------------------- */
+
+/* Most sandboxes whose session clean-up waits for a background pass; past it
+ * the oldest is dropped with a warning (its mappings stay until the id is
+ * deleted again). */
+#define MAX_DEFERRED 4096
+
+static pthread_mutex_t deferred_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *deferred[MAX_DEFERRED];
+static size_t n_deferred;
+
+/* A status read found the sandbox gone: its session mappings are cleared by
+ * the next background pass (rk_lifecycle_run_deferred), not by the read. */
+static void defer_clear_sessions(const char *id)
+{
+    char *copy = rk_xstrdup(id);
+    pthread_mutex_lock(&deferred_mu);
+    if (n_deferred == MAX_DEFERRED) {
+        rk_warn("sandbox %s: session clean-up queue full; mappings left behind", deferred[0]);
+        free(deferred[0]);
+        memmove(deferred, deferred + 1, (MAX_DEFERRED - 1) * sizeof *deferred);
+        n_deferred--;
+    }
+    deferred[n_deferred++] = copy;
+    pthread_mutex_unlock(&deferred_mu);
+}
+
+void rk_lifecycle_run_deferred(struct rk_app *app)
+{
+    for (;;) {
+        pthread_mutex_lock(&deferred_mu);
+        char *id = n_deferred ? deferred[--n_deferred] : NULL;
+        pthread_mutex_unlock(&deferred_mu);
+        if (!id)
+            return;
+        clear_sessions(app, id);
+        free(id);
+    }
+}
+
 /* ---- background create -------------------------------------------------------- */
 
 struct create_job {
@@ -136,9 +178,8 @@ static void *create_thread(void *arg)
     const struct rk_plugin *pl = app->plugin;
     struct rk_call *call = rk_call_new(j->request_id, -1, 0);
     struct rk_created out = {0};
-    rk_metrics_upstream_begin();
-    rk_status st = pl->ops.create(pl->inst, call, &j->spec, &out);
-    rk_metrics_upstream("create", st);
+    rk_status st;
+    RK_UPSTREAM(st, pl, create, call, &j->spec, &out);
     const char *id = j->spec.sandbox_id;
     if (st == RK_OK && out.upstream_id) {
         struct patch p = {.expect = RK_STATE_PENDING,
@@ -153,9 +194,8 @@ static void *create_thread(void *arg)
              * leave a sandbox that no record owns. */
             struct rk_sandbox_ref ref = {id, out.upstream_id, pl->desc->backend_tag,
                                          RK_STATE_DELETED};
-            rk_metrics_upstream_begin();
-            rk_status ds = pl->ops.destroy(pl->inst, call, &ref);
-            rk_metrics_upstream("destroy", ds);
+            rk_status ds;
+            RK_UPSTREAM(ds, pl, destroy, call, &ref);
             rk_info("sandbox %s: deleted during create; removed the new backend sandbox (%s)", id,
                     ds == RK_OK ? "ok" : rk_call_error_text(call));
         } else {
@@ -232,6 +272,16 @@ rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
 
 /* ---- status refresh ----------------------------------------------------------- */
 
+/* The sandbox is gone: a background pass clears its sessions now, a read
+ * (touch) leaves them to the next one. */
+static void gone_sessions(struct rk_app *app, const char *id, int touch)
+{
+    if (touch)
+        defer_clear_sessions(id);
+    else
+        clear_sessions(app, id);
+}
+
 /* Apply what the backend said about a sandbox (status() or a list pass) to its record.
  * info == NULL with st == RK_E_NOT_FOUND: the backend has no such sandbox. touch: refresh the
  * idle deadline when active (a client asked; the reconciler never touches). */
@@ -251,7 +301,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
     json_object *cf;
     if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
         return RK_OK; /* the failed phase tells the client why */
-    int restoring = rk_restore_in_progress(app, rec_io);
+    int restoring = rk_restore_in_progress(app, rec_io, !touch); /* take-over: background only */
     if (restoring == 1) {
         rk_dispatch_touch_rec(app, *rec_io);
         return RK_OK; /* shown pending until the restore recorded its backend id */
@@ -291,7 +341,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
         /* The backend no longer knows it: it is gone for good. */
         struct patch p = {.to = RK_STATE_DELETED, .event = "vanished"};
         patch_record(app, id, &p, rec_io);
-        clear_sessions(app, id);
+        gone_sessions(app, id, touch);
         *shown = RK_STATE_DELETED;
         return RK_OK;
     }
@@ -335,7 +385,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
     case RK_STATE_DELETED: {
         struct patch p = {.to = RK_STATE_DELETED, .event = "terminated"};
         patch_record(app, id, &p, rec_io);
-        clear_sessions(app, id);
+        gone_sessions(app, id, touch);
         *shown = RK_STATE_DELETED;
         break;
     }
@@ -380,9 +430,8 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
     snprintf(upstream, sizeof upstream, "%s", up ? up : "");
     struct rk_sandbox_ref ref = {id, up ? upstream : NULL, tag, *shown};
     struct rk_status_info info = {0};
-    rk_metrics_upstream_begin();
-    rk_status st = pl->ops.status(pl->inst, call, &ref, &info);
-    rk_metrics_upstream("status", st);
+    rk_status st;
+    RK_UPSTREAM(st, pl, status, call, &ref, &info);
     return apply_backend_state(app, call, rec_io, st, &info, 1, shown, alive);
 }
 
@@ -404,9 +453,8 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
     const char *id = rk_rec_str(rec, "sandbox_id");
     const char *tag = pl->desc->backend_tag;
     struct rk_sandbox_ref ref = {id, rk_rec_upstream_id(rec, tag), tag, rk_rec_state(rec)};
-    rk_metrics_upstream_begin();
-    rk_status st = pl->ops.destroy(pl->inst, call, &ref);
-    rk_metrics_upstream("destroy", st);
+    rk_status st;
+    RK_UPSTREAM(st, pl, destroy, call, &ref);
     if (st != RK_OK)
         return st; /* the record stays as it was (B40) */
     struct patch p = {.to = RK_STATE_DELETED, .event = event};
@@ -455,9 +503,7 @@ rk_status rk_lifecycle_restore(struct rk_app *app, struct rk_call *call, const c
     rk_status st = rk_dispatch_record(app, call, RK_OP_RESTORE, id, rec, &t);
     if (st != RK_OK)
         return st;
-    rk_metrics_upstream_begin();
-    st = pl->ops.restore(pl->inst, call, &t.ref);
-    rk_metrics_upstream("restore", st);
+    RK_UPSTREAM(st, pl, restore, call, &t.ref);
     rk_target_release(&t);
     if (st != RK_OK)
         return st; /* the record stays archived */
@@ -505,6 +551,42 @@ rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, co
             usleep((useconds_t)(left < 1000 ? left : 1000) * 1000);
     }
     return rk_call_set_error(call, RK_E_TIMEOUT, "sandbox %s not running after %ds", id, wait_s);
+}
+
+/* ---- guarded transitions ------------------------------------------------------------- */
+
+/* A transition that only applies while the record is in one of two states. */
+struct guarded_ctx {
+    enum rk_state from_a, from_b, to;
+    const char *event;
+};
+
+static int apply_guarded(json_object *rec, void *ctx)
+{
+    struct guarded_ctx *g = ctx;
+    enum rk_state st = rk_rec_state(rec);
+    if (st != g->from_a && st != g->from_b)
+        return 1;
+    rk_rec_transition(rec, g->to, g->event);
+    return 0;
+}
+
+rk_store_rc rk_lifecycle_transition(struct rk_app *app, const char *id, enum rk_state from_a,
+                                    enum rk_state from_b, enum rk_state to, const char *event)
+{
+    struct guarded_ctx g = {from_a, from_b, to, event};
+    char err[RK_STORE_ERRLEN];
+    rk_ep_cache_forget_sandbox(id); /* cached proxy endpoints die with the state change */
+    rk_store_rc rc = rk_store_update(app->store, id, apply_guarded, &g, NULL, err, sizeof err);
+    if (rc == RK_STORE_ERROR)
+        rk_warn("sandbox %s: cannot record state %s: %s", id, rk_state_name(to), err);
+    return rc;
+}
+
+void rk_lifecycle_vanished(struct rk_app *app, const char *id, enum rk_state from)
+{
+    if (rk_lifecycle_transition(app, id, from, from, RK_STATE_DELETED, "vanished") == RK_STORE_OK)
+        clear_sessions(app, id);
 }
 
 /* ---- stop / restart / archive ------------------------------------------------------- */

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Lifecycle logic shared by routes and the idle sweeper: background create,
- * status refresh (persisting pending->running, vanished->deleted, failures),
- * and delete (kill upstream, mark deleted, clear session mappings).
+ * Lifecycle logic shared by routes and the background passes: background
+ * create, status refresh (persisting pending->running, vanished->deleted,
+ * failures), guarded state transitions, and delete (kill upstream, mark
+ * deleted, clear session mappings). The session mappings of a sandbox that a
+ * status read found gone are cleared by the next background pass (the
+ * sweeper or the reconciler), never by the read.
  */
 #ifndef RK_LIFECYCLE_H
 #define RK_LIFECYCLE_H
@@ -10,7 +13,19 @@
 #include <json-c/json.h>
 
 #include "domain/dispatch.h"
+#include "obs/metrics.h"
 #include "rock-admin/operator.h"
+#include "store/store.h"
+
+/** Call plugin entry `entry` of pl (a const struct rk_plugin *) with the
+ *  upstream metrics around it, the metric named after the entry: the one way
+ *  the core times a backend call. st receives the entry's status. */
+#define RK_UPSTREAM(st, pl, entry, ...)                                                            \
+    do {                                                                                           \
+        rk_metrics_upstream_begin();                                                               \
+        (st) = (pl)->ops.entry((pl)->inst, __VA_ARGS__);                                           \
+        rk_metrics_upstream(#entry, (st));                                                         \
+    } while (0)
 
 struct rk_app;
 struct rk_call;
@@ -66,5 +81,19 @@ rk_status rk_lifecycle_wait_running(struct rk_app *app, struct rk_call *call, co
  */
 rk_status rk_lifecycle_state_op(struct rk_app *app, struct rk_call *call, enum rk_op op,
                                 const struct rk_sandbox_ref *ref, enum rk_state to);
+
+/** Persist from_a|from_b -> to (event) unless the record left those states
+ *  meanwhile (RK_STORE_ABORTED: a concurrent delete or restart is never
+ *  undone); cached proxy endpoints are forgotten, a store error is logged. */
+rk_store_rc rk_lifecycle_transition(struct rk_app *app, const char *id, enum rk_state from_a,
+                                    enum rk_state from_b, enum rk_state to, const char *event);
+
+/** The backend no longer has the sandbox: from -> deleted ("vanished"),
+ *  and its session mappings are cleared. */
+void rk_lifecycle_vanished(struct rk_app *app, const char *id, enum rk_state from);
+
+/** Background work (sweeper and reconciler passes): clear the session
+ *  mappings of the sandboxes that status reads found gone. */
+void rk_lifecycle_run_deferred(struct rk_app *app);
 
 #endif /* RK_LIFECYCLE_H */

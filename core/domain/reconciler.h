@@ -6,7 +6,8 @@
  * deployment owns through the plugin's ops.list (RK_CAP_LIST) and writes the
  * changes into the store: pending -> running, failures, terminated and
  * vanished sandboxes. get_status, is_alive, list and batch then read the store
- * only. Plugins without RK_CAP_LIST keep the per-request status call.
+ * only. Plugins without RK_CAP_LIST keep the per-request status call. The pass
+ * is also where archive and restore jobs whose admin died are taken over.
  */
 #ifndef RK_RECONCILER_H
 #define RK_RECONCILER_H
@@ -28,7 +29,8 @@ int rk_reconciler_start(struct rk_app *app);
 /** Stop and join the thread (no-op if it was not started). */
 void rk_reconciler_stop(struct rk_app *app);
 
-/** One pass (also used by tests): take/renew the lease, list, apply.
+/** One pass (also used by tests): take/renew the lease, list, apply, take
+ *  over dead archive/restore jobs.
  *  Returns the number of records changed, or -1 when the pass did not run
  *  (lease held elsewhere, store or backend unavailable). */
 int rk_reconciler_run_once(struct rk_app *app);

@@ -1,4 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+/* Stored sandbox records (record.h): states, fields and the status object
+ * the API returns. */
 #include "domain/record.h"
 
 #include <ctype.h>

@@ -8,6 +8,9 @@
  * claim outlives the delete, and a deleted sandbox leaves the idle index, so
  * across N processes each expired sandbox is deleted once; the work is
  * O(expired) (a range query on the idle index), never a scan of all records.
+ * Each pass also clears the session mappings that status reads found
+ * orphaned (rk_lifecycle_run_deferred): reads leave that work to the
+ * background.
  */
 #include "domain/sweeper.h"
 
@@ -116,6 +119,7 @@ static void *sweeper_main(void *arg)
             break;
         pthread_mutex_unlock(&sw_mu);
         rk_sweeper_run_once(app);
+        rk_lifecycle_run_deferred(app);
         pthread_mutex_lock(&sw_mu);
     }
     pthread_mutex_unlock(&sw_mu);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Idle expiry: a background thread that deletes sandboxes whose idle deadline
- * passed. Safe with several processes: each sandbox is claimed in the store
- * before it is swept. */
+ * passed, and clears the session mappings status reads left to the
+ * background. Safe with several processes: each sandbox is claimed in the
+ * store before it is swept. */
 #ifndef RK_SWEEPER_H
 #define RK_SWEEPER_H
 

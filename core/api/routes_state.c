@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * POST /stop, /delete, /restart and /sandboxes/{id}/restart (§5.12-5.14):
+ * the state machine's synchronous moves. Each passes the gate, checks the
+ * state it starts from, calls the plugin and persists the transition with a
+ * guard (lifecycle.c), so a concurrent delete or restart is never undone.
+ */
+#include <string.h>
+
+#include "api/route_path.h"
+#include "api/routes.h"
+#include "base/app.h"
+#include "base/util.h"
+#include "config/config.h"
+#include "domain/archive.h"
+#include "domain/record.h"
+#include "host/host.h"
+#include "host/plugin_loader.h"
+#include "store/store.h"
+
+/* Delete through the gate; shared by /delete and /stop in stop_as_delete mode. */
+static int delete_sandbox(struct rk_req *r, const char *id)
+{
+    struct rk_app *app = r->app;
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = NULL;
+    rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
+    if (rc == RK_STORE_ERROR) {
+        rk_reply_store_error(r, err);
+        return -1;
+    }
+    /* Unknown or already deleted: nothing to do (§5.13). */
+    if (rc == RK_STORE_NOT_FOUND || rk_rec_state(rec) == RK_STATE_DELETED) {
+        json_object_put(rec);
+        return 0;
+    }
+    struct rk_target t;
+    if (rk_dispatch_record(app, r->call, RK_OP_DELETE, id, rec, &t) != RK_OK) {
+        rk_reply_call_error(r);
+        return -1;
+    }
+    enum rk_state st = t.ref.state;
+    const char *event = st == RK_STATE_RUNNING ? "delete_running" : "delete";
+    if (st == RK_STATE_ARCHIVING) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call,
+                                       "Sandbox %s cannot be deleted: current state is "
+                                       "'archiving', must be stopped or archived first",
+                                       id));
+        rk_target_release(&t);
+        return -1;
+    }
+    if (st == RK_STATE_ARCHIVED && rk_archive_delete_snapshot(app, r->call, t.rec) != RK_OK) {
+        rk_reply_call_error(r); /* the record keeps its snapshot id for a retry */
+        rk_target_release(&t);
+        return -1;
+    }
+    /* Pending is deleted like running (a deliberate deviation, §5.13) unless
+     * the plugin says it cannot. */
+    if (st == RK_STATE_PENDING && !(app->plugin->caps & RK_CAP_DELETE_PENDING)) {
+        rk_reply_error(r, RK_E_INVALID,
+                       rk_arena_printf(r->call,
+                                       "Sandbox %s cannot be deleted: current state is 'pending', "
+                                       "must be stopped or archived first",
+                                       id));
+        rk_target_release(&t);
+        return -1;
+    }
+    if (rk_lifecycle_delete(app, r->call, t.rec, event) != RK_OK) {
+        rk_reply_call_error(r);
+        rk_target_release(&t);
+        return -1;
+    }
+    rk_target_release(&t);
+    return 0;
+}
+
+/* POST /delete (§5.13). */
+void rk_route_delete(struct rk_req *r)
+{
+    /* A plain string: blank values are not rejected by validation. */
+    const char *id = rk_body_sandbox_id(r, 0);
+    if (id && delete_sandbox(r, id) == 0)
+        rk_reply_id_text(r, id, "deleted");
+}
+
+/* The plugin's stop or restart on a target that passed the gate (released
+ * here), then from -> to persisted with a guard; a sandbox the backend no
+ * longer has is marked vanished and the record otherwise stays as it was.
+ * Replies on failure and returns -1. */
+static int backend_move(struct rk_req *r, struct rk_target *t, enum rk_op op, enum rk_state to)
+{
+    const struct rk_plugin *pl = r->app->plugin;
+    const char *id = rk_arena_strdup(r->call, t->ref.sandbox_id);
+    enum rk_state from = t->ref.state;
+    int had_upstream = t->ref.upstream_id != NULL;
+    rk_status st;
+    if (op == RK_OP_STOP)
+        RK_UPSTREAM(st, pl, stop, r->call, &t->ref);
+    else
+        RK_UPSTREAM(st, pl, restart, r->call, &t->ref);
+    rk_target_release(t);
+    if (st == RK_E_NOT_FOUND && had_upstream) /* e.g. its parked lifetime ran out */
+        rk_lifecycle_vanished(r->app, id, from);
+    if (st != RK_OK) {
+        rk_reply_call_error(r);
+        return -1;
+    }
+    /* a stop also applies when the record meanwhile moved pending -> running */
+    enum rk_state also = op == RK_OP_STOP ? RK_STATE_PENDING : from;
+    rk_lifecycle_transition(r->app, id, op == RK_OP_STOP ? RK_STATE_RUNNING : from, also, to,
+                            rk_op_info(op)->name);
+    return 0;
+}
+
+/* The refusal of a move from a state the state machine does not allow;
+ * releases t and returns -1. */
+static int refuse_state(struct rk_req *r, struct rk_target *t, const char *verb)
+{
+    rk_reply_error(r, RK_E_INVALID,
+                   rk_arena_printf(r->call, "Sandbox %s cannot be %s: current state is '%s'",
+                                   t->ref.sandbox_id, verb, rk_state_name(t->ref.state)));
+    rk_target_release(t);
+    return -1;
+}
+
+/* Stop through the gate (ROCK: pending or running -> stopped). Already
+ * stopped is Success (SDK close() may call it twice); archiving, archived and
+ * deleted are refused by the state machine. Replies on failure. */
+static int stop_sandbox(struct rk_req *r, const char *id)
+{
+    struct rk_target t;
+    if (rk_dispatch(r->app, r->call, RK_OP_STOP, id, &t) != RK_OK) {
+        rk_reply_call_error(r);
+        return -1;
+    }
+    enum rk_state from = t.ref.state;
+    if (from == RK_STATE_STOPPED) {
+        rk_target_release(&t);
+        return 0;
+    }
+    if (from != RK_STATE_RUNNING && from != RK_STATE_PENDING)
+        return refuse_state(r, &t, "stopped");
+    return backend_move(r, &t, RK_OP_STOP, RK_STATE_STOPPED);
+}
+
+/* POST /stop (§5.12). */
+void rk_route_stop(struct rk_req *r)
+{
+    const char *id = rk_body_sandbox_id(r, RK_V_NONBLANK);
+    if (!id)
+        return;
+    struct rk_app *app = r->app;
+    uint64_t caps = app->plugin->caps;
+    if (!(caps & RK_CAP_STOP) &&
+        ((caps & RK_CAP_STOP_DELETES) || app->cfg->runtime.stop_as_delete)) {
+        /* Opt-in: unmodified SDK close() callers free their sandboxes. The
+         * dispatch order holds: an unknown id is "not found", not Success. */
+        char err[RK_STORE_ERRLEN];
+        json_object *rec = NULL;
+        rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
+        json_object_put(rec);
+        if (rc == RK_STORE_NOT_FOUND) {
+            rk_reply_error(r, RK_E_NOT_FOUND, rk_arena_printf(r->call, "Sandbox %s not found", id));
+            return;
+        }
+        if (delete_sandbox(r, id) == 0)
+            rk_reply_id_text(r, id, "stopped");
+        return;
+    }
+    if (stop_sandbox(r, id) == 0)
+        rk_reply_id_text(r, id, "stopped");
+}
+
+/* Shared restart logic for both route forms: stopped -> pending (resume),
+ * archived -> pending (restore from the snapshot, RK_CAP_SNAPSHOT). The SDKs
+ * then poll get_status until is_alive, which the refresh reports once the
+ * backend says running (pending -> running, "alive"). */
+static void restart(struct rk_req *r, const char *id)
+{
+    struct rk_app *app = r->app;
+    struct rk_target t;
+    if (rk_dispatch(app, r->call, RK_OP_RESTART, id, &t) != RK_OK) {
+        rk_reply_call_error(r);
+        return;
+    }
+    enum rk_state from = t.ref.state;
+    if (from == RK_STATE_ARCHIVED && (app->plugin->caps & RK_CAP_SNAPSHOT)) {
+        rk_status st = rk_restore_start(app, r->call, t.rec);
+        rk_target_release(&t);
+        if (st != RK_OK)
+            rk_reply_call_error(r);
+        else
+            rk_reply_ok(r, rk_start_result(id, NULL));
+        return;
+    }
+    if (from != RK_STATE_STOPPED) {
+        refuse_state(r, &t, "restarted");
+        return;
+    }
+    if (backend_move(r, &t, RK_OP_RESTART, RK_STATE_PENDING) != 0)
+        return;
+    /* Active again: the idle timer runs from now. */
+    char err[RK_STORE_ERRLEN];
+    json_object *rec = NULL;
+    if (rk_store_get(app->store, id, &rec, err, sizeof err) == RK_STORE_OK)
+        rk_dispatch_touch(app, rec);
+    json_object_put(rec);
+    rk_reply_ok(r, rk_start_result(id, NULL));
+}
+
+/* POST /restart (§5.14). */
+void rk_route_restart(struct rk_req *r)
+{
+    const char *id = rk_body_sandbox_id(r, RK_V_NONBLANK);
+    if (id)
+        restart(r, id);
+}
+
+/* POST /sandboxes/{id}/restart: the path form of /restart. */
+void rk_route_restart_path(struct rk_req *r)
+{
+    restart(r, r->params[0]);
+}
