@@ -178,7 +178,7 @@ static void test_create_lost_reply(void **state)
     stop(inst);
 }
 
-/** Issue 10: a crafted ROCK id in the metadata lookup (the clean-up path that kills
+/** Query injection: a crafted ROCK id in the metadata lookup (the clean-up path that kills
  *  what it finds) stays one escaped value, so it cannot select another sandbox. */
 static void test_lookup_escapes_crafted_id(void **state)
 {
