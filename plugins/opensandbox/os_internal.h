@@ -399,6 +399,11 @@ rk_status os_execd_xfer(struct os_xfer *x, struct os_inst *inst, struct rk_call 
  *  whether a retry is possible (RK_OK = yes). */
 typedef rk_status (*os_prep_fn)(struct os_xfer *x, void *ctx, int attempt);
 
+/** Best effort after the call's deadline passed: one execd exchange on the cached endpoint,
+ *  bounded on its own; the HTTP status or 0. */
+long os_execd_after_deadline(struct os_inst *inst, struct rk_call *call, const char *osid,
+                             const char *method, const char *path);
+
 rk_status os_execd_simple(struct os_inst *inst, struct rk_call *call, const char *osid,
                           const char *op, const char *method, const char *path, int64_t timeout_ms,
                           os_prep_fn prep, void *ctx, struct os_xfer *x);
