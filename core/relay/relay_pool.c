@@ -2,12 +2,11 @@
 /* Handle pool and worker-thread cache of the HTTP relay (see relay_pool.h). */
 #include "relay/relay_pool.h"
 
-#include "rkcurlpool.h"
-
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
+
+#include "rkcurlpool.h"
 
 /* ---- easy handles per origin -------------------------------------------------------------- */
 
@@ -17,6 +16,7 @@
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static struct rku_curl_pool *pool;
 
+/* pthread_once: create the relay's pool with its bounds. */
 static void pool_create(void)
 {
     pool = rku_curl_pool_new(RK_RELAY_POOL_TOTAL, RK_RELAY_POOL_PER_ORIGIN);
