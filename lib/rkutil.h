@@ -4,7 +4,8 @@
  * kept once (an internal static library, linked into the daemon and into
  * each plugin; not installed and not part of the operator ABI: plugins still
  * link nothing from the daemon). Prefix rku_. No global state; every
- * function is thread-safe; allocation failures return NULL / -1.
+ * function is thread-safe; allocation failures return NULL / -1. The pool of
+ * libcurl easy handles is in rkcurlpool.h.
  */
 #ifndef RK_UTIL_LIB_H
 #define RK_UTIL_LIB_H

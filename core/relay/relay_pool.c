@@ -4,72 +4,45 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
+
+#include "rkcurlpool.h"
 
 /* ---- easy handles per origin -------------------------------------------------------------- */
 
-struct pooled {
-    char origin[256]; /* scheme://host[:port] */
-    CURL *c;
-};
+/* The handles live in librkutil's pool (the plugin uses the same one), keyed by
+ * the scheme://host[:port] of the URL. Created on first use; never freed (the
+ * shutdown cleans up the idle handles). */
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static struct rku_curl_pool *pool;
 
-static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct pooled pool[RK_RELAY_POOL_TOTAL];
-static size_t pool_len;
-
-/* The scheme://authority prefix of url into out; 0 if it fits. A plain cut:
- * url comes from rk_relay_build_url and is only a pool key here. */
-static int origin_of(const char *url, char out[256])
+/* pthread_once: create the relay's pool with its bounds. */
+static void pool_create(void)
 {
-    const char *p = strstr(url, "://");
-    size_t n = p ? (size_t)(p + 3 - url) + strcspn(p + 3, "/?#") : strlen(url);
-    if (n >= 256)
-        return -1;
-    memcpy(out, url, n);
-    out[n] = '\0';
-    return 0;
+    pool = rku_curl_pool_new(RK_RELAY_POOL_TOTAL, RK_RELAY_POOL_PER_ORIGIN);
+}
+
+/* The relay's pool (NULL on OOM: handles are then created and cleaned up each time). */
+static struct rku_curl_pool *relay_pool(void)
+{
+    pthread_once(&pool_once, pool_create);
+    return pool;
 }
 
 CURL *rk_relay_curl_get(const char *url)
 {
-    char origin[256];
-    CURL *c = NULL;
-    if (origin_of(url, origin) == 0) {
-        pthread_mutex_lock(&pool_mu);
-        for (size_t i = pool_len; i-- > 0;) { /* newest first: its connection is warmest */
-            if (strcmp(pool[i].origin, origin) == 0) {
-                c = pool[i].c;
-                pool[i] = pool[--pool_len];
-                break;
-            }
-        }
-        pthread_mutex_unlock(&pool_mu);
-    }
-    return c ? c : curl_easy_init();
+    char origin[RKU_CURL_KEY_MAX];
+    if (rku_curl_origin(url, origin) != 0)
+        return curl_easy_init();
+    return rku_curl_pool_get(relay_pool(), origin);
 }
 
 void rk_relay_curl_put(const char *url, CURL *c, int reusable)
 {
-    if (!c)
-        return;
-    char origin[256];
-    if (reusable && origin_of(url, origin) == 0) {
-        curl_easy_reset(c); /* keeps the live connections */
-        pthread_mutex_lock(&pool_mu);
-        size_t same = 0;
-        for (size_t i = 0; i < pool_len; i++)
-            same += strcmp(pool[i].origin, origin) == 0;
-        if (pool_len < RK_RELAY_POOL_TOTAL && same < RK_RELAY_POOL_PER_ORIGIN) {
-            memcpy(pool[pool_len].origin, origin, sizeof origin);
-            pool[pool_len].c = c;
-            pool_len++;
-            c = NULL;
-        }
-        pthread_mutex_unlock(&pool_mu);
-    }
-    if (c)
-        curl_easy_cleanup(c);
+    char origin[RKU_CURL_KEY_MAX];
+    if (rku_curl_origin(url, origin) != 0)
+        reusable = 0;
+    rku_curl_pool_put(relay_pool(), origin, c, reusable);
 }
 
 /* ---- worker threads ------------------------------------------------------------------------ */
@@ -149,9 +122,5 @@ void rk_relay_pool_shutdown(void)
     w_stop = 1;
     pthread_cond_broadcast(&w_cv);
     pthread_mutex_unlock(&w_mu);
-    pthread_mutex_lock(&pool_mu);
-    for (size_t i = 0; i < pool_len; i++)
-        curl_easy_cleanup(pool[i].c);
-    pool_len = 0;
-    pthread_mutex_unlock(&pool_mu);
+    rku_curl_pool_clear(relay_pool());
 }

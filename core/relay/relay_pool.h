@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Reuse for the HTTP relay (issue 15): libcurl easy handles kept per upstream
- * origin (each keeps its live keep-alive connection, so a proxied request
- * reuses the TCP connection of an earlier one, like nginx's upstream
- * keepalive), and a cache of idle worker threads so a request does not create
- * a thread. Both are bounded; anything beyond the bound is freed.
+ * Reuse for the HTTP relay: libcurl easy handles kept per upstream origin
+ * (each keeps its live keep-alive connection, so a proxied request reuses the
+ * TCP connection of an earlier one, like nginx's upstream keepalive), and a
+ * cache of idle worker threads so a request does not create a thread. Both are
+ * bounded; anything beyond the bound is freed. The handle pool itself is
+ * librkutil's (lib/rkcurlpool.h, shared with the plugins); this file only keys
+ * it by origin and sets the relay's bounds.
  */
 #ifndef RK_RELAY_POOL_H
 #define RK_RELAY_POOL_H

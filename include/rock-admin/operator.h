@@ -392,8 +392,9 @@ struct rk_exec_req {
     size_t env_len;
     /**
      * Command timeout; 0 = none. The core owns this deadline: it also sets the
-     * call's deadline_ms() to start + timeout_ms and answers a timeout itself.
-     * The plugin only honours it (passes it upstream, stops waiting when
+     * call's deadline_ms() to start + timeout_ms + runtime.command_timeout_margin
+     * and answers a timeout itself. The plugin only honours it (passes
+     * timeout_ms upstream unchanged, stops waiting and returns RK_E_TIMEOUT when
      * deadline_ms() passes, sets rk_exec_res.timed_out when the backend says
      * the command was killed for time); it adds no margin of its own.
      */

@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /**
  * @file os_config.c
- * @brief Config schema of the `opensandbox:` section and instance construction.
+ * @brief Config schema of the `opensandbox:` section, its validation, the capabilities a
+ *        configured instance offers, and the assembly of the instance: the values are parsed
+ *        here, then each module sets up its own state (os_ep_cache_init, os_renew_init,
+ *        os_http_init) and releases it again in os_config_free.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "os_internal.h"
+
+/** The deprecated command_timeout_margin's default: other values log a warning. */
+#define OS_LEGACY_MARGIN_DEFAULT 30
 
 static const char *const os_protocols[] = {"http", "https", NULL};
 static const char *const os_stop_modes[] = {"refuse", "delete", "pause", NULL};
@@ -33,13 +39,13 @@ const struct rk_cfg_key os_config_keys[] = {
     {"sandbox_timeout", RK_CFG_INT, 0, "86400", NULL, NULL,
      "OpenSandbox lifetime backstop in seconds sent on create (0 = none, else >= 60)"},
     {"command_timeout_margin", RK_CFG_INT, 0, "30", NULL, NULL,
-     "seconds added to a session's startup_timeout for the init deadline (commands: "
-     "runtime.command_timeout_margin)"},
+     "deprecated and ignored (a value other than 30 logs a warning); the one command margin is "
+     "runtime.command_timeout_margin"},
     {"max_file_bytes", RK_CFG_INT, RK_CFGF_POSITIVE, "67108864", NULL, NULL,
      "largest file read_file returns, in bytes"},
     {"allow_reserved_ports", RK_CFG_BOOL, 0, "false", NULL, NULL,
      "let the service proxy reach execd (44772) and the egress sidecar (18080)"},
-    /* Lifecycle deployment options (issue 12). */
+    /* Lifecycle deployment options (ABI 1.1 configured capabilities). */
     {"stop_mode", RK_CFG_ENUM, 0, "refuse", os_stop_modes, NULL,
      "/stop: refuse (ROCK's refusal), delete (kill), pause (OpenSandbox pause; restart resumes)"},
     {"archive_enabled", RK_CFG_BOOL, 0, "false", NULL, NULL,
@@ -51,32 +57,21 @@ const struct rk_cfg_key os_config_keys[] = {
     {NULL, 0, 0, NULL, NULL, NULL, NULL},
 };
 
-/** Free one cache entry. */
-void os_ep_entry_free(struct os_ep_entry *e)
+/** Capabilities this configured instance offers (ops.configured_caps). */
+uint64_t os_configured_caps(struct os_inst *inst)
 {
-    if (!e)
-        return;
-    for (size_t i = 0; i < e->headers_len; i++) {
-        free((char *)e->headers[i].key);
-        free((char *)e->headers[i].value);
-    }
-    free(e->headers);
-    free(e->osid);
-    free(e->base);
-    free(e);
-}
-
-/** Drop every cached endpoint. */
-void os_ep_cache_free(struct os_inst *inst)
-{
-    struct os_ep_entry *e = inst->ep_head;
-    while (e) {
-        struct os_ep_entry *n = e->next;
-        os_ep_entry_free(e);
-        e = n;
-    }
-    inst->ep_head = NULL;
-    inst->ep_count = 0;
+    uint64_t caps = RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE |
+                    RK_CAP_SESSION | RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING |
+                    RK_CAP_CONFIGURED;
+    if (inst->stop_mode == OS_STOP_PAUSE)
+        caps |= RK_CAP_STOP | RK_CAP_RESTART;
+    else if (inst->stop_mode == OS_STOP_DELETE)
+        caps |= RK_CAP_STOP_DELETES;
+    if (inst->archive_enabled)
+        caps |= RK_CAP_SNAPSHOT;
+    if (inst->renew_margin_s > 0)
+        caps |= RK_CAP_RENEW;
+    return caps;
 }
 
 /** strdup that maps NULL to NULL. */
@@ -85,16 +80,17 @@ static char *dup_or_null(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-/** Free an instance and everything it owns. */
+/** Free an instance and everything it owns: each module releases its own state (transfers
+ *  first, since the loop's streams hold pooled handles), then the parsed values. */
 void os_config_free(struct os_inst *inst)
 {
     if (!inst)
         return;
-    os_ep_cache_free(inst);
-    os_renew_cache_free(inst);
-    os_share_free(inst);
-    pthread_mutex_destroy(&inst->ep_lock);
-    pthread_mutex_destroy(&inst->renew_lock);
+    if (inst->modules_ready) {
+        os_http_free(inst);
+        os_ep_cache_free(inst);
+        os_renew_cache_free(inst);
+    }
     free(inst->endpoint);
     free(inst->protocol);
     if (inst->api_key) {
@@ -141,6 +137,8 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
                           "must be 0 (no OpenSandbox expiry) or at least 60 seconds");
         bad = 1;
     }
+    /* Deprecated: a command's deadline is the core's (runtime.command_timeout_margin). The key is
+     * still accepted and range-checked so existing files load, and has no effect. */
     int64_t margin = host->cfg_int(cfg, "command_timeout_margin");
     if (margin < 0 || margin > 86400) {
         host->cfg_problem(cfg, "command_timeout_margin", "must be between 0 and 86400 seconds");
@@ -178,13 +176,14 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
     if (bad)
         return RK_E_INVALID;
 
+    if (margin != OS_LEGACY_MARGIN_DEFAULT)
+        host->log(RK_LOG_WARNING,
+                  "opensandbox.command_timeout_margin is deprecated and ignored: a command's "
+                  "deadline is its timeout plus runtime.command_timeout_margin");
+
     struct os_inst *inst = calloc(1, sizeof(*inst));
     if (!inst)
         return RK_E_NOMEM;
-    if (pthread_mutex_init(&inst->ep_lock, NULL) != 0) {
-        free(inst);
-        return RK_E_NOMEM;
-    }
     inst->host = host;
     const char *key = host->cfg_str(cfg, "api_key");
     const char *prefix = host->cfg_str(cfg, "image_registry_prefix");
@@ -203,13 +202,23 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
     inst->archive_enabled = archive_enabled;
     inst->renew_margin_s = renew_margin;
     inst->state_wait_s = state_wait > 0 ? state_wait : 60;
-    pthread_mutex_init(&inst->renew_lock, NULL);
     if (!inst->endpoint || !inst->protocol || (key && *key && !inst->api_key) ||
         (prefix && !inst->registry_prefix)) {
         os_config_free(inst);
         return RK_E_NOMEM;
     }
-    os_share_init(inst);
+    /* Each module sets up its own state. */
+    if (os_ep_cache_init(inst) != 0) {
+        os_config_free(inst);
+        return RK_E_NOMEM;
+    }
+    if (os_renew_init(inst) != 0) {
+        pthread_mutex_destroy(&inst->ep_lock);
+        os_config_free(inst);
+        return RK_E_NOMEM;
+    }
+    os_http_init(inst);
+    inst->modules_ready = 1;
     *out = inst;
     return RK_OK;
 }

@@ -96,6 +96,25 @@ static void interrupt_command(struct os_inst *inst, const struct os_endpoint *ep
     free(path);
 }
 
+/** Best effort once the call's deadline has passed (clean-up of what the call left behind): one
+ *  execd exchange on the sandbox's cached endpoint, bounded by OS_INTERRUPT_TIMEOUT_MS instead
+ *  of the spent deadline. The answer's HTTP status, or 0 when none arrived. */
+long os_execd_after_deadline(struct os_inst *inst, struct rk_call *call, const char *osid,
+                             const char *method, const char *path)
+{
+    struct os_endpoint ep;
+    if (os_lc_endpoint(inst, call, osid, OS_EXECD_PORT, 1, "cleanup", &ep) != RK_OK)
+        return 0;
+    struct os_xfer x;
+    long status = 0;
+    if (os_execd_xfer(&x, inst, NULL, &ep, method, path, OS_INTERRUPT_TIMEOUT_MS) == RK_OK &&
+        os_xfer_header(&x, "X-Request-ID", inst->host->request_id(call)) == RK_OK &&
+        os_xfer_perform(&x) == RK_OK)
+        status = x.status;
+    os_xfer_cleanup(&x);
+    return status;
+}
+
 /** Run a streamed command (/command or /session/{sid}/run); output goes to sink. */
 rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *osid,
                         const struct os_run_opts *opts, const struct rk_sink *sink,
@@ -103,12 +122,13 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
 {
     const struct rk_host *h = inst->host;
     memset(out, 0, sizeof(*out));
-    /* Commands: the core owns the deadline (timeout + runtime.command_timeout_margin)
-     * and sets it on the call; the transfer only honours it (os_xfer_perform).
-     * Session init runs without a call deadline (the session must be closed
-     * after a timeout), so it keeps its own bound. */
+    /* The core owns the deadline (a command's timeout + runtime.command_timeout_margin) and
+     * sets it on the call; the transfer only honours it (os_xfer_perform). A call without one
+     * (a command without a timeout; a session's init commands while the core gives
+     * session_open no deadline) is bounded by the command's own timeout, the core's value that
+     * execd enforces as well, or by OS_NO_TIMEOUT_DEADLINE_MS; the plugin adds no margin. */
     int64_t limit = h->deadline_ms(call) > 0 ? 0
-                    : opts->timeout_ms > 0   ? opts->timeout_ms + inst->margin_s * 1000
+                    : opts->timeout_ms > 0   ? opts->timeout_ms
                                              : OS_NO_TIMEOUT_DEADLINE_MS;
     struct run_ctx rc;
     struct os_endpoint ep;
@@ -225,8 +245,11 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
     out->exit_code = rc.st.exit_code;
     out->timed_out = rc.st.timed_out;
     if (!out->timed_out && out->has_exit_code && out->exit_code == -1 && opts->timeout_ms > 0 &&
-        h->now_ms() - t0 >= opts->timeout_ms - 50) {
-        /* execd kills a command at its timeout: reported as exit -1 "signal: killed". */
+        h->now_ms() - t0 >= opts->timeout_ms) {
+        /* execd kills a command when its timeout runs out and reports that as exit -1
+         * ("signal: killed"), naming no timeout. The command's own deadline decides: execd
+         * started its clock after t0, so its timeout kill cannot arrive before t0 + timeout,
+         * and a -1 before then is another kill. */
         out->timed_out = 1;
     }
     if (out->timed_out)

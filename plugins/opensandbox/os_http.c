@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /**
  * @file os_http.c
- * @brief libcurl helpers: pooled easy handles, bounded buffering, cancellation.
+ * @brief One HTTP exchange over libcurl: pooled easy handles, bounded buffering,
+ *        deadlines and cancellation.
  *
- * Connection reuse: every exchange borrows an easy handle from a bounded pool
- * and gives it back afterwards (curl_easy_reset keeps the handle's live
- * connections). Each handle owns its connections; only the DNS cache and TLS
+ * Connection reuse: every exchange borrows an easy handle from the instance's
+ * pool (librkutil's rku_curl_pool, the same implementation as the core relay's;
+ * unkeyed here, so any idle handle serves any upstream) and gives it back
+ * afterwards (curl_easy_reset keeps the handle's live connections). Each
+ * handle owns its connections; only the DNS cache and TLS
  * sessions are shared, because sharing the connection cache
  * (CURL_LOCK_DATA_CONNECT) between concurrently running threads is not
  * supported by libcurl 7.88. Reusing handles also avoids the per-handle
@@ -17,6 +20,7 @@
 #include <curl/curl.h>
 
 #include "os_internal.h"
+#include "rkcurlpool.h"
 
 /** User-Agent sent upstream. */
 #define OS_USER_AGENT "rock-admin-opensandbox/1.0"
@@ -40,15 +44,14 @@ static void share_unlock(CURL *h, curl_lock_data data, void *ud)
         pthread_mutex_unlock(&inst->share_locks[data]);
 }
 
-/** Share the DNS cache and TLS sessions between this instance's handles; set up the pool. */
-void os_share_init(struct os_inst *inst)
+/** Set up the instance's transfer state: the command-stream loop, the handle pool and the
+ *  share of DNS cache and TLS sessions between its handles. */
+void os_http_init(struct os_inst *inst)
 {
-    os_loop_init(inst);
+    inst->loop = os_loop_new();
     for (int i = 0; i < 8; i++)
         pthread_mutex_init(&inst->share_locks[i], NULL);
-    pthread_mutex_init(&inst->pool_lock, NULL);
-    inst->pool = calloc(OS_CURL_POOL_MAX, sizeof(*inst->pool));
-    inst->pool_len = 0;
+    inst->pool = rku_curl_pool_new(OS_CURL_POOL_MAX, OS_CURL_POOL_MAX);
     inst->share_locks_ready = 1;
     CURLSH *sh = curl_share_init();
     if (!sh)
@@ -61,18 +64,13 @@ void os_share_init(struct os_inst *inst)
     inst->share = sh;
 }
 
-/** Destroy the pooled handles and the share (after the last request). */
-void os_share_free(struct os_inst *inst)
+/** Stop the loop, destroy the pooled handles and the share (after the last request). */
+void os_http_free(struct os_inst *inst)
 {
-    os_loop_free(inst); /* its transfers hold pooled handles and the share */
-    if (inst->share_locks_ready) {
-        for (size_t i = 0; i < inst->pool_len; i++)
-            curl_easy_cleanup(inst->pool[i]);
-        free(inst->pool);
-        inst->pool = NULL;
-        inst->pool_len = 0;
-        pthread_mutex_destroy(&inst->pool_lock);
-    }
+    os_loop_free(inst->loop); /* its transfers hold pooled handles and the share */
+    inst->loop = NULL;
+    rku_curl_pool_free(inst->pool);
+    inst->pool = NULL;
     if (inst->share)
         curl_share_cleanup(inst->share);
     inst->share = NULL;
@@ -81,35 +79,6 @@ void os_share_free(struct os_inst *inst)
             pthread_mutex_destroy(&inst->share_locks[i]);
         inst->share_locks_ready = 0;
     }
-}
-
-/** Borrow an idle easy handle (options at their defaults) or create one. */
-static CURL *pool_get(struct os_inst *inst)
-{
-    CURL *c = NULL;
-    if (inst->pool) {
-        pthread_mutex_lock(&inst->pool_lock);
-        if (inst->pool_len)
-            c = inst->pool[--inst->pool_len];
-        pthread_mutex_unlock(&inst->pool_lock);
-    }
-    return c ? c : curl_easy_init();
-}
-
-/** Return a handle: reset its options (connections stay open) and keep it if there is room. */
-static void pool_put(struct os_inst *inst, CURL *c, int reusable)
-{
-    if (reusable && inst->pool) {
-        curl_easy_reset(c);
-        pthread_mutex_lock(&inst->pool_lock);
-        if (inst->pool_len < OS_CURL_POOL_MAX) {
-            inst->pool[inst->pool_len++] = c;
-            c = NULL;
-        }
-        pthread_mutex_unlock(&inst->pool_lock);
-    }
-    if (c)
-        curl_easy_cleanup(c);
 }
 
 /** Percent-encode a query value fully (caller frees with free()). */
@@ -162,29 +131,20 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
-/** Progress callback: client cancellation, call deadline and own deadline. */
-static int xferinfo_cb(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
-{
-    (void)dt;
-    (void)dn;
-    (void)ut;
-    (void)un;
-    return os_xfer_should_abort(ud);
-}
-
-/** 1 (and x->abort_reason set) when the exchange must stop: the client left, the call's
- *  deadline or the exchange's own deadline passed. */
-int os_xfer_should_abort(struct os_xfer *x)
+/** 1 (and x->abort_reason set) when the exchange must stop: the call's deadline passed (the
+ *  core's; checked first, so a call that ran out of time reports RK_E_TIMEOUT even though the
+ *  host also counts it as cancelled), the client left, or the exchange's own bound passed. */
+static int should_abort(struct os_xfer *x)
 {
     const struct rk_host *h = x->inst->host;
-    if (x->call && h->cancelled(x->call)) {
-        x->abort_reason = OS_ABORT_CANCELLED;
-        return 1;
-    }
     int64_t now = h->now_ms();
     int64_t dl = x->call ? h->deadline_ms(x->call) : 0;
     if (dl > 0 && now >= dl) {
         x->abort_reason = OS_ABORT_CALL_DEADLINE;
+        return 1;
+    }
+    if (x->call && h->cancelled(x->call)) {
+        x->abort_reason = OS_ABORT_CANCELLED;
         return 1;
     }
     if (x->own_deadline_ms > 0 && now >= x->own_deadline_ms) {
@@ -192,6 +152,22 @@ int os_xfer_should_abort(struct os_xfer *x)
         return 1;
     }
     return 0;
+}
+
+/** Progress callback: the call's deadline, client cancellation and the own bound. */
+static int xferinfo_cb(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt;
+    (void)dn;
+    (void)ut;
+    (void)un;
+    return should_abort(ud);
+}
+
+/** The loop's check of an idle stream (os_loop_job.should_abort). */
+static int loop_should_abort(void *ctx)
+{
+    return should_abort(ctx);
 }
 
 /** Create the easy handle with common options; timeout_ms bounds the whole exchange. */
@@ -203,7 +179,7 @@ rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *
     x->call = call;
     x->body_max = OS_MAX_JSON_BODY;
     x->cb_status = RK_OK;
-    CURL *c = pool_get(inst);
+    CURL *c = rku_curl_pool_get(inst->pool, NULL);
     if (!c)
         return RK_E_NOMEM;
     x->curl = c;
@@ -284,14 +260,13 @@ void os_xfer_json(struct os_xfer *x, const char *json)
 
 /**
  * Run the exchange. RK_OK means an HTTP answer arrived (check x->status);
- * otherwise RK_E_CANCELLED, RK_E_TIMEOUT (call deadline), the streaming
- * callback's status, or RK_E_UNAVAILABLE (transport; x->timed_out for timeouts).
+ * otherwise RK_E_TIMEOUT (the call's deadline passed: the deadline decides),
+ * RK_E_CANCELLED, the streaming callback's status, or RK_E_UNAVAILABLE
+ * (transport; x->timed_out when the exchange's own bound expired).
  */
 rk_status os_xfer_perform(struct os_xfer *x)
 {
     const struct rk_host *h = x->inst->host;
-    if (x->call && h->cancelled(x->call))
-        return RK_E_CANCELLED;
     int64_t dl = x->call ? h->deadline_ms(x->call) : 0;
     if (dl > 0) {
         int64_t left = dl - h->now_ms();
@@ -300,26 +275,35 @@ rk_status os_xfer_perform(struct os_xfer *x)
         if (x->own_deadline_ms == 0 || dl < x->own_deadline_ms)
             curl_easy_setopt(x->curl, CURLOPT_TIMEOUT_MS, (long)left);
     }
+    if (x->call && h->cancelled(x->call))
+        return RK_E_CANCELLED;
     curl_easy_setopt(x->curl, CURLOPT_HTTPHEADER, x->hdrs);
     CURLcode cc;
     if (x->use_loop) {
         /* Events are small: a 4 KiB receive buffer instead of 16 KiB per open stream. */
         curl_easy_setopt(x->curl, CURLOPT_BUFFERSIZE, 4096L);
+        x->job.curl = x->curl;
+        x->job.should_abort = loop_should_abort;
+        x->job.ctx = x;
+        x->job.errbuf = x->errbuf;
+        x->job.errbuf_len = sizeof x->errbuf;
     }
-    if (x->use_loop && os_loop_run(x) == 0)
-        cc = (CURLcode)x->curl_code;
+    if (x->use_loop && os_loop_run(x->inst->loop, &x->job) == 0)
+        cc = (CURLcode)x->job.curl_code;
     else
         cc = curl_easy_perform(x->curl);
     x->curl_code = (int)cc;
     curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &x->status);
     if (cc == CURLE_OK)
         return RK_OK;
-    if (x->abort_reason == OS_ABORT_CANCELLED)
-        return RK_E_CANCELLED;
     if (x->abort_reason == OS_ABORT_CALL_DEADLINE)
         return RK_E_TIMEOUT;
+    if (x->abort_reason == OS_ABORT_CANCELLED)
+        return RK_E_CANCELLED;
     if (x->abort_reason == OS_ABORT_OWN || cc == CURLE_OPERATION_TIMEDOUT) {
-        if (dl > 0 && h->now_ms() >= dl - 5)
+        /* libcurl's timer started after dl was read: when it was set from the call's deadline
+         * and ended the transfer, that deadline has passed by now. */
+        if (dl > 0 && h->now_ms() >= dl)
             return RK_E_TIMEOUT;
         x->timed_out = 1;
         if (!x->errbuf[0])
@@ -348,7 +332,7 @@ void os_xfer_cleanup(struct os_xfer *x)
     /* A handle whose exchange was aborted mid-stream closes its connection itself (curl does not
      * keep a connection it could not finish), so every handle can go back to the pool. */
     if (x->curl)
-        pool_put(x->inst, x->curl, 1);
+        rku_curl_pool_put(x->inst->pool, NULL, x->curl, 1);
     curl_slist_free_all(x->hdrs);
     free(x->body);
     x->curl = NULL;

@@ -2,6 +2,35 @@
 /**
  * @file os_internal.h
  * @brief Private declarations shared by the OpenSandbox operator plugin sources.
+ *
+ * The plugin's files in layer order, lowest first. A file calls functions of
+ * files above it in this list only (never below, never in a circle); the
+ * sections of this header follow the same order. tests/check_layers.sh checks
+ * the built objects against this list (each numbered line below is read by it).
+ *
+ *    1. os_map.c        pure helpers: string builder, value tables, quoting, URLs (no I/O)
+ *    2. os_stream.c     execd event-stream parser (no I/O)
+ *    3. os_loop.c       one thread driving command streams with a curl multi handle; it runs
+ *                       jobs (struct os_loop_job) and knows nothing of the exchanges
+ *    4. os_http.c       one HTTP exchange: pooled handles (librkutil), the call's deadline,
+ *                       cancellation, bounded buffering; hands command streams to os_loop.c
+ *    5. os_lcapi.c      the lifecycle server's client: requests, JSON replies, failure texts
+ *    6. os_endpoint.c   endpoint discovery and its per-instance cache
+ *    7. os_proxy.c      ops.proxy_target and its guards (reserved ports, credential headers)
+ *    8. os_lifecycle.c  create (with lost-reply adoption), status, kill, list
+ *    9. os_renew.c      lifetime by renewal (renew_margin)
+ *   10. os_pause.c      stop/restart by pause/resume (stop_mode: pause)
+ *   11. os_snapshot.c   archive by snapshots (archive_enabled)
+ *   12. os_execd.c      execd requests and streamed command runs
+ *   13. os_files.c      file stat/read/write through execd
+ *   14. os_session.c    bash sessions through execd
+ *   15. os_config.c     the section's schema and validation, configured capabilities, and the
+ *                       instance's assembly (each module above sets up its own state)
+ *   16. opensandbox.c   the descriptor and the ABI entry points
+ *
+ * Deadlines: the core owns every call's deadline (for a command: its timeout
+ * plus runtime.command_timeout_margin) and os_http.c honours
+ * host->deadline_ms(); the plugin adds no margin of its own.
  */
 #ifndef OS_INTERNAL_H
 #define OS_INTERNAL_H
@@ -101,8 +130,40 @@ rk_status os_stream_finish(struct os_stream *st);
 void os_stream_free(struct os_stream *st);
 
 /* ------------------------------------------------------------------------ */
-/* Instance                                                                  */
+/* Command-stream loop (os_loop.c)                                           */
 /* ------------------------------------------------------------------------ */
+
+struct os_loop;
+
+/** One transfer run on the loop: the submitter prepares the easy handle and the fields
+ *  above the line; the loop sets curl_code when the transfer ended. */
+struct os_loop_job {
+    void *curl;                     /**< CURL *, prepared by the submitter */
+    int (*should_abort)(void *ctx); /**< polled for every open stream (client gone, deadlines) */
+    void *ctx;                      /**< for should_abort */
+    char *errbuf;                   /**< where a submission failure is described, or NULL */
+    size_t errbuf_len;
+    int curl_code; /**< the transfer's CURLcode, valid once os_loop_run returned 0 */
+    /* loop-private */
+    int done;                 /**< guarded by the loop's mutex */
+    pthread_cond_t cv;        /**< signalled when done is set */
+    struct os_loop_job *next; /**< submission queue / active list link */
+    struct os_loop_job *prev; /**< active list link (loop thread only) */
+};
+
+/** A new loop; its thread starts on first use. NULL on OOM (streams then run on the
+ *  request thread). */
+struct os_loop *os_loop_new(void);
+/** Stop the loop, wait for its transfers to end, free it (NULL-safe). */
+void os_loop_free(struct os_loop *lp);
+/** Run j's prepared handle on the loop and wait; -1 when the loop is unavailable. */
+int os_loop_run(struct os_loop *lp, struct os_loop_job *j);
+
+/* ------------------------------------------------------------------------ */
+/* Instance (its fields are set up by os_config.c and the modules named)     */
+/* ------------------------------------------------------------------------ */
+
+struct rku_curl_pool;
 
 /** One cached endpoint resolution (malloc'd strings). */
 struct os_ep_entry {
@@ -115,8 +176,6 @@ struct os_ep_entry {
     size_t headers_len;
 };
 
-void os_ep_entry_free(struct os_ep_entry *e);
-
 /** Per-instance state built by init(). Immutable after init except the cache. */
 struct os_inst {
     const struct rk_host *host;
@@ -128,24 +187,26 @@ struct os_inst {
     int64_t default_timeout_s;
     int64_t connect_timeout_s;
     int64_t sandbox_timeout_s;
-    int64_t margin_s;
+    int64_t margin_s; /**< deprecated opensandbox.command_timeout_margin: parsed, unused */
     int64_t max_file_bytes;
     int allow_reserved_ports; /**< proxy may reach OS_EXECD_PORT / OS_EGRESS_PORT */
+    int modules_ready;        /**< the modules' state below is set up (os_config_init) */
+    /* os_endpoint.c */
     pthread_mutex_t ep_lock;
     struct os_ep_entry *ep_head;
     size_t ep_count;
+    /* os_http.c */
     void *share;                    /**< CURLSH: DNS cache and TLS sessions only */
     pthread_mutex_t share_locks[8]; /**< one per curl_lock_data value */
     int share_locks_ready;
-    pthread_mutex_t pool_lock; /**< guards the idle easy-handle pool */
-    void **pool;               /**< idle CURL * handles, each with its own live connections */
-    size_t pool_len;
-    struct os_loop *loop; /**< os_loop.c: transfer thread for command streams (lazily started) */
+    struct rku_curl_pool *pool; /**< idle easy handles, each with its own live connections */
+    struct os_loop *loop;       /**< transfer thread for command streams (lazily started) */
     /* ABI 1.1 deployment options */
     int stop_mode;          /**< enum os_stop_mode */
     int archive_enabled;    /**< opensandbox.archive_enabled */
     int64_t renew_margin_s; /**< opensandbox.renew_margin (0 = no renewal) */
     int64_t state_wait_s;   /**< opensandbox.state_wait: bound for Paused/Running waits */
+    /* os_renew.c */
     pthread_mutex_t renew_lock;
     struct os_renew_entry *renew_head; /**< last expiry set per sandbox (bounded) */
     size_t renew_count;
@@ -154,27 +215,15 @@ struct os_inst {
 /** Most idle easy handles kept for reuse (each keeps its connections open). */
 #define OS_CURL_POOL_MAX 64
 
-/** Create the instance's curl share and handle pool; NULL-safe on failure. */
-void os_share_init(struct os_inst *inst);
-/** Destroy the instance's curl share and every pooled handle. */
-void os_share_free(struct os_inst *inst);
-
-struct os_xfer;
-/** Create the instance's command-stream loop (its thread starts on first use). */
-void os_loop_init(struct os_inst *inst);
-/** Stop the loop and wait for its transfers to end. */
-void os_loop_free(struct os_inst *inst);
-/** Run x's prepared handle on the loop and wait; -1 when the loop is unavailable. */
-int os_loop_run(struct os_xfer *x);
-
-rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg,
-                         struct os_inst **out);
-void os_config_free(struct os_inst *inst);
-extern const struct rk_cfg_key os_config_keys[];
-
 /* ------------------------------------------------------------------------ */
 /* HTTP transfers (os_http.c)                                                */
 /* ------------------------------------------------------------------------ */
+
+/** Set up the instance's loop, handle pool and curl share; NULL-safe on failure (exchanges
+ *  then use fresh handles and their own connections). */
+void os_http_init(struct os_inst *inst);
+/** Stop the loop, destroy every pooled handle and the share (after the last request). */
+void os_http_free(struct os_inst *inst);
 
 /** Why a transfer was aborted by the progress callback. */
 enum os_abort { OS_ABORT_NONE = 0, OS_ABORT_CANCELLED, OS_ABORT_CALL_DEADLINE, OS_ABORT_OWN };
@@ -199,12 +248,8 @@ struct os_xfer {
     int timed_out; /**< curl timeout or own deadline */
     int not_sent;  /**< connection could not be established */
     int curl_code;
-    /* os_loop.c: a command stream runs on the instance's transfer thread */
-    int use_loop;              /**< set by the caller before os_xfer_perform */
-    int loop_done;             /**< guarded by the loop's mutex */
-    pthread_cond_t loop_cv;    /**< signalled when loop_done is set */
-    struct os_xfer *loop_next; /**< submission queue / active list link */
-    struct os_xfer *loop_prev; /**< active list link (loop thread only) */
+    int use_loop;           /**< set by the caller: run on the instance's loop (command streams) */
+    struct os_loop_job job; /**< the loop's view of this exchange (os_xfer_perform fills it) */
 };
 
 rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
@@ -213,14 +258,43 @@ rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value)
 void os_xfer_json(struct os_xfer *x, const char *json);
 void os_xfer_fresh_connection(struct os_xfer *x);
 rk_status os_xfer_perform(struct os_xfer *x);
-/** 1 when the exchange must stop (client gone, a deadline passed); sets x->abort_reason. */
-int os_xfer_should_abort(struct os_xfer *x);
 const char *os_xfer_err(const struct os_xfer *x);
 void os_xfer_cleanup(struct os_xfer *x);
 char *os_escape(const char *s);
 
 /* ------------------------------------------------------------------------ */
-/* Lifecycle (os_lifecycle.c)                                                */
+/* Lifecycle server client (os_lcapi.c)                                      */
+/* ------------------------------------------------------------------------ */
+
+struct json_object;
+/** Prepare a lifecycle request to {protocol}://{endpoint}/v1{path} (API key, Accept). */
+rk_status os_lc_xfer(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
+                     const char *method, const char *path);
+/** Prepare and perform one lifecycle request (JSON body optional; POSTs on a fresh
+ *  connection); x must be cleaned up. */
+rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *method,
+                        const char *path, const char *json_body, struct os_xfer *x);
+/** The buffered response as a JSON object (new reference) or NULL. */
+struct json_object *os_lc_body_json(const struct os_xfer *x);
+/** String member of a JSON object or NULL. */
+const char *os_lc_jstr(struct json_object *o, const char *key);
+/** Record "opensandbox <op> failed for <osid>: <detail>" for a non-2xx answer. */
+rk_status os_lc_http_fail(struct os_inst *inst, struct rk_call *call, rk_status code,
+                          const char *op, const char *osid, const struct os_xfer *x);
+/** Record the failure of a transfer that got no HTTP answer. */
+rk_status os_lc_xfer_fail(struct os_inst *inst, struct rk_call *call, rk_status s, const char *op,
+                          const char *osid, const struct os_xfer *x);
+/** Record the failure of a lifecycle request: no answer (s != RK_OK) or a non-2xx one. */
+rk_status os_lc_fail(struct os_inst *inst, struct rk_call *call, rk_status s, rk_status code,
+                     const char *op, const char *osid, const struct os_xfer *x);
+/** Path "/sandboxes/{osid}{suffix}" (malloc'd) or NULL. */
+char *os_sbx_path(const char *osid, const char *suffix);
+/** The sandbox's upstream id, or the refusal when the record has none. */
+rk_status os_need_upstream_id(struct os_inst *inst, struct rk_call *call,
+                              const struct rk_sandbox_ref *ref, const char **osid);
+
+/* ------------------------------------------------------------------------ */
+/* Endpoint discovery and cache (os_endpoint.c)                              */
 /* ------------------------------------------------------------------------ */
 
 /** A resolved endpoint (arena-owned). */
@@ -231,63 +305,86 @@ struct os_endpoint {
     int from_cache;
 };
 
-rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
-                       const struct rk_create_spec *spec, struct rk_created *out);
-rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
-                       struct rk_status_info *out);
-rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
-rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
-                        const struct rk_sandbox_ref *ref);
+/** Set up the instance's (empty) endpoint cache; 0 on success. */
+int os_ep_cache_init(struct os_inst *inst);
+/** Drop every cached endpoint and release the cache (after the last request). */
+void os_ep_cache_free(struct os_inst *inst);
+/** Resolve the endpoint of a sandbox port (cached for OS_ENDPOINT_TTL_MS when use_cache). */
 rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
                          int use_cache, const char *op, struct os_endpoint *out);
+/** Drop cached endpoints of a sandbox (port -1 = every port). */
 void os_ep_invalidate(struct os_inst *inst, const char *osid, int port);
-void os_ep_cache_free(struct os_inst *inst);
+
+/* ------------------------------------------------------------------------ */
+/* Service proxy (os_proxy.c)                                                */
+/* ------------------------------------------------------------------------ */
+
+/** ops.proxy_target: the endpoint URL of a sandbox port plus its headers. */
 rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
                           const struct rk_sandbox_ref *ref, int port, enum rk_proxy_kind kind,
                           struct rk_proxy_target *out);
-/** Refuse proxying to execd / egress ports unless allow_reserved_ports (os_proxy.c). */
+/** Refuse proxying to execd / egress ports unless allow_reserved_ports. */
 rk_status os_proxy_check_port(struct os_inst *inst, struct rk_call *call, int port);
-/** Mark endpoint headers that are backend credentials (ABI 1.1 header_flags; os_proxy.c). */
+/** Mark endpoint headers that are backend credentials (ABI 1.1 header_flags). */
 rk_status os_proxy_mark_credentials(struct os_inst *inst, struct rk_call *call,
                                     struct rk_proxy_target *out);
-rk_status os_need_upstream_id(struct os_inst *inst, struct rk_call *call,
-                              const struct rk_sandbox_ref *ref, const char **osid);
-
-struct json_object;
-rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *method,
-                        const char *path, const char *json_body, struct os_xfer *x);
-struct json_object *os_lc_body_json(const struct os_xfer *x);
-const char *os_lc_jstr(struct json_object *o, const char *key);
-rk_status os_lc_fail(struct os_inst *inst, struct rk_call *call, rk_status s, rk_status code,
-                     const char *op, const char *osid, const struct os_xfer *x);
 
 /* ------------------------------------------------------------------------ */
-/* Deployment options: pause/resume, snapshots, renewal (ABI 1.1)            */
+/* Lifecycle (os_lifecycle.c)                                                */
+/* ------------------------------------------------------------------------ */
+
+/** ops.create: POST /sandboxes, adopting what a lost reply created. */
+rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
+                       const struct rk_create_spec *spec, struct rk_created *out);
+/** ops.status: the sandbox's state (found by ROCK id when the upstream id is unknown). */
+rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                       struct rk_status_info *out);
+/** ops.list: every sandbox this deployment created, all pages. */
+rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
+/** ops.destroy: the sandbox is gone afterwards (404 = gone). */
+rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
+                        const struct rk_sandbox_ref *ref);
+
+/* ------------------------------------------------------------------------ */
+/* Deployment options: renewal, pause/resume, snapshots (ABI 1.1)            */
 /* ------------------------------------------------------------------------ */
 
 /** opensandbox.stop_mode */
 enum os_stop_mode { OS_STOP_REFUSE = 0, OS_STOP_DELETE = 1, OS_STOP_PAUSE = 2 };
 
-uint64_t os_configured_caps(struct os_inst *inst);
-char *os_sbx_path(const char *osid, const char *suffix);
+/** Set up the instance's (empty) renewal cache; 0 on success (os_renew.c). */
+int os_renew_init(struct os_inst *inst);
+/** Free the renewal cache and its lock (after the last request). */
+void os_renew_cache_free(struct os_inst *inst);
+/** ops.renew: keep the expiry at idle_deadline + renew_margin, rate-limited. */
+rk_status os_renew(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                   int64_t idle_deadline);
+/** Remember that osid expires at expires_at (epoch seconds). */
+void os_renew_note(struct os_inst *inst, const char *osid, int64_t expires_at);
+/** After a pause: park the stopped sandbox for sandbox_timeout seconds. */
+rk_status os_renew_parked(struct os_inst *inst, struct rk_call *call, const char *osid);
+
+/** ops.stop with stop_mode pause (os_pause.c). */
 rk_status os_lc_pause(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref);
+/** ops.restart with stop_mode pause. */
 rk_status os_lc_resume(struct os_inst *inst, struct rk_call *call,
                        const struct rk_sandbox_ref *ref);
+/** Wait (bounded by state_wait) until the sandbox reaches the state want. */
 rk_status os_lc_wait_state(struct os_inst *inst, struct rk_call *call, const char *osid,
                            const char *want, const char *op);
+
+/** ops.snapshot_create (os_snapshot.c). */
 rk_status os_snapshot_create(struct os_inst *inst, struct rk_call *call,
                              const struct rk_sandbox_ref *ref, struct rk_snapshot *out);
+/** ops.snapshot_get. */
 rk_status os_snapshot_get(struct os_inst *inst, struct rk_call *call, const char *snapshot_id,
                           struct rk_snapshot *out);
+/** ops.snapshot_delete. */
 rk_status os_snapshot_delete(struct os_inst *inst, struct rk_call *call, const char *snapshot_id);
+/** ops.restore_snapshot: create from the snapshot with the spec's resources. */
 rk_status os_restore_snapshot(struct os_inst *inst, struct rk_call *call,
                               const struct rk_create_spec *spec, const char *snapshot_id,
                               struct rk_created *out);
-rk_status os_renew(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
-                   int64_t idle_deadline);
-void os_renew_note(struct os_inst *inst, const char *osid, int64_t expires_at);
-rk_status os_renew_parked(struct os_inst *inst, struct rk_call *call, const char *osid);
-void os_renew_cache_free(struct os_inst *inst);
 
 /* ------------------------------------------------------------------------ */
 /* execd operations (os_execd.c, os_files.c, os_session.c)                   */
@@ -301,6 +398,11 @@ rk_status os_execd_xfer(struct os_xfer *x, struct os_inst *inst, struct rk_call 
 /** Adds a body to an execd request; called with x == NULL and attempt -1 to ask
  *  whether a retry is possible (RK_OK = yes). */
 typedef rk_status (*os_prep_fn)(struct os_xfer *x, void *ctx, int attempt);
+
+/** Best effort after the call's deadline passed: one execd exchange on the cached endpoint,
+ *  bounded on its own; the HTTP status or 0. */
+long os_execd_after_deadline(struct os_inst *inst, struct rk_call *call, const char *osid,
+                             const char *method, const char *path);
 
 rk_status os_execd_simple(struct os_inst *inst, struct rk_call *call, const char *osid,
                           const char *op, const char *method, const char *path, int64_t timeout_ms,
@@ -337,5 +439,19 @@ rk_status os_session_run(struct os_inst *inst, struct rk_call *call,
                          struct rk_exec_res *out);
 rk_status os_session_close(struct os_inst *inst, struct rk_call *call,
                            const struct rk_sandbox_ref *ref, const char *session_id);
+
+/* ------------------------------------------------------------------------ */
+/* Configuration and instance assembly (os_config.c)                         */
+/* ------------------------------------------------------------------------ */
+
+/** Validate the section (reporting every problem) and build the instance. No I/O. */
+rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg,
+                         struct os_inst **out);
+/** Free an instance and everything its modules set up. */
+void os_config_free(struct os_inst *inst);
+/** Capabilities this configured instance offers (ops.configured_caps). */
+uint64_t os_configured_caps(struct os_inst *inst);
+/** Schema of the plugin's YAML section. */
+extern const struct rk_cfg_key os_config_keys[];
 
 #endif /* OS_INTERNAL_H */

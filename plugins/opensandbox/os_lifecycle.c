@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /**
  * @file os_lifecycle.c
- * @brief Lifecycle server calls: create (with lost-reply adoption), status, kill,
- *        endpoint discovery (with a short per-instance cache) and proxy targets.
+ * @brief Sandbox lifecycle: create (with lost-reply adoption), status, kill and the
+ *        reconciler's list (requests through os_lcapi.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,82 +18,6 @@
 #define OS_LIST_MAX_PAGES 10
 /** Pages of 200 the reconciler's list pass reads at most (100,000 sandboxes). */
 #define OS_RECONCILE_MAX_PAGES 500
-
-/** Prepare a lifecycle request to {protocol}://{endpoint}/v1{path}. */
-static rk_status lc_xfer(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
-                         const char *method, const char *path)
-{
-    memset(x, 0, sizeof(*x));
-    struct os_sb sb = {0};
-    os_sb_printf(&sb, "/v1%s", path);
-    char *p = os_sb_take(&sb);
-    char *url = p ? os_join_url(inst->protocol, inst->endpoint, p) : NULL;
-    free(p);
-    if (!url)
-        return RK_E_NOMEM;
-    rk_status s = os_xfer_init(x, inst, call, method, url, inst->default_timeout_s * 1000);
-    free(url);
-    if (s == RK_OK)
-        s = os_xfer_header(x, "Accept", "application/json");
-    if (s == RK_OK && inst->api_key)
-        s = os_xfer_header(x, "OPEN-SANDBOX-API-KEY", inst->api_key);
-    return s;
-}
-
-/** Parse a buffered JSON body into an object (NULL if not an object). */
-static json_object *body_json(const struct os_xfer *x)
-{
-    if (!x->body || !x->body_len)
-        return NULL;
-    json_tokener *tok = json_tokener_new();
-    if (!tok)
-        return NULL;
-    json_object *o = json_tokener_parse_ex(tok, x->body, (int)x->body_len);
-    json_tokener_free(tok);
-    if (o && !json_object_is_type(o, json_type_object)) {
-        json_object_put(o);
-        return NULL;
-    }
-    return o;
-}
-
-/** String member of an object or NULL. */
-static const char *jstr(json_object *o, const char *key)
-{
-    json_object *v;
-    if (o && json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string))
-        return json_object_get_string(v);
-    return NULL;
-}
-
-/** Record "opensandbox <op> failed for <osid>: <detail>" for a non-2xx answer. */
-static rk_status http_fail(struct os_inst *inst, struct rk_call *call, rk_status code,
-                           const char *op, const char *osid, const struct os_xfer *x)
-{
-    char *d = os_error_detail(x->status, x->body, x->body_len);
-    rk_status r;
-    if (osid)
-        r = inst->host->set_error(call, code, "opensandbox %s failed for %s: %s", op, osid,
-                                  d ? d : "error");
-    else
-        r = inst->host->set_error(call, code, "opensandbox %s failed: %s", op, d ? d : "error");
-    free(d);
-    return r;
-}
-
-/** Record the failure of a transfer that got no HTTP answer. */
-static rk_status xfer_fail(struct os_inst *inst, struct rk_call *call, rk_status s, const char *op,
-                           const char *osid, const struct os_xfer *x)
-{
-    const char *err = s == RK_E_CANCELLED   ? "cancelled"
-                      : s == RK_E_TIMEOUT   ? "request deadline exceeded"
-                      : s == RK_E_NOMEM     ? "out of memory"
-                      : s == RK_E_TOO_LARGE ? "response too large"
-                                            : os_xfer_err(x);
-    if (osid)
-        return inst->host->set_error(call, s, "opensandbox %s failed for %s: %s", op, osid, err);
-    return inst->host->set_error(call, s, "opensandbox %s failed: %s", op, err);
-}
 
 /** One sandbox found by metadata. */
 struct lc_found {
@@ -116,7 +40,7 @@ static void found_free(struct lc_found *f, size_t n)
 /** Reason text of a status object: "reason: message" or either part. */
 static char *status_reason(json_object *st)
 {
-    const char *reason = jstr(st, "reason"), *msg = jstr(st, "message");
+    const char *reason = os_lc_jstr(st, "reason"), *msg = os_lc_jstr(st, "message");
     struct os_sb sb = {0};
     if (reason && msg)
         os_sb_printf(&sb, "%s: %s", reason, msg);
@@ -144,21 +68,21 @@ static rk_status lc_find(struct os_inst *inst, struct rk_call *call, const char 
         os_sb_printf(&sb, "/sandboxes?metadata=%s&page=%d&pageSize=200", enc, page);
         char *path = os_sb_take(&sb);
         struct os_xfer x;
-        rs = path ? lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
+        rs = path ? os_lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
         free(path);
         if (rs == RK_OK)
             rs = os_xfer_perform(&x);
         if (rs != RK_OK) {
-            xfer_fail(inst, call, rs == RK_E_TOO_LARGE ? RK_E_UPSTREAM : rs, op, rock_id, &x);
+            os_lc_xfer_fail(inst, call, rs == RK_E_TOO_LARGE ? RK_E_UPSTREAM : rs, op, rock_id, &x);
             os_xfer_cleanup(&x);
             break;
         }
         if (x.status != 200) {
-            rs = http_fail(inst, call, RK_E_UPSTREAM, op, rock_id, &x);
+            rs = os_lc_http_fail(inst, call, RK_E_UPSTREAM, op, rock_id, &x);
             os_xfer_cleanup(&x);
             break;
         }
-        json_object *o = body_json(&x), *items = NULL, *pg = NULL, *v;
+        json_object *o = os_lc_body_json(&x), *items = NULL, *pg = NULL, *v;
         os_xfer_cleanup(&x);
         int more = 0;
         if (o && json_object_object_get_ex(o, "items", &items) &&
@@ -173,11 +97,11 @@ static rk_status lc_find(struct os_inst *inst, struct rk_call *call, const char 
             list = nl;
             for (size_t i = 0; i < cnt; i++) {
                 json_object *it = json_object_array_get_idx(items, i), *st = NULL;
-                const char *id = jstr(it, "id");
+                const char *id = os_lc_jstr(it, "id");
                 if (!id)
                     continue;
                 json_object_object_get_ex(it, "status", &st);
-                const char *state = jstr(st, "state");
+                const char *state = os_lc_jstr(st, "state");
                 list[n].id = strdup(id);
                 list[n].state = state ? strdup(state) : NULL;
                 list[n].reason = status_reason(st);
@@ -232,14 +156,14 @@ static rk_status lc_kill(struct os_inst *inst, struct rk_call *call, const char 
     free(enc);
     char *path = os_sb_take(&sb);
     struct os_xfer x;
-    rk_status s = path ? lc_xfer(&x, inst, call, "DELETE", path) : RK_E_NOMEM;
+    rk_status s = path ? os_lc_xfer(&x, inst, call, "DELETE", path) : RK_E_NOMEM;
     free(path);
     if (s == RK_OK)
         s = os_xfer_perform(&x);
     if (s != RK_OK) {
-        s = xfer_fail(inst, call, s == RK_E_TOO_LARGE ? RK_E_UPSTREAM : s, "kill", osid, &x);
+        s = os_lc_xfer_fail(inst, call, s == RK_E_TOO_LARGE ? RK_E_UPSTREAM : s, "kill", osid, &x);
     } else if (!(x.status >= 200 && x.status < 300) && x.status != 404) {
-        s = http_fail(inst, call, RK_E_UPSTREAM, "kill", osid, &x);
+        s = os_lc_http_fail(inst, call, RK_E_UPSTREAM, "kill", osid, &x);
     }
     os_xfer_cleanup(&x);
     return s;
@@ -336,7 +260,7 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
     out->host_name = NULL;
     free(image);
     struct os_xfer x;
-    rk_status s = lc_xfer(&x, inst, call, "POST", "/sandboxes");
+    rk_status s = os_lc_xfer(&x, inst, call, "POST", "/sandboxes");
     if (s == RK_OK) {
         /* A fresh connection: libcurl silently re-sends a request whose reused connection
          * died before any reply byte, and a create must never be sent twice (a lost reply is
@@ -353,8 +277,8 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
     }
     free(body);
     if (s == RK_OK && x.status >= 200 && x.status < 300) {
-        json_object *o = body_json(&x);
-        const char *id = jstr(o, "id");
+        json_object *o = os_lc_body_json(&x);
+        const char *id = os_lc_jstr(o, "id");
         out->upstream_id = id ? h->arena_strdup(call, id) : NULL;
         json_object_put(o);
         if (out->upstream_id) {
@@ -374,10 +298,11 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
     if (s == RK_OK && x.status >= 200 && x.status < 300)
         s = h->set_error(call, RK_E_UPSTREAM, "opensandbox create failed: reply without an id");
     else if (s == RK_OK)
-        s = http_fail(inst, call, x.status >= 500 ? RK_E_UNAVAILABLE : RK_E_UPSTREAM, "create",
-                      NULL, &x);
+        s = os_lc_http_fail(inst, call, x.status >= 500 ? RK_E_UNAVAILABLE : RK_E_UPSTREAM,
+                            "create", NULL, &x);
     else
-        s = xfer_fail(inst, call, s == RK_E_TOO_LARGE ? RK_E_UPSTREAM : s, "create", NULL, &x);
+        s = os_lc_xfer_fail(inst, call, s == RK_E_TOO_LARGE ? RK_E_UPSTREAM : s, "create", NULL,
+                            &x);
     if (s == RK_E_TIMEOUT || s == RK_E_CANCELLED)
         s = RK_E_UNAVAILABLE;
     os_xfer_cleanup(&x);
@@ -433,28 +358,28 @@ rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct 
     free(enc);
     char *path = os_sb_take(&sb);
     struct os_xfer x;
-    rk_status s = path ? lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
+    rk_status s = path ? os_lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
     free(path);
     if (s == RK_OK)
         s = os_xfer_perform(&x);
     if (s != RK_OK) {
-        s = xfer_fail(
+        s = os_lc_xfer_fail(
             inst, call,
             (s == RK_E_CANCELLED || s == RK_E_TIMEOUT || s == RK_E_NOMEM) ? s : RK_E_UNAVAILABLE,
             "get_state", osid, &x);
     } else if (x.status == 404) {
-        s = http_fail(inst, call, RK_E_NOT_FOUND, "get_state", osid, &x);
+        s = os_lc_http_fail(inst, call, RK_E_NOT_FOUND, "get_state", osid, &x);
     } else if (x.status != 200) {
-        s = http_fail(inst, call, x.status >= 500 ? RK_E_UNAVAILABLE : RK_E_UPSTREAM, "get_state",
-                      osid, &x);
+        s = os_lc_http_fail(inst, call, x.status >= 500 ? RK_E_UNAVAILABLE : RK_E_UPSTREAM,
+                            "get_state", osid, &x);
     } else {
-        json_object *o = body_json(&x), *st = NULL;
+        json_object *o = os_lc_body_json(&x), *st = NULL;
         if (!o || !json_object_object_get_ex(o, "status", &st)) {
             s = h->set_error(call, RK_E_UPSTREAM,
                              "opensandbox get_state failed for %s: malformed response", osid);
         } else {
             char *reason = status_reason(st);
-            s = fill_status(inst, call, jstr(st, "state"), reason, out);
+            s = fill_status(inst, call, os_lc_jstr(st, "state"), reason, out);
             free(reason);
         }
         json_object_put(o);
@@ -483,216 +408,6 @@ rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
     return s;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Endpoint discovery and cache                                              */
-/* ------------------------------------------------------------------------ */
-
-/** Drop cached endpoints of a sandbox (port -1 = every port). */
-void os_ep_invalidate(struct os_inst *inst, const char *osid, int port)
-{
-    pthread_mutex_lock(&inst->ep_lock);
-    struct os_ep_entry **pp = &inst->ep_head;
-    while (*pp) {
-        struct os_ep_entry *e = *pp;
-        if (strcmp(e->osid, osid) == 0 && (port < 0 || e->port == port)) {
-            *pp = e->next;
-            os_ep_entry_free(e);
-            inst->ep_count--;
-        } else {
-            pp = &e->next;
-        }
-    }
-    pthread_mutex_unlock(&inst->ep_lock);
-}
-
-/** Copy a cache entry's data into the call arena. */
-static int ep_to_arena(struct os_inst *inst, struct rk_call *call, const char *base,
-                       const struct rk_kv *hdrs, size_t n, struct os_endpoint *out)
-{
-    const struct rk_host *h = inst->host;
-    out->base = h->arena_strdup(call, base);
-    out->headers = n ? h->arena_alloc(call, n * sizeof(struct rk_kv)) : NULL;
-    out->headers_len = n;
-    if (!out->base || (n && !out->headers))
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        out->headers[i].key = h->arena_strdup(call, hdrs[i].key);
-        out->headers[i].value = h->arena_strdup(call, hdrs[i].value);
-        if (!out->headers[i].key || !out->headers[i].value)
-            return 0;
-    }
-    return 1;
-}
-
-/** Look up a live cache entry; 1 on hit. */
-static int ep_cache_get(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
-                        struct os_endpoint *out)
-{
-    int hit = 0;
-    int64_t now = inst->host->now_ms();
-    pthread_mutex_lock(&inst->ep_lock);
-    for (struct os_ep_entry *e = inst->ep_head; e; e = e->next) {
-        if (e->port == port && strcmp(e->osid, osid) == 0) {
-            if (e->expires_ms > now)
-                hit = ep_to_arena(inst, call, e->base, e->headers, e->headers_len, out);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&inst->ep_lock);
-    return hit;
-}
-
-/** Insert or replace a cache entry (best effort; failures only skip caching). */
-static void ep_cache_put(struct os_inst *inst, const char *osid, int port,
-                         const struct os_endpoint *ep)
-{
-    struct os_ep_entry *e = calloc(1, sizeof(*e));
-    if (!e)
-        return;
-    e->osid = strdup(osid);
-    e->port = port;
-    e->base = strdup(ep->base);
-    e->expires_ms = inst->host->now_ms() + OS_ENDPOINT_TTL_MS;
-    e->headers = ep->headers_len ? calloc(ep->headers_len, sizeof(struct rk_kv)) : NULL;
-    int ok = e->osid && e->base && (!ep->headers_len || e->headers);
-    for (size_t i = 0; ok && i < ep->headers_len; i++) {
-        e->headers[i].key = strdup(ep->headers[i].key);
-        e->headers[i].value = strdup(ep->headers[i].value);
-        e->headers_len = i + 1;
-        ok = e->headers[i].key && e->headers[i].value;
-    }
-    if (!ok) {
-        os_ep_entry_free(e);
-        return;
-    }
-    os_ep_invalidate(inst, osid, port);
-    pthread_mutex_lock(&inst->ep_lock);
-    e->next = inst->ep_head;
-    inst->ep_head = e;
-    inst->ep_count++;
-    if (inst->ep_count > OS_ENDPOINT_CACHE_MAX) {
-        /* Drop the oldest entries (the list is newest first). */
-        struct os_ep_entry *p = inst->ep_head;
-        for (size_t i = 1; p && i < OS_ENDPOINT_CACHE_MAX / 2; i++)
-            p = p->next;
-        if (p) {
-            struct os_ep_entry *rest = p->next;
-            p->next = NULL;
-            while (rest) {
-                struct os_ep_entry *nx = rest->next;
-                os_ep_entry_free(rest);
-                inst->ep_count--;
-                rest = nx;
-            }
-        }
-    }
-    pthread_mutex_unlock(&inst->ep_lock);
-}
-
-/** Resolve GET /sandboxes/{id}/endpoints/{port}?use_server_proxy=<cfg> (cached when allowed). */
-rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
-                         int use_cache, const char *op, struct os_endpoint *out)
-{
-    const struct rk_host *h = inst->host;
-    memset(out, 0, sizeof(*out));
-    if (use_cache && ep_cache_get(inst, call, osid, port, out)) {
-        out->from_cache = 1;
-        return RK_OK;
-    }
-    char *enc = os_escape(osid);
-    struct os_sb sb = {0};
-    os_sb_printf(&sb, "/sandboxes/%s/endpoints/%d?use_server_proxy=%s", enc ? enc : "", port,
-                 inst->use_server_proxy ? "true" : "false");
-    free(enc);
-    char *path = os_sb_take(&sb);
-    struct os_xfer x;
-    rk_status s = path ? lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
-    free(path);
-    if (s == RK_OK)
-        s = os_xfer_perform(&x);
-    if (s != RK_OK) {
-        s = xfer_fail(
-            inst, call,
-            (s == RK_E_CANCELLED || s == RK_E_TIMEOUT || s == RK_E_NOMEM) ? s : RK_E_UNAVAILABLE,
-            op, osid, &x);
-        os_xfer_cleanup(&x);
-        return s;
-    }
-    if (x.status != 200) {
-        s = http_fail(inst, call, RK_E_UPSTREAM, op, osid, &x);
-        os_xfer_cleanup(&x);
-        return s;
-    }
-    json_object *o = body_json(&x), *hdrs = NULL;
-    os_xfer_cleanup(&x);
-    const char *endpoint = jstr(o, "endpoint");
-    if (!endpoint || !*endpoint) {
-        json_object_put(o);
-        return h->set_error(call, RK_E_UPSTREAM,
-                            "opensandbox %s failed for %s: endpoint response without endpoint", op,
-                            osid);
-    }
-    char *base = os_join_url(inst->protocol, endpoint, NULL);
-    size_t n = 0;
-    struct rk_kv tmp[64];
-    if (json_object_object_get_ex(o, "headers", &hdrs) &&
-        json_object_is_type(hdrs, json_type_object)) {
-        json_object_object_foreach(hdrs, k, v)
-        {
-            if (n < sizeof(tmp) / sizeof(tmp[0]) && json_object_is_type(v, json_type_string))
-                tmp[n++] = (struct rk_kv){k, json_object_get_string(v)};
-        }
-    }
-    int ok = base && ep_to_arena(inst, call, base, tmp, n, out);
-    free(base);
-    json_object_put(o);
-    if (!ok)
-        return h->set_error(call, RK_E_NOMEM, "opensandbox %s failed for %s: out of memory", op,
-                            osid);
-    ep_cache_put(inst, osid, port, out);
-    return RK_OK;
-}
-
-/** The sandbox's upstream id, or the B52 refusal when it is not recorded. */
-rk_status os_need_upstream_id(struct os_inst *inst, struct rk_call *call,
-                              const struct rk_sandbox_ref *ref, const char **osid)
-{
-    if (ref->upstream_id && *ref->upstream_id) {
-        *osid = ref->upstream_id;
-        return RK_OK;
-    }
-    return inst->host->set_error(call, RK_E_INVALID,
-                                 "OpenSandbox sandbox metadata is missing opensandbox_id");
-}
-
-/** Where the core relays traffic for a sandbox port: endpoint URL plus its headers. */
-rk_status os_proxy_target(struct os_inst *inst, struct rk_call *call,
-                          const struct rk_sandbox_ref *ref, int port, enum rk_proxy_kind kind,
-                          struct rk_proxy_target *out)
-{
-    const char *osid = NULL;
-    if (kind == RK_PROXY_TCP)
-        return inst->host->set_error(call, RK_E_UNSUPPORTED,
-                                     "OpenSandbox backend does not support portforward in this "
-                                     "release");
-    if (port < 1 || port > 65535)
-        return inst->host->set_error(call, RK_E_INVALID, "invalid port %d", port);
-    rk_status s = os_proxy_check_port(inst, call, port);
-    if (s != RK_OK)
-        return s;
-    s = os_need_upstream_id(inst, call, ref, &osid);
-    if (s != RK_OK)
-        return s;
-    struct os_endpoint ep;
-    s = os_lc_endpoint(inst, call, osid, port, 1, "get_endpoint", &ep);
-    if (s != RK_OK)
-        return s;
-    out->base_url = ep.base;
-    out->headers = ep.headers;
-    out->headers_len = ep.headers_len;
-    return os_proxy_mark_credentials(inst, call, out);
-}
-
 /**
  * ops.list: every sandbox this deployment created (those carrying the rock id in
  * metadata["rock_sandbox_id"], set at create), all pages of GET /sandboxes with
@@ -708,21 +423,22 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
         os_sb_printf(&sb, "/sandboxes?page=%d&pageSize=200", page);
         char *path = os_sb_take(&sb);
         struct os_xfer x;
-        rk_status rs = path ? lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
+        rk_status rs = path ? os_lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
         free(path);
         if (rs == RK_OK)
             rs = os_xfer_perform(&x);
         if (rs != RK_OK) {
-            rs = xfer_fail(inst, call, rs == RK_E_TOO_LARGE ? RK_E_UPSTREAM : rs, "list", "*", &x);
+            rs = os_lc_xfer_fail(inst, call, rs == RK_E_TOO_LARGE ? RK_E_UPSTREAM : rs, "list", "*",
+                                 &x);
             os_xfer_cleanup(&x);
             return rs;
         }
         if (x.status != 200) {
-            rs = http_fail(inst, call, RK_E_UPSTREAM, "list", "*", &x);
+            rs = os_lc_http_fail(inst, call, RK_E_UPSTREAM, "list", "*", &x);
             os_xfer_cleanup(&x);
             return rs;
         }
-        json_object *o = body_json(&x), *items = NULL, *pg = NULL, *v;
+        json_object *o = os_lc_body_json(&x), *items = NULL, *pg = NULL, *v;
         os_xfer_cleanup(&x);
         if (!o || !json_object_object_get_ex(o, "items", &items) ||
             !json_object_is_type(items, json_type_array)) {
@@ -733,16 +449,16 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
         size_t cnt = json_object_array_length(items);
         for (size_t i = 0; i < cnt; i++) {
             json_object *it = json_object_array_get_idx(items, i), *st = NULL, *md = NULL;
-            const char *id = jstr(it, "id");
+            const char *id = os_lc_jstr(it, "id");
             const char *rock_id = NULL;
             if (json_object_object_get_ex(it, "metadata", &md))
-                rock_id = jstr(md, OS_META_ROCK_ID);
+                rock_id = os_lc_jstr(md, OS_META_ROCK_ID);
             if (!id || !rock_id || !*rock_id)
                 continue; /* not created by rock-admin */
             json_object_object_get_ex(it, "status", &st);
             char *reason = status_reason(st);
             struct rk_status_info info = {0};
-            rk_status fs = fill_status(inst, call, jstr(st, "state"), reason, &info);
+            rk_status fs = fill_status(inst, call, os_lc_jstr(st, "state"), reason, &info);
             free(reason);
             if (fs != RK_OK) {
                 json_object_put(o);
@@ -761,50 +477,4 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
     }
     return h->set_error(call, RK_E_UPSTREAM, "opensandbox list failed: more than %d pages",
                         OS_RECONCILE_MAX_PAGES);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Shared lifecycle helpers for os_pause.c / os_snapshot.c / os_renew.c      */
-/* ------------------------------------------------------------------------ */
-
-/** Perform one lifecycle request (JSON body optional); x must be cleaned up. */
-rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *method,
-                        const char *path, const char *json_body, struct os_xfer *x)
-{
-    rk_status s = lc_xfer(x, inst, call, method, path);
-    if (s == RK_OK && json_body)
-        os_xfer_json(x, json_body);
-    if (s == RK_OK && !strcmp(method, "POST")) {
-        /* Not idempotent (snapshot, restore): no silent re-send by libcurl on
-         * a pooled connection that died (see os_lc_create). */
-        curl_easy_setopt(x->curl, CURLOPT_FRESH_CONNECT, 1L);
-        curl_easy_setopt(x->curl, CURLOPT_FORBID_REUSE, 1L);
-    }
-    if (s == RK_OK)
-        s = os_xfer_perform(x);
-    return s;
-}
-
-/** The buffered response as a JSON object (new reference) or NULL. */
-json_object *os_lc_body_json(const struct os_xfer *x)
-{
-    return body_json(x);
-}
-
-/** String member of a JSON object or NULL. */
-const char *os_lc_jstr(json_object *o, const char *key)
-{
-    return jstr(o, key);
-}
-
-/** Record the failure of a lifecycle request: no answer (s != RK_OK) or a non-2xx one. */
-rk_status os_lc_fail(struct os_inst *inst, struct rk_call *call, rk_status s, rk_status code,
-                     const char *op, const char *osid, const struct os_xfer *x)
-{
-    if (s != RK_OK)
-        return xfer_fail(
-            inst, call,
-            (s == RK_E_CANCELLED || s == RK_E_TIMEOUT || s == RK_E_NOMEM) ? s : RK_E_UNAVAILABLE,
-            op, osid, x);
-    return http_fail(inst, call, code, op, osid, x);
 }

@@ -14,9 +14,12 @@
  *
  * The loop is event driven (curl_multi_socket_action on epoll): a pass touches only the streams
  * with socket activity or an expired curl timer, so thousands of idle streams cost nothing.
- * Idle streams still need their progress check (client gone, deadlines: os_xfer_should_abort),
- * which curl runs only for active transfers, so the loop runs it over every open stream each
- * OS_LOOP_SWEEP_MS.
+ * Idle streams still need their progress check (client gone, deadlines), which curl runs only
+ * for active transfers, so the loop runs each job's should_abort callback over every open stream
+ * each OS_LOOP_SWEEP_MS.
+ *
+ * The loop knows jobs (struct os_loop_job), not the plugin's exchanges: os_http.c submits a job
+ * and gets its result back, and nothing here calls into os_http.c.
  *
  * Callbacks (write, progress) run on the loop thread. They must not block: the streams routed
  * here only parse events and append to the core's in-memory collectors (non-blocking by
@@ -47,13 +50,13 @@ struct os_loop {
     pthread_mutex_t mu;
     pthread_t thread;
     int started;
-    int stop;               /**< guarded by mu */
-    struct os_xfer *queue;  /**< submitted, not yet in the multi (guarded by mu) */
-    CURLM *multi;           /**< loop thread only (after start) */
-    int epfd;               /**< epoll set: curl's sockets and the wake-up eventfd */
-    int wakefd;             /**< eventfd: a submission or stop is pending */
-    int64_t timer_at;       /**< curl's next timeout (monotonic ms), -1 when none */
-    struct os_xfer *active; /**< transfers in the multi (loop thread only) */
+    int stop;                   /**< guarded by mu */
+    struct os_loop_job *queue;  /**< submitted, not yet in the multi (guarded by mu) */
+    CURLM *multi;               /**< loop thread only (after start) */
+    int epfd;                   /**< epoll set: curl's sockets and the wake-up eventfd */
+    int wakefd;                 /**< eventfd: a submission or stop is pending */
+    int64_t timer_at;           /**< curl's next timeout (monotonic ms), -1 when none */
+    struct os_loop_job *active; /**< transfers in the multi (loop thread only) */
 };
 
 /** Monotonic milliseconds. */
@@ -92,27 +95,27 @@ static int timer_cb(CURLM *m, long timeout_ms, void *userp)
     return 0;
 }
 
-/** Unlink x from the active list. */
-static void active_unlink(struct os_loop *lp, struct os_xfer *x)
+/** Unlink j from the active list. */
+static void active_unlink(struct os_loop *lp, struct os_loop_job *j)
 {
-    if (x->loop_prev)
-        x->loop_prev->loop_next = x->loop_next;
+    if (j->prev)
+        j->prev->next = j->next;
     else
-        lp->active = x->loop_next;
-    if (x->loop_next)
-        x->loop_next->loop_prev = x->loop_prev;
-    x->loop_next = x->loop_prev = NULL;
+        lp->active = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    j->next = j->prev = NULL;
 }
 
-/** Take x out of the multi, mark it finished with cc and wake its waiter. */
-static void finish(struct os_loop *lp, struct os_xfer *x, CURLcode cc)
+/** Take j out of the multi, mark it finished with cc and wake its waiter. */
+static void finish(struct os_loop *lp, struct os_loop_job *j, CURLcode cc)
 {
-    curl_multi_remove_handle(lp->multi, x->curl);
-    active_unlink(lp, x);
+    curl_multi_remove_handle(lp->multi, j->curl);
+    active_unlink(lp, j);
     pthread_mutex_lock(&lp->mu);
-    x->curl_code = (int)cc;
-    x->loop_done = 1;
-    pthread_cond_signal(&x->loop_cv);
+    j->curl_code = (int)cc;
+    j->done = 1;
+    pthread_cond_signal(&j->cv);
     pthread_mutex_unlock(&lp->mu);
 }
 
@@ -123,20 +126,21 @@ static int take_submissions(struct os_loop *lp)
     while (read(lp->wakefd, &n, sizeof n) == (ssize_t)sizeof n)
         ;
     pthread_mutex_lock(&lp->mu);
-    struct os_xfer *q = lp->queue;
+    struct os_loop_job *q = lp->queue;
     lp->queue = NULL;
     int stop = lp->stop;
     pthread_mutex_unlock(&lp->mu);
     while (q) {
-        struct os_xfer *next = q->loop_next;
-        q->loop_prev = NULL;
-        q->loop_next = lp->active;
+        struct os_loop_job *next = q->next;
+        q->prev = NULL;
+        q->next = lp->active;
         if (lp->active)
-            lp->active->loop_prev = q;
+            lp->active->prev = q;
         lp->active = q;
         CURLMcode mc = curl_multi_add_handle(lp->multi, q->curl);
         if (mc != CURLM_OK) {
-            snprintf(q->errbuf, sizeof q->errbuf, "%s", curl_multi_strerror(mc));
+            if (q->errbuf && q->errbuf_len)
+                snprintf(q->errbuf, q->errbuf_len, "%s", curl_multi_strerror(mc));
             finish(lp, q, CURLE_FAILED_INIT);
         }
         q = next;
@@ -152,11 +156,11 @@ static void reap(struct os_loop *lp)
     while ((msg = curl_multi_info_read(lp->multi, &left))) {
         if (msg->msg != CURLMSG_DONE)
             continue;
-        struct os_xfer *x = NULL;
-        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        struct os_loop_job *j = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
         CURLcode cc = msg->data.result;
-        if (x)
-            finish(lp, x, cc);
+        if (j)
+            finish(lp, j, cc);
         else
             curl_multi_remove_handle(lp->multi, msg->easy_handle);
     }
@@ -165,12 +169,12 @@ static void reap(struct os_loop *lp)
 /** The abort check for every open stream (curl runs it only for active ones). */
 static void sweep(struct os_loop *lp)
 {
-    struct os_xfer *x = lp->active;
-    while (x) {
-        struct os_xfer *next = x->loop_next;
-        if (os_xfer_should_abort(x))
-            finish(lp, x, CURLE_ABORTED_BY_CALLBACK);
-        x = next;
+    struct os_loop_job *j = lp->active;
+    while (j) {
+        struct os_loop_job *next = j->next;
+        if (j->should_abort && j->should_abort(j->ctx))
+            finish(lp, j, CURLE_ABORTED_BY_CALLBACK);
+        j = next;
     }
 }
 
@@ -262,15 +266,16 @@ fail:
     return -1;
 }
 
-/** Create the (not yet started) loop of an instance. */
-void os_loop_init(struct os_inst *inst)
+/** Create a loop; its thread starts on first use. NULL on OOM (streams then run on the
+ *  request thread). */
+struct os_loop *os_loop_new(void)
 {
     struct os_loop *lp = calloc(1, sizeof(*lp));
     if (!lp)
-        return; /* streams then run on the request thread */
+        return NULL;
     pthread_mutex_init(&lp->mu, NULL);
     lp->epfd = lp->wakefd = -1;
-    inst->loop = lp;
+    return lp;
 }
 
 /** Wake the loop thread. */
@@ -283,9 +288,8 @@ static void wake(struct os_loop *lp)
 
 /** Stop the loop (after the last request): waits for running transfers, which end by their
  *  deadline or cancellation (the host reports every call cancelled at shutdown). */
-void os_loop_free(struct os_inst *inst)
+void os_loop_free(struct os_loop *lp)
 {
-    struct os_loop *lp = inst->loop;
     if (!lp)
         return;
     pthread_mutex_lock(&lp->mu);
@@ -301,14 +305,12 @@ void os_loop_free(struct os_inst *inst)
     }
     pthread_mutex_destroy(&lp->mu);
     free(lp);
-    inst->loop = NULL;
 }
 
-/** Run a prepared easy handle on the loop and wait for it to end; the result is in
- *  x->curl_code. Returns -1 when the loop is unavailable (the caller runs it itself). */
-int os_loop_run(struct os_xfer *x)
+/** Run a job's prepared easy handle on the loop and wait for it to end; the result is in
+ *  j->curl_code. Returns -1 when the loop is unavailable (the caller runs it itself). */
+int os_loop_run(struct os_loop *lp, struct os_loop_job *j)
 {
-    struct os_loop *lp = x->inst->loop;
     if (!lp)
         return -1;
     pthread_mutex_lock(&lp->mu);
@@ -316,18 +318,19 @@ int os_loop_run(struct os_xfer *x)
         pthread_mutex_unlock(&lp->mu);
         return -1;
     }
-    curl_easy_setopt(x->curl, CURLOPT_PRIVATE, (char *)x);
-    pthread_cond_init(&x->loop_cv, NULL);
-    x->loop_done = 0;
-    x->loop_next = lp->queue;
-    lp->queue = x;
+    curl_easy_setopt(j->curl, CURLOPT_PRIVATE, (char *)j);
+    pthread_cond_init(&j->cv, NULL);
+    j->done = 0;
+    j->prev = NULL;
+    j->next = lp->queue;
+    lp->queue = j;
     pthread_mutex_unlock(&lp->mu);
     wake(lp);
     pthread_mutex_lock(&lp->mu);
-    while (!x->loop_done)
-        pthread_cond_wait(&x->loop_cv, &lp->mu);
+    while (!j->done)
+        pthread_cond_wait(&j->cv, &lp->mu);
     pthread_mutex_unlock(&lp->mu);
-    pthread_cond_destroy(&x->loop_cv);
-    curl_easy_setopt(x->curl, CURLOPT_PRIVATE, NULL);
+    pthread_cond_destroy(&j->cv);
+    curl_easy_setopt(j->curl, CURLOPT_PRIVATE, NULL);
     return 0;
 }

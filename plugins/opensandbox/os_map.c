@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <curl/curl.h>
 #include <json-c/json.h>
 
 #include "os_internal.h"
@@ -251,7 +252,39 @@ int os_env_name_valid(const char *name)
     return 1;
 }
 
-/** Validate an endpoint as host[:port] (IPv6 in brackets); sets *why on failure. */
+/** The reason for a host[:port] that CURLU refused (rc), in the order the rules are written
+ *  in the configuration docs. Only picks the message; CURLU decided. */
+static const char *endpoint_refusal(const char *ep, CURLUcode rc)
+{
+    const char *port = NULL;
+    if (*ep == '[') {
+        const char *close = strchr(ep, ']');
+        if (!close || close == ep + 1)
+            return "has an unterminated IPv6 address; expected [addr]:port";
+        if (close[1] && close[1] != ':')
+            return "has junk after the IPv6 address; expected [addr]:port";
+        if (rc == CURLUE_BAD_IPV6)
+            return "has an invalid IPv6 address; expected [addr]:port";
+        port = close[1] ? close + 2 : NULL;
+    } else {
+        const char *colon = strchr(ep, ':');
+        if (colon == ep || rc == CURLUE_NO_HOST)
+            return "has an empty host; expected host[:port]";
+        if (colon && strchr(colon + 1, ':'))
+            return "has more than one ':'; write IPv6 addresses as [addr]:port";
+        port = colon ? colon + 1 : NULL;
+    }
+    if (port && rc == CURLUE_BAD_PORT_NUMBER) {
+        size_t n = strlen(port);
+        if (n == 0 || n > 5 || strspn(port, "0123456789") != n)
+            return "has an invalid port; expected 1-65535";
+        return "has a port outside 1-65535";
+    }
+    return "contains an invalid character; expected host[:port]";
+}
+
+/** Validate an endpoint as host[:port] (IPv6 in brackets); sets *why on failure. The host and
+ *  port are parsed and checked by libcurl's URL parser (CURLU), as they will be used. */
 int os_endpoint_valid(const char *ep, const char **why)
 {
     const char *dummy;
@@ -261,6 +294,7 @@ int os_endpoint_valid(const char *ep, const char **why)
         *why = "must not be empty; expected host[:port]";
         return 0;
     }
+    /* Parts a URL may carry but an endpoint must not: CURLU would take them apart silently. */
     if (strstr(ep, "://")) {
         *why = "must not contain a scheme; set protocol separately and use host[:port]";
         return 0;
@@ -275,51 +309,50 @@ int os_endpoint_valid(const char *ep, const char **why)
             return 0;
         }
     }
-    const char *host_end;
-    if (*ep == '[') {
-        host_end = strchr(ep, ']');
-        if (!host_end || host_end == ep + 1) {
-            *why = "has an unterminated IPv6 address; expected [addr]:port";
-            return 0;
-        }
-        host_end++;
-        if (*host_end && *host_end != ':') {
-            *why = "has junk after the IPv6 address; expected [addr]:port";
-            return 0;
-        }
-    } else {
-        host_end = strchr(ep, ':');
-        if (!host_end)
-            host_end = ep + strlen(ep);
-        if (host_end == ep) {
-            *why = "has an empty host; expected host[:port]";
-            return 0;
-        }
-        if (*host_end && strchr(host_end + 1, ':')) {
-            *why = "has more than one ':'; write IPv6 addresses as [addr]:port";
-            return 0;
-        }
+    struct os_sb sb = {0};
+    os_sb_printf(&sb, "http://%s", ep);
+    char *url = os_sb_take(&sb);
+    CURLU *u = url ? curl_url() : NULL;
+    if (!u) {
+        free(url);
+        *why = "could not be checked (out of memory)";
+        return 0;
     }
-    if (*host_end == ':') {
-        const char *p = host_end + 1;
-        if (!*p || strlen(p) > 5) {
+    CURLUcode rc = curl_url_set(u, CURLUPART_URL, url, 0);
+    free(url);
+    char *host = NULL, *port = NULL;
+    if (rc == CURLUE_OK)
+        rc = curl_url_get(u, CURLUPART_HOST, &host, 0);
+    CURLUcode prc = rc == CURLUE_OK ? curl_url_get(u, CURLUPART_PORT, &port, 0) : rc;
+    curl_url_cleanup(u);
+    int ok = 1;
+    if (rc != CURLUE_OK || !host || !*host) {
+        *why = endpoint_refusal(ep, rc == CURLUE_OK ? CURLUE_NO_HOST : rc);
+        ok = 0;
+    } else if (prc == CURLUE_NO_PORT) {
+        /* CURLU takes "host:" as no port; an endpoint with a ':' must name one. */
+        if (ep[strlen(ep) - 1] == ':') {
             *why = "has an invalid port; expected 1-65535";
-            return 0;
+            ok = 0;
         }
-        long port = 0;
-        for (; *p; p++) {
-            if (!isdigit((unsigned char)*p)) {
-                *why = "has an invalid port; expected 1-65535";
-                return 0;
-            }
-            port = port * 10 + (*p - '0');
-        }
-        if (port < 1 || port > 65535) {
+    } else if (prc != CURLUE_OK || !port) {
+        *why = endpoint_refusal(ep, CURLUE_BAD_PORT_NUMBER);
+        ok = 0;
+    } else {
+        /* CURLU accepts port 0 and any number of leading zeros; an endpoint port is 1-65535
+         * written in at most five digits. */
+        const char *text = strrchr(ep, ':') + 1;
+        if (strlen(text) > 5) {
+            *why = "has an invalid port; expected 1-65535";
+            ok = 0;
+        } else if (strtol(port, NULL, 10) < 1) {
             *why = "has a port outside 1-65535";
-            return 0;
+            ok = 0;
         }
     }
-    return 1;
+    curl_free(host);
+    curl_free(port);
+    return ok;
 }
 
 /** execd mode encoding (644 meaning 0644) to permission bits; *ok = 0 on digits 8/9. */

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /**
  * @file os_pause.c
- * @brief stop/restart by OpenSandbox pause/resume (opensandbox.stop_mode: pause)
- *        and the capabilities a configured instance offers.
+ * @brief stop/restart by OpenSandbox pause/resume (opensandbox.stop_mode: pause).
  *
  * OpenSandbox lifecycle (specs/sandbox-lifecycle.yml): POST /sandboxes/{id}/pause
  * answers 202 and the sandbox goes Pausing -> Paused; POST .../resume answers
@@ -21,35 +20,6 @@
 
 /** Poll interval while waiting for a lifecycle state. */
 #define OS_STATE_POLL_MS 250
-
-/** Capabilities this configured instance offers (ops.configured_caps). */
-uint64_t os_configured_caps(struct os_inst *inst)
-{
-    uint64_t caps = RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE |
-                    RK_CAP_SESSION | RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING |
-                    RK_CAP_CONFIGURED;
-    if (inst->stop_mode == OS_STOP_PAUSE)
-        caps |= RK_CAP_STOP | RK_CAP_RESTART;
-    else if (inst->stop_mode == OS_STOP_DELETE)
-        caps |= RK_CAP_STOP_DELETES;
-    if (inst->archive_enabled)
-        caps |= RK_CAP_SNAPSHOT;
-    if (inst->renew_margin_s > 0)
-        caps |= RK_CAP_RENEW;
-    return caps;
-}
-
-/** Path "/sandboxes/{osid}{suffix}" (malloc'd) or NULL. */
-char *os_sbx_path(const char *osid, const char *suffix)
-{
-    char *enc = os_escape(osid);
-    if (!enc)
-        return NULL;
-    struct os_sb sb = {0};
-    os_sb_printf(&sb, "/sandboxes/%s%s", enc, suffix);
-    free(enc);
-    return os_sb_take(&sb);
-}
 
 /** Raw OpenSandbox state ("Paused", ...) of a sandbox into buf. RK_E_NOT_FOUND if gone. */
 static rk_status raw_state(struct os_inst *inst, struct rk_call *call, const char *osid,

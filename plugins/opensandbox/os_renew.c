@@ -78,7 +78,15 @@ void os_renew_note(struct os_inst *inst, const char *osid, int64_t expires_at)
     pthread_mutex_unlock(&inst->renew_lock);
 }
 
-/** Free the renewal cache. */
+/** Set up the instance's (empty) renewal cache; 0 on success. */
+int os_renew_init(struct os_inst *inst)
+{
+    inst->renew_head = NULL;
+    inst->renew_count = 0;
+    return pthread_mutex_init(&inst->renew_lock, NULL) == 0 ? 0 : -1;
+}
+
+/** Free the renewal cache and its lock (after the last request). */
 void os_renew_cache_free(struct os_inst *inst)
 {
     struct os_renew_entry *e = inst->renew_head;
@@ -90,6 +98,7 @@ void os_renew_cache_free(struct os_inst *inst)
     }
     inst->renew_head = NULL;
     inst->renew_count = 0;
+    pthread_mutex_destroy(&inst->renew_lock);
 }
 
 /** Set OpenSandbox's expiry of osid to expires_at (epoch seconds). A 4xx

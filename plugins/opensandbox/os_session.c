@@ -115,6 +115,17 @@ static rk_status delete_session(struct os_inst *inst, struct rk_call *call, cons
     if (!p)
         return inst->host->set_error(
             call, RK_E_NOMEM, "opensandbox delete_session failed for %s: out of memory", osid);
+    int64_t dl = inst->host->deadline_ms(call);
+    if (dl > 0 && inst->host->now_ms() >= dl) {
+        /* A session whose init ran out of the call's time is still closed. */
+        long st = os_execd_after_deadline(inst, call, osid, "DELETE", p);
+        free(p);
+        return (st >= 200 && st < 300) || st == 404
+                   ? RK_OK
+                   : inst->host->set_error(call, RK_E_UNAVAILABLE,
+                                           "opensandbox delete_session failed for %s: %s", osid,
+                                           st ? "error" : "no answer");
+    }
     struct os_xfer x;
     rk_status s = os_execd_simple(inst, call, osid, "delete_session", "DELETE", p,
                                   inst->default_timeout_s * 1000, NULL, NULL, &x);
@@ -229,7 +240,9 @@ rk_status os_session_open(struct os_inst *inst, struct rk_call *call,
      * so that a failing cleanup cannot replace the original message. */
     rk_status fail = RK_OK;
     struct os_sb msg = {0};
-    if (s == RK_OK && res.timed_out) {
+    /* execd's timeout, or the call's deadline when the core set one (RK_E_TIMEOUT): either way
+     * the init ran out of time. */
+    if ((s == RK_OK && res.timed_out) || s == RK_E_TIMEOUT) {
         char *t = opts->startup_timeout_ms > 0 ? os_py_float(opts->startup_timeout_ms / 1000.0)
                                                : strdup("None");
         fail = RK_E_TIMEOUT;

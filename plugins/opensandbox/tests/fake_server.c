@@ -110,7 +110,7 @@ static void serve(int fd)
     pthread_mutex_lock(&lock);
     nreqs++;
     pthread_mutex_unlock(&lock);
-    struct fake_resp resp = {200, "", 0, 0};
+    struct fake_resp resp = {200, "", 0, 0, 0};
     cur_handler(rq, &resp);
     if (resp.no_reply)
         return;
@@ -129,6 +129,8 @@ static void serve(int fd)
                       resp.status, strlen(body));
     if (write(fd, head, (size_t)hn) < 0 || write(fd, body, strlen(body)) < 0)
         return;
+    if (resp.stall_ms > 0)
+        usleep((useconds_t)resp.stall_ms * 1000);
 }
 
 /** Accept loop. */

@@ -23,6 +23,7 @@ struct fake_resp {
     const char *body; /**< response body ("" if NULL) */
     int no_reply;     /**< close the connection without answering */
     int stream;       /**< send without Content-Length and close (stream style) */
+    int stall_ms;     /**< after sending, keep the connection open this long (a stalled stream) */
 };
 
 /** Scripted behaviour: fill resp for req. */

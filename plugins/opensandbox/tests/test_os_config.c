@@ -155,7 +155,7 @@ static void test_numeric_problems(void **state)
     assert_string_equal(mock_problem_keys[0], "protocol");
 }
 
-/** Lifecycle options (issue 12) decide the configured capabilities. */
+/** Lifecycle options (stop_mode, archive_enabled, renew_margin) decide the configured caps. */
 static void test_lifecycle_options(void **state)
 {
     (void)state;

@@ -67,6 +67,14 @@ static void handler(const struct fake_req *rq, struct fake_resp *r)
             "{\"type\":\"init\",\"text\":\"c1\"}\n\n{\"type\":\"stdout\",\"text\":\"out\"}\n\n"
             "{\"type\":\"stderr\",\"text\":\"err\"}\n\n{\"type\":\"error\",\"error\":{\"ename\":"
             "\"CommandExecError\",\"evalue\":\"7\",\"traceback\":[\"exit status 7\"]}}\n\n";
+    } else if (strcmp(rq->method, "POST") == 0 && strcmp(t, "/proxy/44772/session") == 0) {
+        r->body = "{\"session_id\":\"s1\"}";
+    } else if (strcmp(t, "/proxy/44772/session/s1/run") == 0) {
+        r->stream = 1; /* the init command's stream stalls after its init event */
+        r->body = "{\"type\":\"init\",\"text\":\"r1\"}\n\n";
+        r->stall_ms = 1500;
+    } else if (strcmp(rq->method, "DELETE") == 0 && strcmp(t, "/proxy/44772/session/s1") == 0) {
+        r->body = "{}";
     } else if (strncmp(t, "/proxy/44772/files/info?path=", 29) == 0) {
         r->status = 404;
         r->body = "{\"code\":\"FILE_NOT_FOUND\",\"message\":\"file not found\"}";
@@ -178,7 +186,7 @@ static void test_create_lost_reply(void **state)
     stop(inst);
 }
 
-/** Issue 10: a crafted ROCK id in the metadata lookup (the clean-up path that kills
+/** Query injection: a crafted ROCK id in the metadata lookup (the clean-up path that kills
  *  what it finds) stays one escaped value, so it cannot select another sandbox. */
 static void test_lookup_escapes_crafted_id(void **state)
 {
@@ -303,6 +311,30 @@ static void test_proxy_target(void **state)
 }
 
 /** Run the suite. */
+/** A session's init that runs out of the call's deadline (set by the core) reports the init
+ *  timeout, and the half-opened session is still deleted after the deadline. */
+static void test_session_init_deadline(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    struct rk_sandbox_ref ref = {.sandbox_id = "sbx", .upstream_id = "osb-1"};
+    struct rk_kv env[] = {{"A", "1"}};
+    struct rk_session_opts opts = {.env = env, .env_len = 1, .startup_timeout_ms = 100};
+    struct rk_session_opened out = {0};
+    mock_deadline_ms = mock_host.now_ms() + 300;
+    assert_int_equal(os_session_open(inst, mock_call(), &ref, &opts, &out), RK_E_TIMEOUT);
+    assert_string_equal(mock_last_error,
+                        "Timeout (0.1s) exceeded while initializing OpenSandbox session");
+    int n = fake_count();
+    assert_true(n >= 4);
+    assert_string_equal(fake_get(n - 1)->method, "DELETE");
+    assert_string_equal(fake_get(n - 1)->target, "/proxy/44772/session/s1");
+    char h[64];
+    assert_string_equal(fake_header(fake_get(n - 1), "X-Request-ID", h, sizeof h),
+                        "test-request-id");
+    stop(inst);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -314,6 +346,7 @@ int main(void)
         cmocka_unit_test(test_destroy),
         cmocka_unit_test(test_exec_routing),
         cmocka_unit_test(test_proxy_target),
+        cmocka_unit_test(test_session_init_deadline),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

@@ -249,16 +249,76 @@ static void test_metadata_filter(void **state)
 }
 
 /** Run the suite. */
+/** The refusal text for ep, or NULL when ep is a valid host[:port]. */
+static const char *endpoint_why(const char *ep)
+{
+    const char *why = NULL;
+    return os_endpoint_valid(ep, &why) ? NULL : why;
+}
+
+/** host[:port] checks (CURLU parses; the texts name the rule broken). */
+static void test_endpoint_valid(void **state)
+{
+    (void)state;
+    const char *good[] = {"opensandbox.example.com:8090",
+                          "opensandbox.local",
+                          "10.0.0.5:8080",
+                          "[::1]:8080",
+                          "[::1]",
+                          "[fe80::1]:1",
+                          "[::ffff:10.0.0.1]:65535",
+                          "localhost:00080",
+                          NULL};
+    for (int i = 0; good[i]; i++)
+        assert_null(endpoint_why(good[i]));
+    struct {
+        const char *ep;
+        const char *why;
+    } bad[] = {
+        {"", "must not be empty; expected host[:port]"},
+        {":8080", "has an empty host; expected host[:port]"},
+        {":", "has an empty host; expected host[:port]"},
+        {"::1", "has an empty host; expected host[:port]"},
+        {"host:0", "has a port outside 1-65535"},
+        {"host:65536", "has a port outside 1-65535"},
+        {"host:99999", "has a port outside 1-65535"},
+        {"[::1]:0", "has a port outside 1-65535"},
+        {"[::1]:65536", "has a port outside 1-65535"},
+        {"host:", "has an invalid port; expected 1-65535"},
+        {"host:80a", "has an invalid port; expected 1-65535"},
+        {"host:-1", "has an invalid port; expected 1-65535"},
+        {"host:123456", "has an invalid port; expected 1-65535"},
+        {"host:000080", "has an invalid port; expected 1-65535"},
+        {"[::1]:", "has an invalid port; expected 1-65535"},
+        {"[::1]:8o", "has an invalid port; expected 1-65535"},
+        {"a:b:c", "has more than one ':'; write IPv6 addresses as [addr]:port"},
+        {"[::1", "has an unterminated IPv6 address; expected [addr]:port"},
+        {"[]:80", "has an unterminated IPv6 address; expected [addr]:port"},
+        {"[::1]x", "has junk after the IPv6 address; expected [addr]:port"},
+        {"[zz]:80", "has an invalid IPv6 address; expected [addr]:port"},
+        {"user@host", "contains an invalid character; expected host[:port]"},
+        {"ho^st", "contains an invalid character; expected host[:port]"},
+        {"https://host", "must not contain a scheme; set protocol separately and use host[:port]"},
+        {"host/v1", "must not contain a path, query or fragment; expected host[:port]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *why = endpoint_why(bad[i].ep);
+        assert_non_null(why);
+        assert_string_equal(why, bad[i].why);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_memory),      cmocka_unit_test(test_cpu),
-        cmocka_unit_test(test_image),       cmocka_unit_test(test_state),
-        cmocka_unit_test(test_quote),       cmocka_unit_test(test_init_command),
-        cmocka_unit_test(test_repr),        cmocka_unit_test(test_float),
-        cmocka_unit_test(test_env_names),   cmocka_unit_test(test_mode),
-        cmocka_unit_test(test_join_url),    cmocka_unit_test(test_error_detail),
-        cmocka_unit_test(test_contains_ci), cmocka_unit_test(test_metadata_filter),
+        cmocka_unit_test(test_memory),         cmocka_unit_test(test_cpu),
+        cmocka_unit_test(test_image),          cmocka_unit_test(test_state),
+        cmocka_unit_test(test_quote),          cmocka_unit_test(test_init_command),
+        cmocka_unit_test(test_repr),           cmocka_unit_test(test_float),
+        cmocka_unit_test(test_env_names),      cmocka_unit_test(test_mode),
+        cmocka_unit_test(test_join_url),       cmocka_unit_test(test_error_detail),
+        cmocka_unit_test(test_contains_ci),    cmocka_unit_test(test_metadata_filter),
+        cmocka_unit_test(test_endpoint_valid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file os_endpoint.c
+ * @brief Endpoint discovery (GET /sandboxes/{id}/endpoints/{port}) and its short
+ *        per-instance cache, for execd and for the service proxy.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "os_internal.h"
+
+/** Free one cache entry. */
+static void ep_entry_free(struct os_ep_entry *e)
+{
+    if (!e)
+        return;
+    for (size_t i = 0; i < e->headers_len; i++) {
+        free((char *)e->headers[i].key);
+        free((char *)e->headers[i].value);
+    }
+    free(e->headers);
+    free(e->osid);
+    free(e->base);
+    free(e);
+}
+
+/** Set up the instance's (empty) endpoint cache; 0 on success. */
+int os_ep_cache_init(struct os_inst *inst)
+{
+    inst->ep_head = NULL;
+    inst->ep_count = 0;
+    return pthread_mutex_init(&inst->ep_lock, NULL) == 0 ? 0 : -1;
+}
+
+/** Drop every cached endpoint and release the cache (after the last request). */
+void os_ep_cache_free(struct os_inst *inst)
+{
+    struct os_ep_entry *e = inst->ep_head;
+    while (e) {
+        struct os_ep_entry *n = e->next;
+        ep_entry_free(e);
+        e = n;
+    }
+    inst->ep_head = NULL;
+    inst->ep_count = 0;
+    pthread_mutex_destroy(&inst->ep_lock);
+}
+
+/** Drop cached endpoints of a sandbox (port -1 = every port). */
+void os_ep_invalidate(struct os_inst *inst, const char *osid, int port)
+{
+    pthread_mutex_lock(&inst->ep_lock);
+    struct os_ep_entry **pp = &inst->ep_head;
+    while (*pp) {
+        struct os_ep_entry *e = *pp;
+        if (strcmp(e->osid, osid) == 0 && (port < 0 || e->port == port)) {
+            *pp = e->next;
+            ep_entry_free(e);
+            inst->ep_count--;
+        } else {
+            pp = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&inst->ep_lock);
+}
+
+/** Copy a cache entry's data into the call arena. */
+static int ep_to_arena(struct os_inst *inst, struct rk_call *call, const char *base,
+                       const struct rk_kv *hdrs, size_t n, struct os_endpoint *out)
+{
+    const struct rk_host *h = inst->host;
+    out->base = h->arena_strdup(call, base);
+    out->headers = n ? h->arena_alloc(call, n * sizeof(struct rk_kv)) : NULL;
+    out->headers_len = n;
+    if (!out->base || (n && !out->headers))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        out->headers[i].key = h->arena_strdup(call, hdrs[i].key);
+        out->headers[i].value = h->arena_strdup(call, hdrs[i].value);
+        if (!out->headers[i].key || !out->headers[i].value)
+            return 0;
+    }
+    return 1;
+}
+
+/** Look up a live cache entry; 1 on hit. */
+static int ep_cache_get(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
+                        struct os_endpoint *out)
+{
+    int hit = 0;
+    int64_t now = inst->host->now_ms();
+    pthread_mutex_lock(&inst->ep_lock);
+    for (struct os_ep_entry *e = inst->ep_head; e; e = e->next) {
+        if (e->port == port && strcmp(e->osid, osid) == 0) {
+            if (e->expires_ms > now)
+                hit = ep_to_arena(inst, call, e->base, e->headers, e->headers_len, out);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&inst->ep_lock);
+    return hit;
+}
+
+/** Insert or replace a cache entry (best effort; failures only skip caching). */
+static void ep_cache_put(struct os_inst *inst, const char *osid, int port,
+                         const struct os_endpoint *ep)
+{
+    struct os_ep_entry *e = calloc(1, sizeof(*e));
+    if (!e)
+        return;
+    e->osid = strdup(osid);
+    e->port = port;
+    e->base = strdup(ep->base);
+    e->expires_ms = inst->host->now_ms() + OS_ENDPOINT_TTL_MS;
+    e->headers = ep->headers_len ? calloc(ep->headers_len, sizeof(struct rk_kv)) : NULL;
+    int ok = e->osid && e->base && (!ep->headers_len || e->headers);
+    for (size_t i = 0; ok && i < ep->headers_len; i++) {
+        e->headers[i].key = strdup(ep->headers[i].key);
+        e->headers[i].value = strdup(ep->headers[i].value);
+        e->headers_len = i + 1;
+        ok = e->headers[i].key && e->headers[i].value;
+    }
+    if (!ok) {
+        ep_entry_free(e);
+        return;
+    }
+    os_ep_invalidate(inst, osid, port);
+    pthread_mutex_lock(&inst->ep_lock);
+    e->next = inst->ep_head;
+    inst->ep_head = e;
+    inst->ep_count++;
+    if (inst->ep_count > OS_ENDPOINT_CACHE_MAX) {
+        /* Drop the oldest entries (the list is newest first). */
+        struct os_ep_entry *p = inst->ep_head;
+        for (size_t i = 1; p && i < OS_ENDPOINT_CACHE_MAX / 2; i++)
+            p = p->next;
+        if (p) {
+            struct os_ep_entry *rest = p->next;
+            p->next = NULL;
+            while (rest) {
+                struct os_ep_entry *nx = rest->next;
+                ep_entry_free(rest);
+                inst->ep_count--;
+                rest = nx;
+            }
+        }
+    }
+    pthread_mutex_unlock(&inst->ep_lock);
+}
+
+/** Resolve GET /sandboxes/{id}/endpoints/{port}?use_server_proxy=<cfg> (cached when allowed). */
+rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
+                         int use_cache, const char *op, struct os_endpoint *out)
+{
+    const struct rk_host *h = inst->host;
+    memset(out, 0, sizeof(*out));
+    if (use_cache && ep_cache_get(inst, call, osid, port, out)) {
+        out->from_cache = 1;
+        return RK_OK;
+    }
+    char *enc = os_escape(osid);
+    struct os_sb sb = {0};
+    os_sb_printf(&sb, "/sandboxes/%s/endpoints/%d?use_server_proxy=%s", enc ? enc : "", port,
+                 inst->use_server_proxy ? "true" : "false");
+    free(enc);
+    char *path = os_sb_take(&sb);
+    struct os_xfer x;
+    rk_status s = path ? os_lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
+    free(path);
+    if (s == RK_OK)
+        s = os_xfer_perform(&x);
+    if (s != RK_OK) {
+        s = os_lc_xfer_fail(
+            inst, call,
+            (s == RK_E_CANCELLED || s == RK_E_TIMEOUT || s == RK_E_NOMEM) ? s : RK_E_UNAVAILABLE,
+            op, osid, &x);
+        os_xfer_cleanup(&x);
+        return s;
+    }
+    if (x.status != 200) {
+        s = os_lc_http_fail(inst, call, RK_E_UPSTREAM, op, osid, &x);
+        os_xfer_cleanup(&x);
+        return s;
+    }
+    json_object *o = os_lc_body_json(&x), *hdrs = NULL;
+    os_xfer_cleanup(&x);
+    const char *endpoint = os_lc_jstr(o, "endpoint");
+    if (!endpoint || !*endpoint) {
+        json_object_put(o);
+        return h->set_error(call, RK_E_UPSTREAM,
+                            "opensandbox %s failed for %s: endpoint response without endpoint", op,
+                            osid);
+    }
+    char *base = os_join_url(inst->protocol, endpoint, NULL);
+    size_t n = 0;
+    struct rk_kv tmp[64];
+    if (json_object_object_get_ex(o, "headers", &hdrs) &&
+        json_object_is_type(hdrs, json_type_object)) {
+        json_object_object_foreach(hdrs, k, v)
+        {
+            if (n < sizeof(tmp) / sizeof(tmp[0]) && json_object_is_type(v, json_type_string))
+                tmp[n++] = (struct rk_kv){k, json_object_get_string(v)};
+        }
+    }
+    int ok = base && ep_to_arena(inst, call, base, tmp, n, out);
+    free(base);
+    json_object_put(o);
+    if (!ok)
+        return h->set_error(call, RK_E_NOMEM, "opensandbox %s failed for %s: out of memory", op,
+                            osid);
+    ep_cache_put(inst, osid, port, out);
+    return RK_OK;
+}
