@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Cheap requests side by side (issue 15): rock-admin against nginx, Redis and the OpenSandbox
+"""Cheap requests side by side: rock-admin against nginx, Redis and the OpenSandbox
 simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medians of three.
 
   python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N] [--seconds S] [--strace]

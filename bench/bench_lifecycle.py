@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Lifecycle timings on OpenSandbox (issue 12): rock-admin + the OpenSandbox simulator + Redis
+"""Lifecycle timings on OpenSandbox: rock-admin + the OpenSandbox simulator + Redis
 on this machine, opensandbox.stop_mode pause + archive_enabled, N rounds, medians and maxima of
 
   stop       /stop answered (pause accepted and Paused observed)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Cost of the security features (issue 11) with the in-memory test operator:
+"""Cost of the security features with the in-memory test operator:
 
   auth  /execute round trips on one keep-alive connection, authentication off
         vs on (XRL-Authorization: Bearer, 100 tokens in the file, the match last)

@@ -60,13 +60,8 @@ void rk_command_deadline(struct rk_req *r, int64_t timeout_ms)
 
 int rk_command_timed_out(struct rk_call *call, rk_status st, const struct rk_exec_res *res)
 {
-    if (st == RK_E_TIMEOUT || (st == RK_OK && res->timed_out))
-        return 1;
-    /* Compatibility, not a second decision: host->cancelled() is also true
-     * once the call's deadline passed, so a plugin that polls it before
-     * deadline_ms() reports that deadline as RK_E_CANCELLED. Goes once the
-     * plugin-facing cancelled() counts only a client that left or shutdown. */
-    return st == RK_E_CANCELLED && rk_call_deadline_passed(call);
+    (void)call;
+    return st == RK_E_TIMEOUT || (st == RK_OK && res->timed_out);
 }
 
 void rk_reply_timeout(struct rk_req *r, int has, double s, const char *what)

@@ -135,9 +135,9 @@ const struct core_key rk_core_keys[] = {
     {"proxy", "connect_timeout", CT_INT, F(proxy.connect_timeout_s), 1, INT_MAX, 0, NULL},
     {"log", "level", CT_LEVEL, F(log.level), 0, 0, 0, NULL},
     /* state from a reconciler; proxy endpoint cache */
-    {"runtime", "reconcile_interval_ms", CT_INT, F(perf.reconcile_interval_ms), 0, INT_MAX, 0,
+    {"runtime", "reconcile_interval_ms", CT_INT, F(runtime.reconcile_interval_ms), 0, INT_MAX, 0,
      NULL},
-    {"proxy", "endpoint_cache_ttl_ms", CT_INT, F(perf.proxy_endpoint_ttl_ms), 0, INT_MAX, 0, NULL},
+    {"proxy", "endpoint_cache_ttl_ms", CT_INT, F(proxy.endpoint_cache_ttl_ms), 0, INT_MAX, 0, NULL},
     /* log.format */
     {"log", "format", CT_LOGFMT, F(log.format), 0, 0, 0, NULL},
 };
@@ -202,16 +202,15 @@ struct rk_config *rk_config_defaults(void)
     c->runtime.session_reservation_ttl_s = 120;
     c->runtime.start_wait_s = 85;
     c->runtime.command_timeout_margin_s = 30;
-    c->perf.reconcile_interval_ms = 1000;
-    c->perf.proxy_endpoint_ttl_ms = 5000;
+    c->runtime.reconcile_interval_ms = 1000;
+    c->proxy.endpoint_cache_ttl_ms = 5000;
     c->redis.host = rk_config_strdup("");
     c->redis.port = 6379;
     c->redis.password = rk_config_strdup("");
     c->redis.db = 0;
     c->redis.connect_timeout_ms = 1000;
     c->redis.timeout_ms = 2000;
-    c->redis.pool_size =
-        64; /* >= wrk -c64 concurrency; waiting for a connection costs more */
+    c->redis.pool_size = 64; /* >= wrk -c64 concurrency; waiting for a connection costs more */
     c->redis.key_prefix = rk_config_strdup("rock:");
     c->redis.sentinels = rk_config_calloc(1, sizeof(char *));
     c->redis.master_name = rk_config_strdup("");

@@ -81,6 +81,7 @@ struct rk_config {
         int session_reservation_ttl_s;  /* default 120 */
         int start_wait_s;               /* /start waits this long, default 85 */
         int command_timeout_margin_s;   /* grace after a command timeout, default 30 */
+        int reconcile_interval_ms;      /* reconciler pass period, default 1000; 0 = off */
         /* /archive access */
         char *archive_keys; /* X-Key allow-list of /archive, comma-separated; NULL = any */
     } runtime;
@@ -109,17 +110,14 @@ struct rk_config {
         int enabled;
     } scheduler;
     struct {
-        int timeout_s;         /* upstream app timeout, default 120 */
-        int connect_timeout_s; /* default 5 */
+        int timeout_s;             /* upstream app timeout, default 120 */
+        int connect_timeout_s;     /* default 5 */
+        int endpoint_cache_ttl_ms; /* proxy endpoint cache TTL, default 5000 */
     } proxy;
     struct {
         char *level;  /* error|warning|info|debug, default info */
         char *format; /* text|json, default text */
     } log;
-    struct {
-        int reconcile_interval_ms; /* reconciler pass period, default 1000; 0 = off */
-        int proxy_endpoint_ttl_ms; /* proxy endpoint cache TTL, default 5000 */
-    } perf;
     struct rk_cfg_raw_section *sections; /* unknown top-level sections, raw */
     size_t n_sections;
 };

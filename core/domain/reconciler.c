@@ -76,7 +76,7 @@ struct listing {
 static int can_reconcile(const struct rk_app *app)
 {
     return app && app->plugin && (app->plugin->desc->caps & RK_CAP_LIST) && app->plugin->ops.list &&
-           app->cfg->perf.reconcile_interval_ms > 0;
+           app->cfg->runtime.reconcile_interval_ms > 0;
 }
 
 int rk_reconciler_active(const struct rk_app *app)
@@ -164,7 +164,7 @@ static const struct listed *find_listed(const struct listing *l, const char *roc
 /* Staleness bound of store-only reads, ms: three intervals, at least 3 s. */
 static int64_t fresh_ms(const struct rk_app *app)
 {
-    int64_t b = (int64_t)app->cfg->perf.reconcile_interval_ms * 3;
+    int64_t b = (int64_t)app->cfg->runtime.reconcile_interval_ms * 3;
     return b < 3000 ? 3000 : b;
 }
 
@@ -340,7 +340,7 @@ static void *reconciler_main(void *arg)
 {
     rku_thread_c_locale(); /* it parses every stored record each pass */
     struct rk_app *app = arg;
-    int interval = app->cfg->perf.reconcile_interval_ms;
+    int interval = app->cfg->runtime.reconcile_interval_ms;
     pthread_mutex_lock(&rc_mu);
     while (!rc_stop) {
         pthread_mutex_unlock(&rc_mu);
@@ -385,7 +385,7 @@ int rk_reconciler_start(struct rk_app *app)
     }
     rc_running = 1;
     rk_info("reconciler: every %d ms (status reads come from the store)",
-            app->cfg->perf.reconcile_interval_ms);
+            app->cfg->runtime.reconcile_interval_ms);
     return 0;
 }
 

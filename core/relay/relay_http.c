@@ -730,7 +730,7 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
                       struct rk_proxy_target *pt, struct rk_ep *cached)
 {
     struct rk_app *app = r->app;
-    int64_t ttl = app->cfg->perf.proxy_endpoint_ttl_ms;
+    int64_t ttl = app->cfg->proxy.endpoint_cache_ttl_ms;
     memset(cached, 0, sizeof *cached);
     if (rk_ep_cache_get(r->params[0], port, (int)kind, ttl, cached) == 0) {
         memset(pt, 0, sizeof *pt);

@@ -14,12 +14,14 @@ PREFIX = "/apis/envs/sandbox/v1"
 
 def route_patterns():
     found = set()
-    for name in ("core/router.c", "core/relay_http.c"):
+    for name in ("core/api/route_table.c", "core/relay/relay_http.c"):
         with open(os.path.join(SRC, name)) as f:
             text = f.read()
         for m in re.finditer(r'\bP\s+"(/[^"]*)"', text):
             found.add(PREFIX + m.group(1))
         for m in re.finditer(r'_ROUTE\(\s*"(/[^"]*)"', text):
+            found.add(m.group(1))
+        for m in re.finditer(r'\.pattern\s*=\s*"(/[^"]*)"', text):
             found.add(m.group(1))
     return found
 
