@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Private to the HTTP relay's files: relay_http.c (routes, request set-up,
+ * answers) and relay_http_transfer.c (the upstream transfer: libcurl
+ * callbacks, the worker and the synchronous mode, the MHD content reader).
+ */
+#ifndef RK_RELAY_HTTP_INTERNAL_H
+#define RK_RELAY_HTTP_INTERNAL_H
+
+#include <curl/curl.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/bytepipe.h"
+
+struct rk_app;
+
+/** Ring sizes of the two body pipes. */
+#define PX_PIPE_BYTES (256 * 1024)
+/** Upper bound of the upstream response head we keep. */
+#define PX_MAX_HEAD_BYTES (64 * 1024)
+/** Staging buffer of the synchronous mode (requests without a body). */
+#define PX_SYNC_BUF_BYTES (64 * 1024)
+/** Stack of the worker thread (libcurl + TLS handshake). */
+#define PX_WORKER_STACK (512 * 1024)
+
+/* One response header line from upstream. */
+struct px_header {
+    char *name;
+    char *value;
+};
+
+/* State shared by the connection thread, the worker and the MHD response. */
+struct px_http {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    struct rk_app *app;
+    CURL *curl;
+    struct curl_slist *hdrs;
+    char *url;
+    char errbuf[CURL_ERROR_SIZE];
+    struct rk_bytepipe *req;  /* client body -> curl; NULL without a streamed body */
+    struct rk_bytepipe *resp; /* curl -> client */
+    int client_fd;
+    int timeout_ms;  /* upstream inactivity limit (proxy.timeout) */
+    char *prefix;    /* proxy prefix for Location rewriting */
+    char *base_path; /* the endpoint's own path */
+    char sandbox_id[128];
+    int port;
+    /* response head (written by the worker until head_done) */
+    long status;
+    struct px_header *h;
+    size_t nh, head_bytes;
+    int head_too_big;
+    int head_done;
+    /* progress */
+    int finished;
+    CURLcode result;
+    int timed_out;
+    int cancel;       /* the request side gave up */
+    int discard_body; /* the upstream answered early: the rest of the client body is dropped */
+    /* Synchronous mode (requests without a body): the connection thread drives the
+     * transfer itself through its own curl multi handle; no worker thread, no pipe. The
+     * answer is staged in sbuf and the transfer is paused while sbuf is full. */
+    int sync;
+    CURLM *multi;
+    char *sbuf;
+    size_t slen, soff;
+    int paused;
+    int reader_attached; /* the client response is being produced */
+    int64_t last_io_ms;
+    int64_t wait_start_ms;
+    curl_off_t last_dl, last_ul;
+};
+
+/** Stop the transfer from the request side and wake every waiter. */
+void rk_px_cancel(struct px_http *px);
+/** libcurl header callback: note activity, bound the head's size, and at the end of the final
+ * head take its status and headers. Lines are not parsed here (curl_easy_nextheader). */
+size_t rk_px_header_cb(char *line, size_t size, size_t n, void *ud);
+/** libcurl progress callback: cancellation and the inactivity limit. */
+int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                      curl_off_t ulnow);
+/** libcurl read callback: the client body from the request pipe. */
+size_t rk_px_read_cb(char *buf, size_t size, size_t n, void *ud);
+/** The MHD content reader: the upstream body as it arrives. */
+ssize_t rk_px_reader(void *cls, uint64_t pos, char *buf, size_t max);
+/** The MHD response is gone: stop the worker and drop its reference. */
+void rk_px_response_free(void *cls);
+/** Synchronous mode: drive the transfer for at most wait_ms (progress, completion, the
+ * inactivity limit via the progress callback). Returns -1 when the client left or the
+ * daemon stops (the transfer is then cancelled), else 0. */
+int rk_px_sync_step(struct px_http *px, int wait_ms);
+/** This thread's multi handle (created on first use), or NULL. */
+CURLM *rk_px_thread_multi(void);
+/** Note upstream activity. */
+void rk_px_touch(struct px_http *px);
+/** Drop one reference; the last one frees everything. */
+void rk_px_unref(struct px_http *px);
+/** Worker (a cached relay thread): run the transfer, then publish the result. The handle goes
+ * back to the per-origin pool with its keep-alive connection after a complete exchange. */
+void rk_px_worker(void *arg);
+size_t rk_px_write_cb(char *data, size_t size, size_t n, void *ud);
+
+#endif /* RK_RELAY_HTTP_INTERNAL_H */

@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The HTTP relay's upstream transfer (see relay_http.c for the design): the
+ * shared state's references, the libcurl callbacks, the worker thread, the
+ * synchronous mode on the connection thread's own curl multi handle, and the
+ * MHD content reader that hands the answer to the client.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* POLLRDHUP, getrandom */
+#endif
+#include <curl/curl.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/validate.h"
+#include "base/app.h"
+#include "base/bytepipe.h"
+#include "base/util.h"
+#include "config/config.h"
+#include "domain/activity.h"
+#include "domain/dispatch.h"
+#include "domain/endpoint_cache.h"
+#include "engine/envelope.h"
+#include "engine/http_server.h"
+#include "engine/reply.h"
+#include "obs/log.h"
+#include "relay/proxy_guard.h"
+#include "relay/relay.h"
+#include "relay/relay_common.h"
+#include "relay/relay_pool.h"
+
+#include "relay/relay_http_internal.h"
+
+/* Drop one reference; the last one frees everything. */
+void rk_px_unref(struct px_http *px)
+{
+    pthread_mutex_lock(&px->mu);
+    int left = --px->refs;
+    pthread_mutex_unlock(&px->mu);
+    if (left > 0)
+        return;
+    if (px->curl && px->sync && px->multi)
+        curl_multi_remove_handle(px->multi, px->curl);
+    if (px->curl)
+        curl_easy_cleanup(px->curl); /* the transfer never ran or did not complete */
+    free(px->sbuf);
+    curl_slist_free_all(px->hdrs);
+    free(px->url);
+    if (px->req)
+        rk_bytepipe_free(px->req);
+    if (px->resp)
+        rk_bytepipe_free(px->resp);
+    for (size_t i = 0; i < px->nh; i++) {
+        free(px->h[i].name);
+        free(px->h[i].value);
+    }
+    free(px->h);
+    free(px->prefix);
+    free(px->base_path);
+    pthread_mutex_destroy(&px->mu);
+    pthread_cond_destroy(&px->cv);
+    free(px);
+}
+
+/* Stop the transfer from the request side and wake every waiter. */
+void rk_px_cancel(struct px_http *px)
+{
+    pthread_mutex_lock(&px->mu);
+    px->cancel = 1;
+    pthread_cond_broadcast(&px->cv);
+    pthread_mutex_unlock(&px->mu);
+    if (px->req)
+        rk_bytepipe_abort(px->req);
+    if (px->resp)
+        rk_bytepipe_abort(px->resp);
+}
+
+/* 1 when the worker should stop (request side gone or daemon stopping). */
+static int px_should_stop(struct px_http *px)
+{
+    pthread_mutex_lock(&px->mu);
+    int c = px->cancel;
+    pthread_mutex_unlock(&px->mu);
+    return c || px->app->stopping;
+}
+
+/* Note upstream activity. */
+void rk_px_touch(struct px_http *px)
+{
+    pthread_mutex_lock(&px->mu);
+    px->last_io_ms = rk_now_ms();
+    pthread_mutex_unlock(&px->mu);
+}
+
+/* A header value as libcurl stored it, trimmed of line ends and blanks: curl 7.88 keeps the
+ * CR of an empty value ("X-A:\r\n" gives "\r"; fixed in later versions). */
+static char *px_value_dup(const char *v)
+{
+    size_t n = strlen(v);
+    while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    return rk_strdup_printf("%.*s", (int)n, v);
+}
+
+/* The final response head is complete: copy its headers as libcurl parsed them (folded lines
+ * joined, values trimmed; interim 1xx heads and trailers have other origins). Caller holds
+ * px->mu. Returns 0, or -1 on OOM. */
+static int px_collect_head(struct px_http *px)
+{
+    size_t n = 0;
+    struct curl_header *h = NULL;
+    while ((h = curl_easy_nextheader(px->curl, CURLH_HEADER, -1, h)))
+        n++;
+    px->h = n ? calloc(n, sizeof *px->h) : NULL;
+    if (n && !px->h)
+        return -1;
+    h = NULL;
+    while ((h = curl_easy_nextheader(px->curl, CURLH_HEADER, -1, h)) && px->nh < n) {
+        if (!h->name[0])
+            continue; /* ": value" names nothing */
+        px->h[px->nh].name = rk_xstrdup(h->name);
+        px->h[px->nh].value = px_value_dup(h->value);
+        px->nh++;
+    }
+    return 0;
+}
+
+/* libcurl header callback: note activity, bound the head's size, and at the end of the final
+ * head take its status and headers. Lines are not parsed here (curl_easy_nextheader). */
+size_t rk_px_header_cb(char *line, size_t size, size_t n, void *ud)
+{
+    struct px_http *px = ud;
+    size_t len = size * n;
+    rk_px_touch(px);
+    pthread_mutex_lock(&px->mu);
+    if (px->head_done) { /* trailers: not relayed */
+        pthread_mutex_unlock(&px->mu);
+        return len;
+    }
+    size_t l = len;
+    while (l > 0 && (line[l - 1] == '\n' || line[l - 1] == '\r'))
+        l--;
+    if (l > 0) {
+        px->head_bytes += l;
+        int too_big = px->head_bytes > PX_MAX_HEAD_BYTES;
+        px->head_too_big = too_big;
+        pthread_mutex_unlock(&px->mu);
+        return too_big ? 0 : len;
+    }
+    long status = 0;
+    curl_easy_getinfo(px->curl, CURLINFO_RESPONSE_CODE, &status);
+    px->head_bytes = 0; /* each head (interim or final) has its own bound */
+    if (status < 200) { /* an interim head: its headers are not relayed */
+        pthread_mutex_unlock(&px->mu);
+        return len;
+    }
+    px->status = status;
+    if (px_collect_head(px) != 0) {
+        pthread_mutex_unlock(&px->mu);
+        return 0;
+    }
+    px->head_done = 1;
+    pthread_cond_broadcast(&px->cv);
+    if (px->status >= 300 && px->req) {
+        /* An early error answer: libcurl stops sending the body ("HTTP error before end of
+         * send"); stop feeding it so the request side drains the client body and relays this
+         * answer, as nginx does. */
+        px->discard_body = 1;
+        pthread_mutex_unlock(&px->mu);
+        rk_bytepipe_abort(px->req);
+        return len;
+    }
+    pthread_mutex_unlock(&px->mu);
+    return len;
+}
+
+/* libcurl write callback: push the body into the response pipe. Blocks while
+ * the client is slow; before the client response exists it waits at most the
+ * inactivity limit (an upstream answering before it read the whole request
+ * would otherwise deadlock with the request pipe). */
+
+/* Synchronous mode: stage the chunk, or pause the transfer until the client took what is
+ * staged (libcurl then hands the same chunk again). */
+static size_t px_sync_write(struct px_http *px, const char *data, size_t len)
+{
+    if (!px->head_done) {
+        pthread_mutex_lock(&px->mu);
+        px->head_done = 1;
+        pthread_mutex_unlock(&px->mu);
+    }
+    if (px->soff > 0 && px->soff == px->slen)
+        px->soff = px->slen = 0;
+    if (PX_SYNC_BUF_BYTES - px->slen < len && px->soff > 0) {
+        memmove(px->sbuf, px->sbuf + px->soff, px->slen - px->soff);
+        px->slen -= px->soff;
+        px->soff = 0;
+    }
+    if (PX_SYNC_BUF_BYTES - px->slen < len) {
+        px->paused = 1;
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    memcpy(px->sbuf + px->slen, data, len);
+    px->slen += len;
+    px->last_io_ms = rk_now_ms();
+    return len;
+}
+
+size_t rk_px_write_cb(char *data, size_t size, size_t n, void *ud)
+{
+    struct px_http *px = ud;
+    size_t len = size * n;
+    size_t off = 0;
+    if (px->sync)
+        return px_sync_write(px, data, len);
+    rk_px_touch(px);
+    pthread_mutex_lock(&px->mu);
+    if (!px->head_done) {
+        px->head_done = 1;
+        pthread_cond_broadcast(&px->cv);
+    }
+    pthread_mutex_unlock(&px->mu);
+    int64_t start = rk_now_ms();
+    while (off < len) {
+        size_t w = 0;
+        int rc = rk_bytepipe_write_timed(px->resp, data + off, len - off, 1000, &w);
+        off += w;
+        if (rc == 0)
+            break;
+        if (rc < 0 || px_should_stop(px))
+            return 0;
+        pthread_mutex_lock(&px->mu);
+        int attached = px->reader_attached;
+        pthread_mutex_unlock(&px->mu);
+        if (w > 0)
+            start = rk_now_ms();
+        if (!attached && rk_now_ms() - start > px->timeout_ms) {
+            pthread_mutex_lock(&px->mu);
+            px->timed_out = 1;
+            pthread_mutex_unlock(&px->mu);
+            return 0;
+        }
+    }
+    rk_px_touch(px);
+    return len;
+}
+
+/* libcurl read callback: the client body from the request pipe. */
+size_t rk_px_read_cb(char *buf, size_t size, size_t n, void *ud)
+{
+    struct px_http *px = ud;
+    for (;;) {
+        ssize_t got = rk_bytepipe_read(px->req, buf, size * n, 1000);
+        if (got >= 0) {
+            rk_px_touch(px);
+            return (size_t)got;
+        }
+        if (rk_bytepipe_aborted(px->req) || px_should_stop(px))
+            return CURL_READFUNC_ABORT;
+    }
+}
+
+/* libcurl progress callback: cancellation and the inactivity limit. */
+int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                      curl_off_t ulnow)
+{
+    (void)dltotal;
+    (void)ultotal;
+    struct px_http *px = ud;
+    if (px_should_stop(px))
+        return 1;
+    int64_t now = rk_now_ms();
+    pthread_mutex_lock(&px->mu);
+    if (dlnow != px->last_dl || ulnow != px->last_ul) {
+        px->last_dl = dlnow;
+        px->last_ul = ulnow;
+        px->last_io_ms = now;
+    }
+    int idle = now - px->last_io_ms > px->timeout_ms;
+    if (idle)
+        px->timed_out = 1;
+    pthread_mutex_unlock(&px->mu);
+    return idle;
+}
+
+/* The transfer ended: the handle goes back to the pool (kept when reusable), then the result is
+ * published to the waiters. */
+static void px_finish(struct px_http *px, CURLcode res, int reusable)
+{
+    rk_relay_curl_put(px->url, px->curl, reusable);
+    px->curl = NULL;
+    pthread_mutex_lock(&px->mu);
+    px->finished = 1;
+    px->result = res;
+    pthread_cond_broadcast(&px->cv);
+    pthread_mutex_unlock(&px->mu);
+}
+
+/* Worker (a cached relay thread): run the transfer, then publish the result. The handle goes
+ * back to the per-origin pool with its keep-alive connection after a complete exchange. */
+void rk_px_worker(void *arg)
+{
+    struct px_http *px = arg;
+    rk_px_touch(px);
+    CURLcode res = curl_easy_perform(px->curl);
+    pthread_mutex_lock(&px->mu);
+    int complete = res == CURLE_OK && !px->cancel && !px->discard_body;
+    pthread_mutex_unlock(&px->mu);
+    px_finish(px, res, complete);
+    if (px->req)
+        rk_bytepipe_abort(px->req); /* body() stops feeding a finished transfer */
+    rk_bytepipe_close(px->resp);
+    rk_px_unref(px);
+    rk_relay_leave();
+}
+
+/* Per-thread multi handle of the synchronous mode (freed when the connection thread ends). */
+static pthread_key_t px_multi_key;
+static pthread_once_t px_multi_once = PTHREAD_ONCE_INIT;
+
+static void px_multi_free(void *m)
+{
+    curl_multi_cleanup(m);
+}
+
+static void px_multi_key_init(void)
+{
+    pthread_key_create(&px_multi_key, px_multi_free);
+}
+
+/* This thread's multi handle (created on first use), or NULL. */
+CURLM *rk_px_thread_multi(void)
+{
+    pthread_once(&px_multi_once, px_multi_key_init);
+    CURLM *m = pthread_getspecific(px_multi_key);
+    if (!m) {
+        m = curl_multi_init();
+        if (m && pthread_setspecific(px_multi_key, m) != 0) {
+            curl_multi_cleanup(m);
+            m = NULL;
+        }
+    }
+    return m;
+}
+
+/* Synchronous mode: note a finished transfer; the handle goes back to the pool. */
+static void px_sync_collect(struct px_http *px)
+{
+    int left = 0;
+    CURLMsg *msg;
+    while ((msg = curl_multi_info_read(px->multi, &left))) {
+        if (msg->msg != CURLMSG_DONE || msg->easy_handle != px->curl)
+            continue;
+        CURLcode res = msg->data.result;
+        curl_multi_remove_handle(px->multi, px->curl);
+        px_finish(px, res, res == CURLE_OK && !px->cancel);
+        return;
+    }
+}
+
+/* Synchronous mode: drive the transfer for at most wait_ms (progress, completion, the
+ * inactivity limit via the progress callback). Returns -1 when the client left or the
+ * daemon stops (the transfer is then cancelled), else 0. */
+int rk_px_sync_step(struct px_http *px, int wait_ms)
+{
+    int running = 0;
+    if (!px->curl)
+        return 0;
+    size_t staged = px->slen;
+    int head = px->head_done;
+    curl_multi_perform(px->multi, &running);
+    px_sync_collect(px);
+    /* Something for the caller already (answer head, staged bytes, a full buffer): do not
+     * wait; a paused transfer would never wake the poll below. */
+    if (!px->curl || px->slen != staged || px->head_done != head || px->paused)
+        return 0;
+    int fds = 0;
+    curl_multi_poll(px->multi, NULL, 0, wait_ms, &fds);
+    curl_multi_perform(px->multi, &running);
+    px_sync_collect(px);
+    if (px->curl && fds == 0 && (px->app->stopping || rk_relay_peer_gone(px->client_fd))) {
+        pthread_mutex_lock(&px->mu);
+        px->cancel = 1;
+        pthread_mutex_unlock(&px->mu);
+        return -1;
+    }
+    return 0;
+}
+
+/* Synchronous mode content reader: staged bytes, else drive the transfer. */
+static ssize_t px_sync_reader(struct px_http *px, char *buf, size_t max)
+{
+    for (;;) {
+        if (px->slen > px->soff) {
+            size_t n = px->slen - px->soff;
+            if (n > max)
+                n = max;
+            memcpy(buf, px->sbuf + px->soff, n);
+            px->soff += n;
+            if (px->soff == px->slen)
+                px->soff = px->slen = 0;
+            if (px->paused && px->curl) {
+                px->paused = 0;
+                rk_px_touch(px); /* time spent waiting for the client is not upstream inactivity */
+                curl_easy_pause(px->curl, CURLPAUSE_CONT);
+            }
+            return (ssize_t)n;
+        }
+        if (px->finished) {
+            int ok = px->result == CURLE_OK;
+            if (!ok)
+                rk_info("http proxy to sandbox %s port %d: upstream body cut", px->sandbox_id,
+                        px->port);
+            return ok ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (px->paused && px->curl) {
+            px->paused = 0;
+            rk_px_touch(px);
+            curl_easy_pause(px->curl, CURLPAUSE_CONT);
+        }
+        if (rk_px_sync_step(px, 200) != 0)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+/* The MHD content reader: the upstream body as it arrives. */
+ssize_t rk_px_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct px_http *px = cls;
+    if (px->sync)
+        return px_sync_reader(px, buf, max);
+    for (;;) {
+        ssize_t n = rk_bytepipe_read(px->resp, buf, max, 1000);
+        if (n > 0)
+            return n;
+        if (n == 0) {
+            pthread_mutex_lock(&px->mu);
+            int ok = px->finished && px->result == CURLE_OK;
+            pthread_mutex_unlock(&px->mu);
+            if (!ok)
+                rk_info("http proxy to sandbox %s port %d: upstream body cut", px->sandbox_id,
+                        px->port);
+            return ok ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (n == -1 || px->app->stopping || rk_relay_peer_gone(px->client_fd)) {
+            rk_px_cancel(px);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+/* The MHD response is gone: stop the worker and drop its reference. */
+void rk_px_response_free(void *cls)
+{
+    struct px_http *px = cls;
+    /* Synchronous mode: the client got the whole answer; let libcurl see the end of the
+     * exchange too, so the handle and its keep-alive connection go back to the pool. */
+    for (int i = 0; px->sync && px->curl && !px->finished && !px->cancel && i < 4; i++) {
+        int running = 0;
+        curl_multi_perform(px->multi, &running);
+        px_sync_collect(px);
+    }
+    rk_px_cancel(px);
+    rk_px_unref(px);
+}
