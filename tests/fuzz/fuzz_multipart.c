@@ -102,6 +102,12 @@ int rk_req_client_fd(struct rk_req *r)
     return -1;
 }
 
+void rk_req_set_sandbox(struct rk_req *r, const char *sandbox_id)
+{
+    (void)r;
+    (void)sandbox_id;
+}
+
 /* Replies only mark the request answered. */
 static void answered(struct rk_req *r)
 {
