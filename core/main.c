@@ -383,7 +383,7 @@ int main(int argc, char **argv)
     if (rk_http_start(&app) != 0)
         goto out;
     if (rk_sweeper_start(&app) != 0)
-        rk_warn("cannot start the idle sweeper");
+        rk_warn("cannot start the background thread (idle sweep, job take-over)");
     if (rk_reconciler_start(&app) != 0)
         rk_warn("cannot start the reconciler; status reads ask the backend");
     rk_notice("rock-admin ready on %s://%s:%d%s", rk_tls_enabled() ? "https" : "http",

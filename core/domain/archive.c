@@ -494,17 +494,19 @@ rk_status rk_restore_start(struct rk_app *app, struct rk_call *call, json_object
     return st;
 }
 
-int rk_restore_in_progress(struct rk_app *app, json_object **rec_io, int take_over)
+int rk_restore_in_progress(json_object *rec)
 {
     json_object *v;
-    if (!json_object_object_get_ex(*rec_io, "restoring", &v) || !v || !json_object_get_boolean(v))
-        return 0;
-    if (!take_over || rec_int(*rec_io, "job_lease") >= rk_epoch_s())
-        return 1;
-    /* Its admin died mid-restore: the snapshot is still there, archive again. */
-    const char *id = rk_rec_str(*rec_io, "sandbox_id");
-    if (!id)
-        return 1;
+    return json_object_object_get_ex(rec, "restoring", &v) && v && json_object_get_boolean(v);
+}
+
+/* A restore whose admin died (its lease ran out): the snapshot is still
+ * there, so the record goes back to archived and a client may restart it. */
+static void restore_take_over(struct rk_app *app, json_object *rec)
+{
+    const char *id = rk_rec_str(rec, "sandbox_id");
+    if (!id || !rk_restore_in_progress(rec) || rec_int(rec, "job_lease") >= rk_epoch_s())
+        return;
     char idbuf[256];
     snprintf(idbuf, sizeof idbuf, "%s", id);
     struct jpatch p = {.expect = RK_STATE_PENDING,
@@ -514,14 +516,40 @@ int rk_restore_in_progress(struct rk_app *app, json_object **rec_io, int take_ov
                        .restoring = -1,
                        .drop_lease = 1,
                        .error = "restore failed: the admin running it stopped"};
-    json_object *out = NULL;
-    if (jpatch_apply(app, idbuf, &p, &out) == RK_STORE_OK && out) {
-        json_object_put(*rec_io);
-        *rec_io = out;
-        return 2;
+    if (jpatch_apply(app, idbuf, &p, NULL) == RK_STORE_OK)
+        rk_info("sandbox %s: restore job lost its admin; back to archived", idbuf);
+}
+
+void rk_archive_take_over_jobs(struct rk_app *app)
+{
+    if (!app->plugin || !(app->plugin->caps & RK_CAP_SNAPSHOT))
+        return;
+    char err[RK_STORE_ERRLEN];
+    char **ids = NULL;
+    size_t n = 0;
+    if (rk_store_list_jobs(app->store, &ids, &n, err, sizeof err) != RK_STORE_OK) {
+        rk_warn("job take-over: %s", err);
+        return;
     }
-    json_object_put(out);
-    return 1;
+    json_object **recs = n ? calloc(n, sizeof *recs) : NULL;
+    if (n && !recs)
+        rk_warn("job take-over: out of memory");
+    else if (n && rk_store_get_many(app->store, (const char *const *)ids, n, recs, err,
+                                    sizeof err) != RK_STORE_OK)
+        rk_warn("job take-over: %s", err);
+    else
+        for (size_t i = 0; i < n && !app->stopping; i++) {
+            if (!recs[i])
+                continue; /* gone since the list */
+            if (rk_rec_state(recs[i]) == RK_STATE_ARCHIVING)
+                rk_archive_recover(app, recs[i]);
+            else
+                restore_take_over(app, recs[i]);
+        }
+    for (size_t i = 0; recs && i < n; i++)
+        json_object_put(recs[i]);
+    free(recs);
+    rk_store_free_ids(ids, n);
 }
 
 rk_status rk_archive_delete_snapshot(struct rk_app *app, struct rk_call *call, json_object *rec)

@@ -25,22 +25,26 @@ struct rk_call;
 rk_status rk_archive_start(struct rk_app *app, struct rk_call *call, const char *id);
 
 /** Take over an archiving record's job if its lease ran out (another admin
- *  died mid-archive): called by the reconciler pass and /archive. Cheap when
- *  there is nothing to do. */
+ *  died mid-archive): called by rk_archive_take_over_jobs and /archive. Cheap
+ *  when there is nothing to do. */
 void rk_archive_recover(struct rk_app *app, json_object *rec);
+
+/** The background take-over of jobs whose admin died, for every plugin with
+ *  snapshots and whatever the reconciler's setting: reads the records the
+ *  store lists as carrying a job (rk_store_list_jobs) and, once a job's lease
+ *  ran out, resumes an archive (rk_archive_recover) or moves a restore back to
+ *  archived (its snapshot is still there). Run by the background pass
+ *  (domain/sweeper.c); status reads never do it. */
+void rk_archive_take_over_jobs(struct rk_app *app);
 
 /** Restore an archived sandbox: archived -> pending now, the backend create
  *  from its snapshot in the background. Error (record unchanged) on call. */
 rk_status rk_restore_start(struct rk_app *app, struct rk_call *call, json_object *rec);
 
-/**
- * For status refresh: 1 if the record is a restore in progress (do not ask
- * the backend yet), 0 if not. With take_over (background passes only), a
- * restore whose lease ran out (its admin died) is moved back to archived: 2,
- * and *rec_io is replaced by the stored record; without it, such a restore
- * still reads as in progress (1).
- */
-int rk_restore_in_progress(struct rk_app *app, json_object **rec_io, int take_over);
+/** For status refresh: 1 if the record is a restore in progress (do not ask
+ *  the backend yet; a restore whose admin died reads as in progress until the
+ *  background take-over moved it back to archived), 0 if not. */
+int rk_restore_in_progress(json_object *rec);
 
 /** Delete the snapshot of an archived record (none = success). */
 rk_status rk_archive_delete_snapshot(struct rk_app *app, struct rk_call *call, json_object *rec);

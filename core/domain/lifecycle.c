@@ -301,14 +301,10 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
     json_object *cf;
     if (json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf))
         return RK_OK; /* the failed phase tells the client why */
-    int restoring = rk_restore_in_progress(app, rec_io, !touch); /* take-over: background only */
-    if (restoring == 1) {
+    /* A restore under way (a dead one is rk_archive_take_over_jobs' business). */
+    if (rk_restore_in_progress(rec)) {
         rk_dispatch_touch_rec(app, *rec_io);
         return RK_OK; /* shown pending until the restore recorded its backend id */
-    }
-    if (restoring == 2) { /* a dead restore went back to archived */
-        *shown = rk_rec_state(*rec_io);
-        return RK_OK;
     }
 
     const char *tag = pl->desc->backend_tag;

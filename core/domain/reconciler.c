@@ -11,13 +11,10 @@
  * record without an upstream id (create still running) is only failed after
  * its create deadline, exactly as the per-request status path does.
  *
- * Background jobs: the pass also takes over archive and restore jobs whose
- * admin died (status reads never do). A restore is a pending record, so the
- * apply step finds it; an archiving record is not active, so every
- * JOB_SCAN_MS the pass reads the records of the listed sandboxes that are not
- * active and hands the archiving ones to rk_archive_recover (which claims the
- * job in the store once its lease ran out). Then it clears the session
- * mappings that status reads left to the background.
+ * Archive and restore jobs whose admin died are not the reconciler's: the
+ * background pass (domain/sweeper.c) takes them over for every plugin. After
+ * a pass the reconciler clears the session mappings that status reads left to
+ * the background.
  */
 #include "rkutil.h"
 #include "domain/reconciler.h"
@@ -32,7 +29,6 @@
 #include "base/app.h"
 #include "config/config.h"
 #include "host/host.h"
-#include "domain/archive.h"
 #include "domain/lifecycle.h"
 #include "obs/log.h"
 #include "obs/metrics.h"
@@ -45,8 +41,6 @@
 #define RECONCILE_LEASE "reconciler"
 /** Deadline of one pass (list pages + store writes). */
 #define RECONCILE_PASS_MS 30000
-/** How often a pass looks for archive jobs to take over (half their lease). */
-#define JOB_SCAN_MS 5000
 
 static pthread_mutex_t rc_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t rc_cv;
@@ -206,55 +200,6 @@ static int hold_lease(struct rk_app *app)
     return leader;
 }
 
-/* qsort/bsearch order of id strings. */
-static int by_id_str(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* Archive jobs whose admin died (see the note at the top): the listed
- * sandboxes that are not active (ids: the active ones) are read, and the
- * archiving ones go to rk_archive_recover. At most every JOB_SCAN_MS. */
-static void take_over_jobs(struct rk_app *app, const struct listing *l, char **ids, size_t n)
-{
-    static int64_t last_scan_ms;
-    if (!(app->plugin->caps & RK_CAP_SNAPSHOT) || l->n == 0 ||
-        rk_now_ms() - last_scan_ms < JOB_SCAN_MS)
-        return;
-    last_scan_ms = rk_now_ms();
-    char **active = n ? malloc(n * sizeof *active) : NULL;
-    const char **cand = malloc(l->n * sizeof *cand);
-    json_object **recs = calloc(l->n, sizeof *recs);
-    if ((n && !active) || !cand || !recs)
-        goto out;
-    if (n) {
-        memcpy(active, ids, n * sizeof *active);
-        qsort(active, n, sizeof *active, by_id_str);
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < l->n; i++) {
-        const char *id = l->v[i].rock_id;
-        if (i > 0 && strcmp(id, l->v[i - 1].rock_id) == 0)
-            continue; /* the listing is sorted: one read per id */
-        if (!n || !bsearch(&id, active, n, sizeof *active, by_id_str))
-            cand[k++] = id;
-    }
-    char err[RK_STORE_ERRLEN];
-    if (k && rk_store_get_many(app->store, cand, k, recs, err, sizeof err) != RK_STORE_OK) {
-        rk_warn("reconciler: archive jobs: %s", err);
-        goto out;
-    }
-    for (size_t i = 0; i < k; i++) {
-        if (recs[i] && rk_rec_state(recs[i]) == RK_STATE_ARCHIVING)
-            rk_archive_recover(app, recs[i]);
-        json_object_put(recs[i]);
-    }
-out:
-    free(recs);
-    free(cand);
-    free(active);
-}
-
 int rk_reconciler_run_once(struct rk_app *app)
 {
     if (!can_reconcile(app) || !hold_lease(app))
@@ -323,7 +268,6 @@ int rk_reconciler_run_once(struct rk_app *app)
         }
     }
     put_mark(app, 1, NULL);
-    take_over_jobs(app, &l, ids, n);
 out:
     listing_free(&l);
     if (call)

@@ -11,6 +11,12 @@
  * Each pass also clears the session mappings that status reads found
  * orphaned (rk_lifecycle_run_deferred): reads leave that work to the
  * background.
+ *
+ * The same thread takes over the archive and restore jobs of a dead admin
+ * (rk_archive_take_over_jobs) every JOB_SCAN_MS, for every plugin with
+ * snapshots and whether or not the reconciler runs: a job's lease is
+ * JOB_LEASE_S (10 s, domain/archive.c), so a dead job is resumed within about
+ * 15 s. So the thread runs even with runtime.sweep_interval 0 (idle sweep off).
  */
 #include "domain/sweeper.h"
 
@@ -22,6 +28,7 @@
 #include "base/app.h"
 #include "config/config.h"
 #include "host/host.h"
+#include "domain/archive.h"
 #include "domain/lifecycle.h"
 #include "obs/log.h"
 #include "host/plugin_loader.h"
@@ -31,6 +38,8 @@
 
 #define SWEEP_BATCH 100
 #define SWEEP_MAX_BATCHES 50
+/** How often the thread looks for jobs to take over (half their lease). */
+#define JOB_SCAN_MS 5000
 
 static pthread_mutex_t sw_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sw_cv;
@@ -105,20 +114,34 @@ int rk_sweeper_run_once(struct rk_app *app)
     return total;
 }
 
+/* Wakes every JOB_SCAN_MS (or the sweep interval when shorter): job take-over
+ * and the deferred session clean-up on each wake, the idle sweep once the
+ * sweep interval passed (never with runtime.sweep_interval 0). */
 static void *sweeper_main(void *arg)
 {
     struct rk_app *app = arg;
-    int interval = app->cfg->runtime.sweep_interval_s;
+    int64_t sweep_ms = (int64_t)app->cfg->runtime.sweep_interval_s * 1000;
+    int64_t wake_ms = sweep_ms > 0 && sweep_ms < JOB_SCAN_MS ? sweep_ms : JOB_SCAN_MS;
+    int64_t next_sweep = rk_now_ms() + sweep_ms;
     pthread_mutex_lock(&sw_mu);
     while (!sw_stop) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += interval;
+        ts.tv_sec += wake_ms / 1000;
+        ts.tv_nsec += (wake_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
         pthread_cond_timedwait(&sw_cv, &sw_mu, &ts);
         if (sw_stop)
             break;
         pthread_mutex_unlock(&sw_mu);
-        rk_sweeper_run_once(app);
+        rk_archive_take_over_jobs(app);
+        if (sweep_ms > 0 && rk_now_ms() >= next_sweep) {
+            rk_sweeper_run_once(app);
+            next_sweep = rk_now_ms() + sweep_ms;
+        }
         rk_lifecycle_run_deferred(app);
         pthread_mutex_lock(&sw_mu);
     }
@@ -128,8 +151,6 @@ static void *sweeper_main(void *arg)
 
 int rk_sweeper_start(struct rk_app *app)
 {
-    if (app->cfg->runtime.sweep_interval_s <= 0)
-        return 0;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Idle expiry: a background thread that deletes sandboxes whose idle deadline
- * passed, and clears the session mappings status reads left to the
- * background. Safe with several processes: each sandbox is claimed in the
- * store before it is swept. */
+/* The background pass: a thread that deletes sandboxes whose idle deadline
+ * passed, takes over the archive/restore jobs of a dead admin, and clears the
+ * session mappings status reads left to the background. Safe with several
+ * processes: each sandbox and each job is claimed in the store first. */
 #ifndef RK_SWEEPER_H
 #define RK_SWEEPER_H
 
 struct rk_app;
 
-/** Start the sweeper thread (no-op when runtime.sweep_interval is 0). */
+/** Start the background thread: idle sweep every runtime.sweep_interval (none
+ *  when 0), take-over of dead archive/restore jobs and the deferred session
+ *  clean-up every few seconds (always). */
 int rk_sweeper_start(struct rk_app *app);
 /** Stop and join it. */
 void rk_sweeper_stop(struct rk_app *app);

@@ -338,50 +338,6 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     return res;
 }
 
-#define RK_ACCESS_SANDBOX_ID_MAX 129
-
-/* The sandbox a request names, for the access log, or NULL: the {id} path
- * parameter, else the sandbox_id query argument, else a top-level
- * "sandbox_id" string in a buffered JSON body (found by a scan for the key,
- * without parsing the body again). Copied into buf, truncated. */
-static const char *request_sandbox_id(struct rk_req *r, char buf[RK_ACCESS_SANDBOX_ID_MAX])
-{
-    if (r->sandbox_id[0])
-        return r->sandbox_id;
-    const char *v = NULL;
-    if (r->conn)
-        v = rk_req_query(r, "sandbox_id");
-    if (v) {
-        snprintf(buf, RK_ACCESS_SANDBOX_ID_MAX, "%s", v);
-        return buf;
-    }
-    if (!r->body || !r->route || r->route->body_mode != RK_BODY_JSON)
-        return NULL;
-    /* Inside JSON strings quotes are escaped, so an unescaped "sandbox_id"
-     * followed by ':' is a key. */
-    for (const char *k = strstr(r->body, "\"sandbox_id\""); k;
-         k = strstr(k + 1, "\"sandbox_id\"")) {
-        const char *p = k + 12;
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-            p++;
-        if (*p != ':')
-            continue;
-        p++;
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-            p++;
-        if (*p != '"')
-            return NULL;
-        p++;
-        size_t n = 0;
-        while (p[n] && p[n] != '"' && p[n] != '\\' && n < RK_ACCESS_SANDBOX_ID_MAX - 1)
-            n++;
-        memcpy(buf, p, n);
-        buf[n] = '\0';
-        return n ? buf : NULL;
-    }
-    return NULL;
-}
-
 /* Called by MHD when a request ends (answered, failed or client gone). */
 static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
@@ -399,13 +355,15 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http_status != 101)
             outcome = "client_closed";
         rk_metrics_request(route, outcome, r->http_status, dur);
-        char sid[RK_ACCESS_SANDBOX_ID_MAX];
+        /* Only a sandbox id that passed the identifier rule (noted by the
+         * router or the validator) is logged: a refused request's text is
+         * the client's, not a sandbox. */
         struct rk_access_entry e = {.request_id = r->request_id,
                                     .method = r->method,
                                     .path = r->path,
                                     .route = route,
                                     .outcome = outcome,
-                                    .sandbox_id = request_sandbox_id(r, sid),
+                                    .sandbox_id = r->sandbox_id[0] ? r->sandbox_id : NULL,
                                     .status = r->http_status,
                                     .duration_ms = dur,
                                     .token = r->auth_name[0] ? r->auth_name : NULL};

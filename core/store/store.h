@@ -125,6 +125,14 @@ rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n
 rk_store_rc rk_store_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
                                size_t *n_out, size_t *total_out, char *err, size_t errlen);
 
+/** Ids of the records that carry a background job (an archive or restore
+ *  job's lease, see rk_store_rec_has_job), whatever their state, so a
+ *  background pass can take over the jobs of a dead admin. Redis keeps them in
+ *  a set written with each update (one round trip, O(jobs)); the in-process
+ *  store scans its records. Free with rk_store_free_ids. */
+rk_store_rc rk_store_list_jobs(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                               size_t errlen);
+
 /** Number of active records per state (Redis: per-state index sets, SCARD). */
 rk_store_rc rk_store_count_states(struct rk_store *st, size_t *pending_out, size_t *running_out,
                                   char *err, size_t errlen);

@@ -174,6 +174,20 @@ rk_store_rc rk_store_list_active(struct rk_store *st, char ***ids_out, size_t *n
     return counted(st, st->ops->list_active(st, ids_out, n_out, err, errlen));
 }
 
+/* Ids of records that carry a background job. */
+rk_store_rc rk_store_list_jobs(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                               size_t errlen)
+{
+    err_reset(err, errlen);
+    if (ids_out)
+        *ids_out = NULL;
+    if (n_out)
+        *n_out = 0;
+    if (!st || !ids_out || !n_out)
+        return invalid(st, "argument", err, errlen);
+    return counted(st, st->ops->list_jobs(st, ids_out, n_out, err, errlen));
+}
+
 /* A page of active ids in list order. */
 rk_store_rc rk_store_list_page(struct rk_store *st, size_t offset, size_t limit, char ***ids_out,
                                size_t *n_out, size_t *total_out, char *err, size_t errlen)

@@ -85,6 +85,12 @@ bool rk_store_rec_active(json_object *rec)
     return strcmp(s, "pending") == 0 || strcmp(s, "running") == 0;
 }
 
+/* True if the record carries a job lease and is not deleted. */
+bool rk_store_rec_has_job(json_object *rec)
+{
+    return rec && json_object_object_get_ex(rec, "job_lease", NULL) && !rk_store_rec_deleted(rec);
+}
+
 /* Read n random bytes from the kernel, falling back to /dev/urandom. */
 static int random_bytes(unsigned char *buf, size_t n)
 {

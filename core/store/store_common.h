@@ -96,6 +96,8 @@ struct rk_store_ops {
     /* indexed list pages and per-state counts */
     rk_store_list_page_fn *list_page;
     rk_store_count_states_fn *count_states;
+    /* records that carry a background job (archive/restore) */
+    rk_store_list_active_fn *list_jobs;
 };
 
 /** Common head of every backend's store object (first member). */
@@ -118,6 +120,11 @@ bool rk_store_rec_active(json_object *rec);
 
 /** 1 if rec's "state" is "deleted" (subject to the retention). */
 bool rk_store_rec_deleted(json_object *rec);
+
+/** 1 if rec carries a background job: a "job_lease" (set while an archive or
+ *  restore job runs, removed when it ends) and it is not deleted. Both
+ *  backends index these records for rk_store_list_jobs. */
+bool rk_store_rec_has_job(json_object *rec);
 
 /** Read a secret from the first line of path into a malloc'd string (trailing
  *  CR/LF stripped); NULL with msg filled on failure. The message never

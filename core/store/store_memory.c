@@ -57,6 +57,7 @@ static const struct rk_store_ops mem_ops = {
     .create = rkm_create,
     .update = rkm_update,
     .list_active = rkm_list_active,
+    .list_jobs = rkm_list_jobs,
     .touch = rkm_touch,
     .expired = rkm_expired,
     .claim = rkm_claim,

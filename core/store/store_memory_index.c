@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* In-process store: lists over the records. Owns the active list, the ids whose idle
+/* In-process store: lists over the records. Owns the active list, the job list, the ids whose idle
  * deadline has passed, list pages in list order (sorted by rk_store_list_key on each
  * call: no index is kept) and the per-state counts. */
 #include "store/store_memory_internal.h"
@@ -9,9 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Collect ids of active records matching a deadline filter (now < 0: all). */
-static rk_store_rc collect_active(struct mem_store *m, int64_t now, size_t max, char ***ids_out,
-                                  size_t *n_out, char *err, size_t errlen)
+/* Which records collect() keeps. */
+enum mem_pick {
+    PICK_ACTIVE, /* active, with a deadline filter */
+    PICK_JOBS,   /* carrying a background job (rk_store_rec_has_job) */
+};
+
+/* 1 if r is picked: PICK_ACTIVE with now >= 0 keeps those whose deadline is <= now. */
+static int picked(const struct mem_rec *r, enum mem_pick pick, int64_t now)
+{
+    if (pick == PICK_JOBS)
+        return rk_store_rec_has_job(r->rec);
+    return r->active && (now < 0 || (r->expire > 0 && r->expire <= now));
+}
+
+/* Collect ids of the picked records (at most max). */
+static rk_store_rc collect(struct mem_store *m, enum mem_pick pick, int64_t now, size_t max,
+                           char ***ids_out, size_t *n_out, char *err, size_t errlen)
 {
     size_t cap = 16, n = 0;
     char **ids = malloc(cap * sizeof *ids);
@@ -20,7 +34,7 @@ static rk_store_rc collect_active(struct mem_store *m, int64_t now, size_t max, 
     for (size_t b = 0; b < m->records.nbuckets && n < max; b++) {
         for (struct mem_ent *e = m->records.buckets[b]; e && n < max; e = e->next) {
             struct mem_rec *r = e->val;
-            if (!r->active || (now >= 0 && (r->expire <= 0 || r->expire > now)))
+            if (!picked(r, pick, now))
                 continue;
             if (n == cap) {
                 char **grown = realloc(ids, cap * 2 * sizeof *ids);
@@ -49,7 +63,18 @@ rk_store_rc rkm_list_active(struct rk_store *st, char ***ids_out, size_t *n_out,
 {
     struct mem_store *m = rkm_store(st);
     pthread_mutex_lock(&m->mu);
-    rk_store_rc rc = collect_active(m, -1, SIZE_MAX, ids_out, n_out, err, errlen);
+    rk_store_rc rc = collect(m, PICK_ACTIVE, -1, SIZE_MAX, ids_out, n_out, err, errlen);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
+/* Ids of records that carry a background job (a scan: one process, few records). */
+rk_store_rc rkm_list_jobs(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                          size_t errlen)
+{
+    struct mem_store *m = rkm_store(st);
+    pthread_mutex_lock(&m->mu);
+    rk_store_rc rc = collect(m, PICK_JOBS, -1, SIZE_MAX, ids_out, n_out, err, errlen);
     pthread_mutex_unlock(&m->mu);
     return rc;
 }
@@ -61,7 +86,7 @@ rk_store_rc rkm_expired(struct rk_store *st, int64_t now, size_t max, char ***id
     struct mem_store *m = rkm_store(st);
     pthread_mutex_lock(&m->mu);
     rkm_purge_due(m);
-    rk_store_rc rc = collect_active(m, now < 0 ? 0 : now, max, ids_out, n_out, err, errlen);
+    rk_store_rc rc = collect(m, PICK_ACTIVE, now < 0 ? 0 : now, max, ids_out, n_out, err, errlen);
     pthread_mutex_unlock(&m->mu);
     return rc;
 }

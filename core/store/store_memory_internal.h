@@ -103,6 +103,7 @@ rk_store_touch_fn rkm_touch;
 rk_store_get_touch_fn rkm_get_touch;
 /* store_memory_index.c */
 rk_store_list_active_fn rkm_list_active;
+rk_store_list_active_fn rkm_list_jobs;
 rk_store_expired_fn rkm_expired;
 rk_store_list_page_fn rkm_list_page;
 rk_store_count_states_fn rkm_count_states;

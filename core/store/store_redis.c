@@ -82,6 +82,7 @@ static const struct rk_store_ops redis_ops = {
     .create = rkr_create,
     .update = rkr_update,
     .list_active = rkr_list_active,
+    .list_jobs = rkr_list_jobs,
     .touch = rkr_touch,
     .expired = rkr_expired,
     .claim = rkr_claim,

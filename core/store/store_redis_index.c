@@ -62,6 +62,17 @@ rk_store_rc rkr_list_active(struct rk_store *st, char ***ids_out, size_t *n_out,
     return run_ids(rs, &c, ids_out, n_out, err, errlen);
 }
 
+/* SMEMBERS of the job set (records with a job lease, kept by rkr_update). */
+rk_store_rc rkr_list_jobs(struct rk_store *st, char ***ids_out, size_t *n_out, char *err,
+                          size_t errlen)
+{
+    struct redis_store *rs = rkr_store(st);
+    char k[KEY_MAX];
+    struct cmd c;
+    rkr_cmd_build(&c, "SMEMBERS", rkr_key_of(rs, k, "jobs", NULL), (const char *)NULL);
+    return run_ids(rs, &c, ids_out, n_out, err, errlen);
+}
+
 /* ZRANGEBYSCORE expire -inf now LIMIT 0 max. */
 rk_store_rc rkr_expired(struct rk_store *st, int64_t now, size_t max, char ***ids_out,
                         size_t *n_out, char *err, size_t errlen)

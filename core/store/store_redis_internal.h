@@ -183,6 +183,7 @@ rk_store_touch_fn rkr_touch;
 rk_store_get_touch_fn rkr_get_touch;
 /* store_redis_index.c */
 rk_store_list_active_fn rkr_list_active;
+rk_store_list_active_fn rkr_list_jobs;
 rk_store_expired_fn rkr_expired;
 rk_store_list_page_fn rkr_list_page;
 rk_store_count_states_fn rkr_count_states;

@@ -202,10 +202,11 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
                           json_object **out, rk_store_rc *rc, char *err, size_t errlen)
 {
     struct redis_store *rs = op->rs;
-    char rkey[KEY_MAX], akey[KEY_MAX], zkey[KEY_MAX];
+    char rkey[KEY_MAX], akey[KEY_MAX], zkey[KEY_MAX], jkey[KEY_MAX];
     rkr_key_of(rs, rkey, "sandbox:", id);
     rkr_key_of(rs, akey, "active", NULL);
     rkr_key_of(rs, zkey, "expire", NULL);
+    rkr_key_of(rs, jkey, "jobs", NULL);
     struct cmd rd[3];
     redisReply *rr[3];
     rkr_cmd_build(&rd[0], "WATCH", rkey, (const char *)NULL);
@@ -280,6 +281,8 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         rkr_cmd_build(&wr[nw++], "ZREM", zkey, id, (const char *)NULL);
     }
     rkr_index_cmds(rs, &ik, wr, &nw, id, active, pending, old_key, new_key);
+    rkr_cmd_build(&wr[nw++], rk_store_rec_has_job(rec) ? "SADD" : "SREM", jkey, id,
+                  (const char *)NULL);
     rkr_cmd_build(&wr[nw++], "EXEC", (const char *)NULL);
     *rc = rkr_op_pipeline(op, wr, (size_t)nw, wrr, err, errlen);
     free(old_key);

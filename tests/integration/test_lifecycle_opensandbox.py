@@ -14,6 +14,7 @@ API and fault switches, /_sim/faults).
 """
 import json
 import os
+import signal
 import time
 
 from harness import Admin, Redis, Sim, run, test, wait_until
@@ -394,6 +395,58 @@ def admin_killed_mid_archive_is_taken_over():
     b.ok("POST", "/restart", {"sandbox_id": sid})
     wait_alive_all_states(b, sid)
     assert run_ok(b, sid, "cat /tmp/s.txt")["stdout"] == "survived\n"
+    b.ok("POST", "/delete", {"sandbox_id": sid})
+
+
+@test
+def dead_jobs_are_taken_over_without_the_reconciler():
+    # With the reconciler off (or a plugin that cannot list), the background
+    # pass of every admin still takes over the archive and restore jobs of an
+    # admin that died.
+    redis = Redis()
+    off = {"runtime": {"reconcile_interval_ms": 0}}
+    a, sim, _ = setup(redis=redis, stop_mode="pause", archive_enabled=True, admin_cfg=off)
+    b, _, _ = setup(redis=redis, sim=sim, stop_mode="pause", archive_enabled=True, admin_cfg=off)
+    sid = start_alive(a)
+    run_ok(a, sid, "echo kept > /tmp/k.txt")
+    a.ok("POST", "/stop", {"sandbox_id": sid})
+    faults(sim, {"snapshot_delay_ms": 4000})
+    a.ok("POST", "/sandboxes/%s/archive" % sid, {})
+    wait_until(lambda: (redis_record(redis, sid) or {}).get("snapshot_id"), 30, 0.1,
+               "the snapshot id recorded")
+    a.check_exit = False
+    a.stop(signal.SIGKILL)  # dies mid-archive
+    r = wait_state(b, sid, "archived", timeout=60)
+    assert ("archiving", "archived", "archive_done") in events(r), r
+    assert "archive job lost its admin; taking it over" in b.output()
+    faults(sim)
+
+    # An admin that dies mid-restore: its lease covers the one long backend
+    # call (15 minutes); once it ran out, the restore goes back to archived.
+    c, _, _ = setup(redis=redis, sim=sim, stop_mode="pause", archive_enabled=True, admin_cfg=off)
+    faults(sim, {"lifecycle_latency_ms": 30000})
+    c.ok("POST", "/restart", {"sandbox_id": sid})
+    wait_until(lambda: (redis_record(redis, sid) or {}).get("restoring"), 10, 0.1,
+               "the restore under way")
+    time.sleep(0.5)  # the restore's create is in flight (held 30 s by the simulator)
+    c.check_exit = False
+    c.stop(signal.SIGKILL)  # dies mid-restore
+    faults(sim)
+    time.sleep(6)  # more than one background pass of b: the lease is still valid
+    r = state_of(b, sid)
+    assert r["state"] == "pending", r
+    assert "restore job lost its admin" not in b.output()
+    # 15 minutes pass for the lease: written to the past as they would
+    rec = redis_record(redis, sid)
+    rec["job_lease"] = int(time.time()) - 1
+    redis.cli("SET", "rock:sandbox:" + sid, json.dumps(rec))
+    r = wait_state(b, sid, "archived", timeout=30)
+    assert ("pending", "archived", "restore_failed") in events(r), r
+    assert "restore job lost its admin; back to archived" in b.output()
+    # and the sandbox restores again through the surviving admin
+    b.ok("POST", "/restart", {"sandbox_id": sid})
+    wait_alive_all_states(b, sid)
+    assert run_ok(b, sid, "cat /tmp/k.txt")["stdout"] == "kept\n"
     b.ok("POST", "/delete", {"sandbox_id": sid})
 
 

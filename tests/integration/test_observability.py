@@ -118,6 +118,57 @@ def json_log_format():
     assert start["sandbox_id"] is None, start  # the request names no sandbox yet
 
 
+def _access_lines(a):
+    """The JSON access lines the admin wrote so far."""
+    out = []
+    for line in a.output().splitlines():
+        if line.startswith("{"):
+            rec = json.loads(line)
+            if rec.get("msg") == "access":
+                out.append(rec)
+    return out
+
+
+@test
+def access_log_names_only_checked_sandboxes():
+    # The access log's sandbox_id is the id the router or the validator
+    # checked against the identifier rule; a refused request's text is the
+    # client's and is not logged as a sandbox.
+    d = tmpdir()
+    tokens = os.path.join(d, "tokens")
+    with open(tokens, "w") as f:
+        f.write("tok-0123456789abcdef0123 ops\n")
+    os.chmod(tokens, 0o600)
+    a = Admin(config={"log": {"format": "json"}, "server": {"auth_tokens_file": tokens}})
+    auth = {"Authorization": "Bearer tok-0123456789abcdef0123"}
+    sid = a.start_sandbox(headers=auth, wait_alive=False)
+    cases = [
+        # refused before validation (no token): the body is never read
+        ("unauth", "POST", PREFIX + "/execute", {"sandbox_id": sid, "command": "true"}, {}, None),
+        # refused by the identifier rule: query and body
+        ("badq", "GET", PREFIX + "/get_status?sandbox_id=a%20b", None, auth, None),
+        ("badbody", "POST", PREFIX + "/execute", {"sandbox_id": "x\"y", "command": "true"}, auth,
+         None),
+        # accepted: the checked id, from the query, the body and the path
+        ("okq", "GET", PREFIX + "/get_status?sandbox_id=" + sid, None, auth, sid),
+        ("okbody", "POST", PREFIX + "/execute", {"sandbox_id": sid, "command": "true"}, auth, sid),
+    ]
+    for rid, method, path, body, hdrs, _ in cases:
+        h = dict(hdrs)
+        h["X-Request-ID"] = "acc-" + rid
+        a.request(method, path, body, headers=h)
+
+    def lines():
+        got = {r["request_id"]: r for r in _access_lines(a)}
+        return got if all("acc-" + c[0] in got for c in cases) else None
+
+    got = wait_until(lines, 10, what="the access lines")
+    for rid, _, _, _, _, want in cases:
+        assert got["acc-" + rid]["sandbox_id"] == want, (rid, got["acc-" + rid])
+    assert got["acc-unauth"]["status"] == 401, got["acc-unauth"]
+    assert got["acc-badq"]["status"] == 200 and got["acc-okbody"]["status"] == 200, got
+
+
 @test
 def log_format_is_checked():
     d = tmpdir()

@@ -319,6 +319,48 @@ static void test_active_index_and_replace(void **state)
     json_object_put(got);
 }
 
+/* Update callback: set (ctx non-NULL: to that epoch) or remove the job lease. */
+static int set_job_lease(json_object *rec, void *ctx)
+{
+    if (ctx)
+        json_object_object_add(rec, "job_lease", json_object_new_int64(*(int64_t *)ctx));
+    else
+        json_object_object_del(rec, "job_lease");
+    return 0;
+}
+
+/* list_jobs: records with a job lease, whatever their state; not deleted ones. */
+static void test_job_index(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    char **ids = NULL;
+    size_t n = 0;
+    int64_t lease = 12345;
+    create_expect(tc->st, "j-1", "archiving", "img", 0, RK_STORE_OK);
+    create_expect(tc->st, "j-2", "pending", "img", 0, RK_STORE_OK);
+    create_expect(tc->st, "j-3", "running", "img", 0, RK_STORE_OK);
+    assert_int_equal(rk_store_list_jobs(tc->st, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_update(tc->st, "j-1", set_job_lease, &lease, NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_update(tc->st, "j-2", set_job_lease, &lease, NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_list_jobs(tc->st, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_true(has_id(ids, n, "j-1") && has_id(ids, n, "j-2") && !has_id(ids, n, "j-3"));
+    rk_store_free_ids(ids, n);
+    /* the job ends (lease removed) / the record is deleted with its lease */
+    assert_int_equal(rk_store_update(tc->st, "j-1", set_job_lease, NULL, NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_update(tc->st, "j-2", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_list_jobs(tc->st, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    rk_store_free_ids(ids, n);
+}
+
 /* get_many returns NULL for unknown ids. */
 static void test_get_many(void **state)
 {
@@ -1519,6 +1561,7 @@ int main(void)
         BOTH(test_update),
         BOTH(test_active_index_and_replace),
         BOTH(test_get_many),
+        BOTH(test_job_index),
         BOTH(test_touch_and_expired),
         BOTH(test_claim),
         BOTH(test_get_touch),
