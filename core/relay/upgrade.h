@@ -5,21 +5,22 @@
  * answer, libmicrohttpd's upgrade callback, the close frame of a relay that
  * failed before it started, and who owns the relay's state when.
  *
- * Over plain HTTP the relay runs in libmicrohttpd's upgrade callback: the
- * socket is the client's. Over TLS, libmicrohttpd hands the callback one end
- * of a socket pair and encrypts and decrypts on the connection's own thread
- * only once the callback returns, and it reports the request complete right
- * then. So with TLS the relay runs on a thread of its own and takes its state
- * over from the request.
+ * The route handler resolves the endpoint and opens the upstream, then
+ * answers 101 (rk_upgrade_accept). libmicrohttpd's upgrade callback does not
+ * block: it hands the upgraded client socket (over TLS, libmicrohttpd's end of
+ * a socket pair; it encrypts on its own side), the bytes already read and the
+ * open upstream to a relay loop (relay_session.h) and returns. From then on
+ * the session owns the relay's state; until then the request does.
  */
-#ifndef RK_UPGRADE_THREAD_H
-#define RK_UPGRADE_THREAD_H
+#ifndef RK_UPGRADE_H
+#define RK_UPGRADE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 struct rk_app;
 struct rk_req;
+struct rk_relay_kind;
 
 /** The part of a WebSocket relay's state the upgrade path works with; the
  *  first member of the relay's own state struct. */
@@ -29,9 +30,9 @@ struct rk_upgrade {
     char sandbox_id[128];   /* for logs */
     uint16_t close_code;    /* non-zero: accept, send this close, end */
     char close_reason[600]; /* cut to 123 bytes when framed */
-    /** Relays the upgraded, non-blocking socket until either side ends
-     *  (only called when close_code is 0). */
-    void (*serve)(struct rk_upgrade *up, int sock, const char *extra, size_t extra_len);
+    /** How the relay moves bytes on a loop (relay_session.h); only used when
+     *  close_code is 0. */
+    const struct rk_relay_kind *kind;
     /** Frees the relay's whole state (up included). */
     void (*release)(struct rk_upgrade *up);
 };
@@ -40,22 +41,16 @@ struct rk_upgrade {
  *  and returns -1 when it is unusable, else 0. */
 int rk_upgrade_check_handshake(struct rk_req *r);
 
-/** Attach up (zeroed by the caller, serve and release set) to the request as
- *  its route state; the request releases it unless a relay thread took it. */
+/** Attach up (zeroed by the caller, kind and release set) to the request as
+ *  its route state; the request releases it unless a relay loop took it. */
 void rk_upgrade_attach(struct rk_req *r, struct rk_upgrade *up, const char *what);
 
 /** Record the close to send once the client is accepted (fmt has one %s). */
 void rk_upgrade_fail(struct rk_upgrade *up, uint16_t code, const char *fmt, const char *text);
 
 /** Answer the handshake (101, Sec-WebSocket-Accept, the subprotocol when not
- *  NULL or "") and relay through up->serve once libmicrohttpd upgraded the
- *  connection; a recorded close is sent instead of relaying. */
+ *  NULL or "") and, once libmicrohttpd upgraded the connection, hand the relay
+ *  to a relay loop; a recorded close is sent there instead of relaying. */
 void rk_upgrade_accept(struct rk_req *r, struct rk_upgrade *up, const char *protocol);
 
-/** Send all of buf on a non-blocking socket within timeout_ms. Returns 0 or -1. */
-int rk_upgrade_send_all(int fd, const void *buf, size_t len, int timeout_ms);
-
-/** Send a close frame of ours to the client and wait briefly for its answer. */
-void rk_upgrade_close_client(int sock, uint16_t code, const char *reason);
-
-#endif /* RK_UPGRADE_THREAD_H */
+#endif /* RK_UPGRADE_H */
