@@ -251,6 +251,7 @@ static void pf_drain(struct rk_session *s)
 
 static const struct rk_relay_kind pf_kind = {
     .up_headroom = PF_HEADROOM,
+    .answers_client = 1,
     .upstream_fd = pf_upstream_fd,
     .up_recv = pf_up_recv,
     .up_send = pf_up_send,

@@ -34,6 +34,9 @@ struct MHD_UpgradeResponseHandle;
 struct rk_relay_kind {
     /** Bytes free in front of the data handed to from_upstream (frame header). */
     size_t up_headroom;
+    /** 1 when from_client may queue bytes for the client (pongs): the client is
+     *  then read only while its own backlog is below one read. */
+    int answers_client;
     /** The upstream socket to watch, or -1 when there is none. */
     int (*upstream_fd)(struct rk_upgrade *up);
     /** recv(2)-like: > 0 bytes, 0 at the end, -1 with errno (EAGAIN: nothing now). */

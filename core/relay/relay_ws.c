@@ -441,6 +441,7 @@ static void ws_drain(struct rk_session *s)
 
 static const struct rk_relay_kind ws_kind = {
     .up_headroom = 0,
+    .answers_client = 0,
     .upstream_fd = ws_upstream_fd,
     .up_recv = ws_up_recv,
     .up_send = ws_up_send,
