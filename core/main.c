@@ -30,6 +30,7 @@
 #include "domain/endpoint_cache.h"
 #include "relay/relay_loop.h"
 #include "relay/relay_pool.h"
+#include "relay/relay_touch.h"
 #include "engine/tls.h"
 #include "base/util.h"
 
@@ -390,7 +391,7 @@ int main(int argc, char **argv)
     rk_metrics_set_operator(pl->desc->name, pl->desc->version);
     rk_metrics_collector_add("store", rk_store_metrics_collect, app.store);
     rk_access_install();
-    if (rk_relay_loops_start(&app, relay_threads(cfg)) != 0)
+    if (rk_relay_touch_start(&app) != 0 || rk_relay_loops_start(&app, relay_threads(cfg)) != 0)
         goto out;
     if (rk_http_start(&app) != 0)
         goto out;
@@ -407,6 +408,7 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     rk_relay_loops_stop(); /* every relay still open is closed and freed */
+    rk_relay_touch_stop();
     rk_http_stop(&app);
     /* Detached HTTP relay workers may still be inside libcurl. */
     rk_relay_wait(rk_now_ms() + 5000);

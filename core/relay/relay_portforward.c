@@ -375,8 +375,8 @@ void rk_relay_portforward_handler(struct rk_req *r)
     struct rk_proxy_target pt;
     if (rk_relay_check_port_ws(port, err, sizeof err) != 0) {
         rk_upgrade_fail(&pf->up, 1008, "%s", err);
-    } else if (rk_relay_target(r, RK_OP_PORT_FORWARD, (int)port, RK_PROXY_TCP, &pt, NULL) !=
-               RK_OK) {
+    } else if (rk_relay_target(r, RK_OP_PORT_FORWARD, (int)port, RK_PROXY_TCP, &pt,
+                               &pf->up.idle_minutes) != RK_OK) {
         rk_upgrade_fail(&pf->up, 1011, "Proxy error: %s", rk_call_error_text(r->call));
     } else {
         char cwhy[400];

@@ -20,6 +20,7 @@
 #include "obs/log.h"
 #include "relay/relay_common.h"
 #include "relay/relay_loop.h"
+#include "relay/relay_touch.h"
 #include "relay/upgrade.h"
 
 /** Bytes read from a side at once; also the backpressure mark: a side is read
@@ -51,11 +52,12 @@ struct rk_session {
     enum session_state state;
     unsigned c_rd : 1, c_wr : 1, u_rd : 1, u_wr : 1; /* worth trying (edge-triggered) */
     unsigned c_eof : 1, u_eof : 1, c_dead : 1, u_failed : 1;
-    unsigned wait_answer : 1, answered : 1, draining : 1, ending : 1, oom : 1;
+    unsigned wait_answer : 1, answered : 1, draining : 1, ending : 1, oom : 1, moved : 1;
     int64_t stall_since;     /* bytes pending and none taken since then; 0 = none pending */
     int64_t answer_deadline; /* the client's answer to our close, 0 = not yet waiting */
     int64_t cut_deadline;    /* the drain's cut, 0 = none */
     int64_t stall_ms;        /* proxy.timeout */
+    int64_t last_touch;      /* when traffic last touched the sandbox (relay_touch.h) */
 };
 
 struct rk_upgrade *rk_session_up(struct rk_session *s)
@@ -276,6 +278,7 @@ static int read_client(struct rk_session *s, unsigned char *buf)
         return 1;
     }
     if (n > 0) {
+        s->moved = 1;
         s->kind->from_client(s, buf, (size_t)n);
         return 1;
     }
@@ -297,6 +300,7 @@ static int read_upstream(struct rk_session *s, unsigned char *buf)
         return 0;
     }
     if (n > 0) {
+        s->moved = 1;
         s->kind->from_upstream(s, buf + head, (size_t)n);
         return 1;
     }
@@ -365,7 +369,15 @@ static void session_pump(struct rk_session *s)
         return;
     }
     if (progress)
-        rk_loop_again(&s->it); /* more to do: after the other relays */
+        rk_loop_again(&s->it);                 /* more to do: after the other relays */
+    if (s->moved && s->up->idle_minutes > 0) { /* traffic is activity on the sandbox */
+        int64_t now = rk_now_ms();
+        if (now - s->last_touch >= rk_relay_touch_interval_ms(s->up->idle_minutes)) {
+            rk_relay_touch_note(s->up->sandbox_id, s->up->idle_minutes);
+            s->last_touch = now;
+        }
+    }
+    s->moved = 0;
     if (s->state == ST_CLOSING && s->wait_answer && !s->answer_deadline && !pend_bytes(&s->to_c))
         s->answer_deadline = rk_now_ms() + SESSION_CLOSE_WAIT_MS;
     int64_t d = next_deadline(s);
@@ -421,6 +433,7 @@ static void op_start(struct rk_loop_item *it)
     struct rk_session *s = (struct rk_session *)it;
     struct rk_upgrade *up = s->up;
     s->stall_ms = (int64_t)up->app->cfg->proxy.timeout_s * 1000;
+    s->last_touch = rk_now_ms(); /* the gate touched it before the 101 */
     if (rk_loop_watch_add(it, &s->wc, s->cfd) != 0) {
         rk_warn("%s to sandbox %s: cannot watch the client socket", up->what, up->sandbox_id);
         session_end(s);

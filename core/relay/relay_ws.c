@@ -515,7 +515,8 @@ void rk_relay_ws_handler(struct rk_req *r)
         goto accept;
     }
     struct rk_proxy_target pt;
-    if (rk_relay_target(r, RK_OP_PROXY_WS, ws->port, RK_PROXY_WS, &pt, NULL) != RK_OK) {
+    if (rk_relay_target(r, RK_OP_PROXY_WS, ws->port, RK_PROXY_WS, &pt, &ws->up.idle_minutes) !=
+        RK_OK) {
         rk_upgrade_fail(&ws->up, 1011, "Proxy error: %s", rk_call_error_text(r->call));
         goto accept;
     }

@@ -30,6 +30,7 @@ struct rk_upgrade {
     char sandbox_id[128];   /* for logs */
     uint16_t close_code;    /* non-zero: accept, send this close, end */
     char close_reason[600]; /* cut to 123 bytes when framed */
+    int64_t idle_minutes;   /* the sandbox's idle timeout: traffic touches it (relay_touch.h) */
     /** How the relay moves bytes on a loop (relay_session.h); only used when
      *  close_code is 0. */
     const struct rk_relay_kind *kind;

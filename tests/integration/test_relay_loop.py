@@ -8,6 +8,7 @@ node `ws` echo application and clients.
 import hashlib
 import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -278,6 +279,54 @@ def portforward_moves_50_mib_each_way_with_a_slow_reader():
     growth = rss_peak[0] - rss_base
     print("# RSS KiB: base %d, stalled %d, peak %d" % (rss_base, rss_stalled, rss_peak[0]))
     assert growth < 16 * 1024, "RSS grew by %d KiB while relaying 2 x 50 MiB" % growth
+
+
+def holding_app():
+    """A forwarded application that accepts connections and keeps them open."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(16)
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(lsock.accept()[0])
+            except OSError:
+                return
+    threading.Thread(target=accept, daemon=True).start()
+    harness._cleanups.append(lsock.close)
+    return lsock.getsockname()[1]
+
+
+@test
+def relays_still_open_at_exit_are_closed_and_freed():
+    """Clients that never answer the drain's 1001 outlast a 1 s drain: the relay
+    loops close their relays when the daemon stops, it exits 0 at once, and the
+    sanitizer builds find nothing leaked."""
+    admin, sid = setup({"server": {"host": "127.0.0.1", "port": 0, "drain_timeout": 1}})
+    port = holding_app()
+    clients = []
+    for _ in range(3):
+        st, text, sock, buf = ws_connect(admin.port, "%s/sandboxes/%s/portforward?port=%d"
+                                         % (PREFIX, sid, port), {})
+        assert st == 101, text
+        clients.append((sock, buf))
+    # one of them has sent half a frame: the daemon is inside its parser
+    clients[0][0].sendall(frame_zero_mask(2, b"x" * 1000)[:500])
+    t0 = time.time()
+    admin.proc.send_signal(signal.SIGTERM)
+    for sock, buf in clients:
+        sock.settimeout(30)
+        op, data = buf.read_frame()
+        assert op == 8 and data[:2] == struct.pack("!H", 1001), (op, data)
+    # nobody answers: the daemon still exits, within the drain and its stop
+    assert admin.proc.wait(timeout=30) == 0, admin.output()[-2000:]
+    assert time.time() - t0 < 10, "the exit waited %.1f s" % (time.time() - t0)
+    for sock, buf in clients:
+        op, data = buf.read_frame()
+        assert op is None, (op, data)  # then the connection ends
+        sock.close()
 
 
 if __name__ == "__main__":
