@@ -281,6 +281,58 @@ def portforward_moves_50_mib_each_way_with_a_slow_reader():
     assert growth < 16 * 1024, "RSS grew by %d KiB while relaying 2 x 50 MiB" % growth
 
 
+@test
+def relay_traffic_keeps_the_sandbox_from_idling():
+    """Bytes through a relay are activity: the idle deadline in the store moves
+    while a port-forward carries traffic (a touch at most every half idle
+    timeout, made by the touch worker, not the loop)."""
+    redis = harness.Redis()
+    admin = Admin(config={"testop": {"proxy_base": "http://127.0.0.1:{port}"}}, redis=redis)
+    harness._cleanups.append(admin.stop)
+    sid = admin.start_sandbox(auto_clear_time_minutes=1)
+    first = float(redis.cli("ZSCORE", "rock:expire", sid))
+    port = harness_tcp_echo()
+    st, text, sock, buf = ws_connect(admin.port, "%s/sandboxes/%s/portforward?port=%d"
+                                     % (PREFIX, sid, port), {})
+    assert st == 101, text
+    sock.settimeout(30)
+    t0 = time.time()
+    while time.time() - t0 < 34:  # past half the idle timeout (30 s)
+        sock.sendall(frame_zero_mask(2, b"ping %f" % time.time()))
+        op, data = buf.read_frame()
+        assert op == 2, (op, data)
+        time.sleep(1)
+    later = float(redis.cli("ZSCORE", "rock:expire", sid))
+    sock.close()
+    assert later >= first + 25, (first, later)
+
+
+def harness_tcp_echo():
+    """A TCP echo application on a loopback port."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+
+    def serve(c):
+        with c:
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    return
+                c.sendall(b)
+
+    def accept():
+        while True:
+            try:
+                c = lsock.accept()[0]
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+    harness._cleanups.append(lsock.close)
+    return lsock.getsockname()[1]
+
+
 def holding_app():
     """A forwarded application that accepts connections and keeps them open."""
     lsock = socket.socket()
