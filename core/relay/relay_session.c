@@ -21,7 +21,6 @@
 #include "relay/relay_common.h"
 #include "relay/relay_loop.h"
 #include "relay/relay_touch.h"
-#include "relay/upgrade.h"
 
 /** Bytes read from a side at once; also the backpressure mark: a side is read
  *  only while the other direction holds less than this. */

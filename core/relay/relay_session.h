@@ -24,9 +24,26 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct rk_app;
 struct rk_session;
-struct rk_upgrade;
+struct rk_relay_kind;
 struct MHD_UpgradeResponseHandle;
+
+/** The part of a WebSocket relay's state the upgrade path (upgrade.h) and the
+ *  session work with; the first member of the relay's own state struct. */
+struct rk_upgrade {
+    struct rk_app *app;
+    const char *what;       /* "websocket proxy", "portforward": for logs */
+    char sandbox_id[128];   /* for logs */
+    uint16_t close_code;    /* non-zero: accept, send this close, end */
+    char close_reason[600]; /* cut to 123 bytes when framed */
+    int64_t idle_minutes;   /* the sandbox's idle timeout: traffic touches it (relay_touch.h) */
+    /** How the relay moves bytes on a loop (below); only used when
+     *  close_code is 0. */
+    const struct rk_relay_kind *kind;
+    /** Frees the relay's whole state (up included). */
+    void (*release)(struct rk_upgrade *up);
+};
 
 /** How one kind of relay talks to its upstream and transforms bytes. Hooks run
  *  on the loop thread; they queue output with rk_session_to_client/_upstream

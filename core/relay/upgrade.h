@@ -18,25 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct rk_app;
-struct rk_req;
-struct rk_relay_kind;
+#include "relay/relay_session.h" /* struct rk_upgrade */
 
-/** The part of a WebSocket relay's state the upgrade path works with; the
- *  first member of the relay's own state struct. */
-struct rk_upgrade {
-    struct rk_app *app;
-    const char *what;       /* "websocket proxy", "portforward": for logs */
-    char sandbox_id[128];   /* for logs */
-    uint16_t close_code;    /* non-zero: accept, send this close, end */
-    char close_reason[600]; /* cut to 123 bytes when framed */
-    int64_t idle_minutes;   /* the sandbox's idle timeout: traffic touches it (relay_touch.h) */
-    /** How the relay moves bytes on a loop (relay_session.h); only used when
-     *  close_code is 0. */
-    const struct rk_relay_kind *kind;
-    /** Frees the relay's whole state (up included). */
-    void (*release)(struct rk_upgrade *up);
-};
+struct rk_req;
 
 /** Check the client's handshake (Sec-WebSocket-Key, version 13); replies 400
  *  and returns -1 when it is unusable, else 0. */
