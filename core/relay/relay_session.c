@@ -34,6 +34,7 @@
 struct pending {
     unsigned char *data;
     size_t off, len, cap; /* the bytes are data[off, len) */
+    int64_t since;        /* waiting, and none taken, since then (ms) */
 };
 
 enum session_state { ST_RELAY, ST_CLOSING, ST_FINISHING };
@@ -52,7 +53,6 @@ struct rk_session {
     unsigned c_rd : 1, c_wr : 1, u_rd : 1, u_wr : 1; /* worth trying (edge-triggered) */
     unsigned c_eof : 1, u_eof : 1, c_dead : 1, u_failed : 1;
     unsigned wait_answer : 1, answered : 1, draining : 1, ending : 1, oom : 1, moved : 1;
-    int64_t stall_since;     /* bytes pending and none taken since then; 0 = none pending */
     int64_t answer_deadline; /* the client's answer to our close, 0 = not yet waiting */
     int64_t cut_deadline;    /* the drain's cut, 0 = none */
     int64_t stall_ms;        /* proxy.timeout */
@@ -172,13 +172,14 @@ static void queue_to(struct rk_session *s, struct pending *p, int to_client, con
     }
     if (len == 0)
         return;
-    if (pend_bytes(p) == 0 && pend_bytes(to_client ? &s->to_u : &s->to_c) == 0)
-        s->stall_since = rk_now_ms();
+    int64_t since = pend_bytes(p) ? p->since : rk_now_ms();
     if (pend_add(p, d, len) != 0) {
         rk_warn("%s to sandbox %s: out of memory", s->up->what, s->up->sandbox_id);
         s->oom = 1;
         s->ending = 1;
+        return;
     }
+    p->since = since;
 }
 
 void rk_session_to_client(struct rk_session *s, const void *data, size_t len)
@@ -203,12 +204,11 @@ static int flush(struct rk_session *s, struct pending *p, int to_client)
                 pend_took(p, pend_bytes(p)); /* the upstream failed: drop */
             break;
         }
-        pend_took(p, (size_t)k);
-        s->stall_since = rk_now_ms();
+        pend_took(p, (size_t)k); /* emptied: since is 0 again */
+        if (pend_bytes(p))
+            p->since = rk_now_ms();
         progress = 1;
     }
-    if (!pend_bytes(&s->to_c) && !pend_bytes(&s->to_u))
-        s->stall_since = 0;
     return progress;
 }
 
@@ -328,9 +328,10 @@ static void session_end(struct rk_session *s);
 static int64_t next_deadline(const struct rk_session *s)
 {
     int64_t d = 0;
-    int64_t c[3] = {s->stall_since ? s->stall_since + s->stall_ms : 0, s->answer_deadline,
+    int64_t c[4] = {s->to_c.since ? s->to_c.since + s->stall_ms : 0,
+                    s->to_u.since ? s->to_u.since + s->stall_ms : 0, s->answer_deadline,
                     s->cut_deadline};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (c[i] && (!d || c[i] < d))
             d = c[i];
     return d;
@@ -396,9 +397,11 @@ static void op_timer(struct rk_loop_item *it)
 {
     struct rk_session *s = (struct rk_session *)it;
     int64_t now = rk_now_ms();
-    if (s->stall_since && now >= s->stall_since + s->stall_ms) {
-        rk_info("%s to sandbox %s: a peer took no bytes for %lld s, closing", s->up->what,
-                s->up->sandbox_id, (long long)(s->stall_ms / 1000));
+    int c_stalled = s->to_c.since && now >= s->to_c.since + s->stall_ms;
+    if (c_stalled || (s->to_u.since && now >= s->to_u.since + s->stall_ms)) {
+        rk_info("%s to sandbox %s: the %s took no bytes for %lld s, closing", s->up->what,
+                s->up->sandbox_id, c_stalled ? "client" : "application",
+                (long long)(s->stall_ms / 1000));
         s->ending = 1;
     } else if ((s->answer_deadline && now >= s->answer_deadline) ||
                (s->cut_deadline && now >= s->cut_deadline)) {

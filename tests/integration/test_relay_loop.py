@@ -352,6 +352,44 @@ def holding_app():
 
 
 @test
+def a_relay_whose_application_stops_reading_ends_after_proxy_timeout():
+    """Bytes that wait proxy.timeout seconds for an application that takes none end the
+    relay (no thread or buffer is held forever); an idle relay is never cut."""
+    admin, sid = setup({"proxy": {"timeout": 1}})
+    port = holding_app()  # accepts and never reads
+    path = "%s/sandboxes/%s/portforward?port=%d" % (PREFIX, sid, port)
+    st, text, idle, _ = ws_connect(admin.port, path, {})
+    assert st == 101, text
+    st, text, sock, buf = ws_connect(admin.port, path, {})
+    assert st == 101, text
+    sock.settimeout(30)
+    sent = [0]
+
+    def writer():
+        try:
+            while True:
+                sock.sendall(frame_zero_mask(2, b"y" * 65536))
+                sent[0] += 65536
+        except OSError:
+            return
+    threading.Thread(target=writer, daemon=True).start()
+    t0 = time.time()
+    op, data = buf.read_frame()  # nothing comes back: the connection ends
+    assert op is None, (op, data)
+    took = time.time() - t0
+    assert sent[0] > 0 and took < 20, (sent[0], took)
+    admin.wait_for_line(r"portforward to sandbox %s: the application took no bytes for 1 s" % sid)
+    # the idle relay opened first is still there after more than proxy.timeout
+    time.sleep(1.5)
+    idle.sendall(frame_zero_mask(9, b"still here?"))
+    idle.settimeout(10)
+    op, data = WsBuffer(idle).read_frame()
+    assert op == 10 and data == b"still here?", (op, data)
+    idle.close()
+    sock.close()
+
+
+@test
 def relays_still_open_at_exit_are_closed_and_freed():
     """Clients that never answer the drain's 1001 outlast a 1 s drain: the relay
     loops close their relays when the daemon stops, it exits 0 at once, and the
