@@ -261,8 +261,8 @@ static int read_client(struct rk_session *s, unsigned char *buf)
 {
     if (!s->c_rd || s->c_eof)
         return 0;
-    int relaying =
-        s->state == ST_RELAY && pend_bytes(&s->to_u) == 0 && pend_bytes(&s->to_c) < SESSION_CHUNK;
+    int relaying = s->state == ST_RELAY && pend_bytes(&s->to_u) == 0 &&
+                   (!s->kind->answers_client || pend_bytes(&s->to_c) < SESSION_CHUNK);
     int answer = s->state == ST_CLOSING && s->wait_answer && pend_bytes(&s->to_c) == 0;
     if (!relaying && !answer)
         return 0;
