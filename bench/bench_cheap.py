@@ -2,7 +2,7 @@
 """Cheap requests side by side: rock-admin against nginx, Redis and the OpenSandbox
 simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medians of three.
 
-  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N] [--seconds S] [--strace]
+  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N|wsrelays N] [--seconds S] [--strace]
 
 Run from a configured build directory with the environment described in docs/performance.md
 (ROCK_ADMIN_BIN, ROCK_TEST_PLUGIN_DIR, ROCK_OPENSANDBOX_PLUGIN_DIR, OPENSANDBOX_SIM).
@@ -510,6 +510,124 @@ def scenario_inflight(n):
     log("    %d of %d commands succeeded; failures: %s" % (ok, n, failures))
 
 
+WS_RELAY_JS = r"""
+const path = require('path');
+const readline = require('readline');
+const WebSocket = require(path.join(process.env.NODE_MODULES, 'ws'));
+const out = (o) => process.stdout.write(JSON.stringify(o) + '\n');
+if (process.argv[2] === 'server') {
+  const wss = new WebSocket.Server({port: 0, host: '127.0.0.1', backlog: 8192});
+  wss.on('listening', () => out({port: wss.address().port}));
+  wss.on('connection', (ws) => ws.on('message', (d, bin) => ws.send(d, {binary: bin})));
+} else {
+  // open N relays, at most WS_BATCH (256) handshakes at a time; then "echo" and "close" on stdin
+  const url = process.argv[3], n = parseInt(process.argv[4], 10), b = parseInt(process.env.WS_BATCH || '256', 10);
+  const socks = [];
+  let started = 0, opened = 0, failed = 0;
+  const errors = {};
+  const next = () => {
+    if (started >= n) return;
+    const ws = new WebSocket(url, {handshakeTimeout: 300000});
+    started++;
+    socks.push(ws);
+    let settled = false;
+    const settle = (ok, e) => {
+      if (settled) return; settled = true;
+      if (ok) opened++; else { failed++; errors[e] = (errors[e] || 0) + 1; }
+      if (opened + failed === n) out({opened, failed, errors}); else next();
+    };
+    ws.on('open', () => settle(true));
+    ws.on('error', (e) => settle(false, String(e)));
+  };
+  for (let i = 0; i < b; i++) next();
+  readline.createInterface({input: process.stdin}).on('line', (cmd) => {
+    const live = socks.filter((ws) => ws.readyState === WebSocket.OPEN);
+    if (cmd === 'echo') {
+      let ok = 0, bad = 0, done = 0;
+      const t0 = Date.now();
+      live.forEach((ws, i) => {
+        const m = 'relay ' + i + ' ' + 'x'.repeat(i % 1000);
+        ws.once('message', (d) => { if (d.toString() === m) ok++; else bad++;
+          if (++done === live.length) out({echoed: ok, mismatch: bad, ms: Date.now() - t0}); });
+        ws.send(m);
+      });
+    } else if (cmd === 'close') {
+      let closed = 0;
+      live.forEach((ws) => { ws.on('close', () => { if (++closed === live.length) { out({closed}); process.exit(0); } });
+        ws.close(1000); });
+    }
+  });
+}
+"""
+
+
+def scenario_wsrelays(n):
+    """n concurrent WebSocket relays through the proxy to a node `ws` echo app (test operator:
+    sandbox port P is 127.0.0.1:P): RSS and threads of rock-admin with all of them open, before and
+    after one echo on each."""
+    import resource
+    from harness import NODE_MODULES
+    log("== %d concurrent WebSocket relays (test operator, node ws echo app) ==" % n)
+    # rock-admin holds two descriptors per relay (client, upstream) and checks
+    # 2 * server.max_connections + 1024 against its limit
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 2 * (n + 256) + 1024 + 64
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(want, soft), max(want, hard)))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        fit = (hard - 1024 - 64) // 2 - 256
+        if fit < n:
+            log("    the descriptor limit (%d, not raisable here) fits %d relays, not %d" % (hard, fit, n))
+            n = fit
+    d = tempfile.mkdtemp(prefix="rock-bench-ws-")
+    js = os.path.join(d, "ws.js")
+    with open(js, "w") as f:
+        f.write(WS_RELAY_JS)
+    env = dict(os.environ, NODE_MODULES=NODE_MODULES)
+    srv = subprocess.Popen(["node", js, "server"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        port = json.loads(srv.stdout.readline())["port"]
+        admin = Admin(config={"testop": {"proxy_base": "http://127.0.0.1:{port}"},
+                              "server": {"host": "127.0.0.1", "port": 0, "drain_timeout": 30,
+                                         "max_connections": n + 256,
+                                         "per_ip_connections": n + 256},
+                              "log": {"level": "warning"}})
+        sid = admin.start_sandbox()
+        pid = admin.proc.pid
+        idle = vm(pid, "VmRSS")
+        url = "ws://127.0.0.1:%d%s/sandboxes/%s/proxy/port/%d/echo" % (admin.port, PREFIX, sid, port)
+        t0 = time.time()
+        cli = subprocess.Popen(["node", js, "client", url, str(n)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, env=env)
+        res = json.loads(cli.stdout.readline())
+        log("    opened %d, failed %d in %.1f s %s" % (res["opened"], res["failed"],
+                                                     time.time() - t0, res["errors"] or ""))
+        time.sleep(3)
+        rss_open, thr_open = vm(pid, "VmRSS"), vm(pid, "Threads")
+        log("    resident KiB by kind: %s" % smaps_breakdown(pid, 256))
+        cli.stdin.write("echo\n")
+        cli.stdin.flush()
+        echo = json.loads(cli.stdout.readline())
+        time.sleep(1)
+        rss_echo, thr_echo = vm(pid, "VmRSS"), vm(pid, "Threads")
+        log("    echoes: %s" % echo)
+        log("%d relays open: RSS %d KiB (idle %d KiB, +%.1f KiB per relay), %d threads; after one echo "
+            "each: RSS %d KiB, %d threads" % (res["opened"], rss_open, idle,
+                                             (rss_open - idle) / max(res["opened"], 1), thr_open,
+                                             rss_echo, thr_echo))
+        RESULTS.append({"name": "%d WebSocket relays" % n, "opened": res["opened"],
+                        "idle_kib": idle, "rss_open_kib": rss_open, "threads_open": thr_open,
+                        "rss_after_echo_kib": rss_echo, "threads_after_echo": thr_echo,
+                        "echoed": echo["echoed"], "echo_ms": echo["ms"]})
+        cli.stdin.write("close\n")
+        cli.stdin.flush()
+        cli.wait(120)
+    finally:
+        srv.kill()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     global SECONDS
     args = sys.argv[1:]
@@ -536,6 +654,8 @@ def main():
         if what in ("all", "inflight"):
             n = int(args[1]) if what == "inflight" and len(args) > 1 else 5000
             scenario_inflight(n)
+        if what == "wsrelays":
+            scenario_wsrelays(int(args[1]) if len(args) > 1 else 10000)
     finally:
         cleanup()
     print(json.dumps(RESULTS, indent=1))

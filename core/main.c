@@ -28,7 +28,9 @@
 #include "domain/sweeper.h"
 #include "domain/reconciler.h"
 #include "domain/endpoint_cache.h"
+#include "relay/relay_loop.h"
 #include "relay/relay_pool.h"
+#include "relay/relay_touch.h"
 #include "engine/tls.h"
 #include "base/util.h"
 
@@ -161,6 +163,7 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
     }
     app->draining = 1;
     rk_http_quiesce(app);
+    rk_relay_loops_drain(); /* WebSocket and port-forward relays: 1001 between frames */
     /* Logged once readiness reports draining and the listener is closed
      * (tests wait for this line). */
     rk_info("received %s: draining (up to %d s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
@@ -170,10 +173,9 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    /* Upgraded wss:// sessions run on relay threads (relay_ws.c) and are no longer
-     * in flight for the server: let them send their 1001 close before it stops. */
-    if (rk_tls_enabled())
-        rk_relay_wait(deadline);
+    /* Upgraded sessions live on the relay loops and are no longer in flight for the
+     * server: let them send their 1001 close and get the answer before it stops. */
+    rk_relay_wait(deadline);
     int left = rk_http_inflight(app);
     if (left > 0)
         rk_warn("drain deadline reached: aborting %d in-flight request(s)", left);
@@ -181,6 +183,15 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
     rk_host_shutdown();
     if (rk_app_bg_wait(rk_now_ms() + 5000) > 0)
         rk_warn("background jobs still running at exit");
+}
+
+/* proxy.relay_threads, 0 = one loop per online CPU. */
+static int relay_threads(const struct rk_config *cfg)
+{
+    if (cfg->proxy.relay_threads > 0)
+        return cfg->proxy.relay_threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
 /* File descriptors per connection (client socket + upstream connection) and a reserve for
@@ -380,6 +391,8 @@ int main(int argc, char **argv)
     rk_metrics_set_operator(pl->desc->name, pl->desc->version);
     rk_metrics_collector_add("store", rk_store_metrics_collect, app.store);
     rk_access_install();
+    if (rk_relay_touch_start(&app) != 0 || rk_relay_loops_start(&app, relay_threads(cfg)) != 0)
+        goto out;
     if (rk_http_start(&app) != 0)
         goto out;
     if (rk_sweeper_start(&app) != 0)
@@ -394,6 +407,8 @@ int main(int argc, char **argv)
     rk_sweeper_stop(&app);
     rc = 0;
 out:
+    rk_relay_loops_stop(); /* every relay still open is closed and freed */
+    rk_relay_touch_stop();
     rk_http_stop(&app);
     /* Detached HTTP relay workers may still be inside libcurl. */
     rk_relay_wait(rk_now_ms() + 5000);

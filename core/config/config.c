@@ -138,6 +138,8 @@ const struct core_key rk_core_keys[] = {
     {"runtime", "reconcile_interval_ms", CT_INT, F(runtime.reconcile_interval_ms), 0, INT_MAX, 0,
      NULL},
     {"proxy", "endpoint_cache_ttl_ms", CT_INT, F(proxy.endpoint_cache_ttl_ms), 0, INT_MAX, 0, NULL},
+    /* relay loops of the WebSocket and port-forward relays (0 = one per CPU) */
+    {"proxy", "relay_threads", CT_INT, F(proxy.relay_threads), 0, 1024, 0, NULL},
     /* log.format */
     {"log", "format", CT_LOGFMT, F(log.format), 0, 0, 0, NULL},
 };

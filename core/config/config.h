@@ -113,6 +113,7 @@ struct rk_config {
         int timeout_s;             /* upstream app timeout, default 120 */
         int connect_timeout_s;     /* default 5 */
         int endpoint_cache_ttl_ms; /* proxy endpoint cache TTL, default 5000 */
+        int relay_threads; /* WebSocket/port-forward relay loops; 0 (default) = one per CPU */
     } proxy;
     struct {
         char *level;  /* error|warning|info|debug, default info */

@@ -13,7 +13,8 @@
  * portforward does. Pings are answered; a close from either side, the end of
  * the TCP stream (close 1000) or the daemon's drain (close 1001) ends it.
  * The handshake, the 101 and the upgrade callback are the upgrade path of
- * upgrade_thread.h, shared with the WebSocket proxy. The server-side frame
+ * upgrade.h, shared with the WebSocket proxy; the tunnel then runs on a relay
+ * loop (relay_session.h) as a non-blocking frame parser and framer. The server-side frame
  * codec stays hand-written: libcurl's WebSocket API is client-side only and
  * libmicrohttpd 0.9 has none. The tcp:// address is split by libcurl's URL API.
  */
@@ -40,53 +41,13 @@
 #include "host/host.h"
 #include "obs/log.h"
 #include "relay/relay_common.h"
-#include "relay/upgrade_thread.h"
+#include "relay/relay_session.h"
+#include "relay/upgrade.h"
 
-/** Bytes read from either side per step (a server frame carries at most this). */
-#define PF_CHUNK 32768
-/** How long one frame or chunk may take to be written to a slow peer. */
-#define PF_SEND_TIMEOUT_MS 30000
-/** How long our close frame waits for the client's answer. */
-#define PF_CLOSE_WAIT_MS 2000
 /** Largest payload of a control frame (RFC 6455 §5.5). */
 #define PF_MAX_CONTROL 125
-
-/* State of one portforward request: the request's until a tunnel thread takes it. */
-struct pf_state {
-    struct rk_upgrade up; /* first: the upgrade path's part */
-    int tcp_fd;           /* connected upstream, -1 until then */
-};
-
-/* rk_upgrade release: free the whole state. */
-static void pf_release(struct rk_upgrade *up)
-{
-    struct pf_state *pf = (struct pf_state *)up;
-    if (pf->tcp_fd >= 0)
-        close(pf->tcp_fd);
-    free(pf);
-}
-
-/* Send an unmasked server frame (FIN set) with opcode and payload. */
-static int pf_send_frame(int sock, unsigned opcode, const void *data, size_t len)
-{
-    unsigned char hdr[10];
-    size_t h = 0;
-    hdr[h++] = (unsigned char)(0x80u | (opcode & 0x0fu));
-    if (len < 126) {
-        hdr[h++] = (unsigned char)len;
-    } else if (len <= 0xffff) {
-        hdr[h++] = 126;
-        hdr[h++] = (unsigned char)(len >> 8);
-        hdr[h++] = (unsigned char)len;
-    } else {
-        hdr[h++] = 127;
-        for (int i = 7; i >= 0; i--)
-            hdr[h++] = (unsigned char)((uint64_t)len >> (8 * i));
-    }
-    if (rk_upgrade_send_all(sock, hdr, h, PF_SEND_TIMEOUT_MS) != 0)
-        return -1;
-    return len ? rk_upgrade_send_all(sock, data, len, PF_SEND_TIMEOUT_MS) : 0;
-}
+/** Room for a server frame header in front of the TCP bytes. */
+#define PF_HEADROOM 10
 
 /* Incremental parser of the client's (masked) frames. */
 struct pf_parser {
@@ -100,27 +61,72 @@ struct pf_parser {
     size_t ctrl_len;
 };
 
+/* State of one portforward request: the request's until a relay loop takes it. */
+struct pf_state {
+    struct rk_upgrade up; /* first: the upgrade path's part */
+    int tcp_fd;           /* connected upstream, -1 until then */
+    struct pf_parser ps;
+};
+
+/* rk_upgrade release: free the whole state. */
+static void pf_release(struct rk_upgrade *up)
+{
+    struct pf_state *pf = (struct pf_state *)up;
+    if (pf->tcp_fd >= 0)
+        close(pf->tcp_fd);
+    free(pf);
+}
+
+/* The header of an unmasked server frame (FIN set); returns its length (at most 10). */
+static size_t pf_frame_header(unsigned opcode, size_t len, unsigned char *hdr)
+{
+    size_t h = 0;
+    hdr[h++] = (unsigned char)(0x80u | (opcode & 0x0fu));
+    if (len < 126) {
+        hdr[h++] = (unsigned char)len;
+    } else if (len <= 0xffff) {
+        hdr[h++] = 126;
+        hdr[h++] = (unsigned char)(len >> 8);
+        hdr[h++] = (unsigned char)len;
+    } else {
+        hdr[h++] = 127;
+        for (int i = 7; i >= 0; i--)
+            hdr[h++] = (unsigned char)((uint64_t)len >> (8 * i));
+    }
+    return h;
+}
+
 /* What the client's bytes asked for. */
-enum pf_event { PF_CONTINUE = 0, PF_CLIENT_CLOSE, PF_PROTOCOL_ERROR, PF_TCP_ERROR, PF_SEND_ERROR };
+enum pf_event { PF_CONTINUE = 0, PF_STOP };
 
 /* Handle a complete control frame. */
-static enum pf_event pf_control(struct pf_parser *ps, int sock)
+static enum pf_event pf_control(struct rk_session *s, struct pf_parser *ps)
 {
-    if (ps->opcode == 0x9) /* ping -> pong with the same payload */
-        return pf_send_frame(sock, 0xA, ps->ctrl, ps->ctrl_len) == 0 ? PF_CONTINUE : PF_SEND_ERROR;
+    if (ps->opcode == 0x9) { /* ping -> pong with the same payload */
+        unsigned char frame[2 + PF_MAX_CONTROL];
+        size_t h = pf_frame_header(0xA, ps->ctrl_len, frame);
+        memcpy(frame + h, ps->ctrl, ps->ctrl_len);
+        rk_session_to_client(s, frame, h + ps->ctrl_len);
+        return PF_CONTINUE;
+    }
     if (ps->opcode == 0x8) {
         /* Echo the client's code (1000 if it sent none), then end. */
         uint16_t code = ps->ctrl_len >= 2 ? (uint16_t)(ps->ctrl[0] << 8 | ps->ctrl[1]) : 1000;
-        unsigned char frame[160];
-        size_t n = rk_ws_close_frame(code, "", frame, sizeof frame);
-        rk_upgrade_send_all(sock, frame, n, PF_CLOSE_WAIT_MS);
-        return PF_CLIENT_CLOSE;
+        rk_session_close(s, code, "", 0);
+        return PF_STOP;
     }
     return PF_CONTINUE; /* pong */
 }
 
-/* Feed bytes from the client; data payloads go to tcp_fd. */
-static enum pf_event pf_feed(struct pf_parser *ps, int sock, int tcp_fd, unsigned char *p, size_t n)
+/* A frame that breaks RFC 6455: close 1002. */
+static enum pf_event pf_protocol_error(struct rk_session *s)
+{
+    rk_session_close(s, 1002, "protocol error", 1);
+    return PF_STOP;
+}
+
+/* Feed bytes from the client; data payloads go to the TCP stream. */
+static enum pf_event pf_feed(struct rk_session *s, struct pf_parser *ps, unsigned char *p, size_t n)
 {
     while (n > 0) {
         if (ps->hdr_need == 0 || ps->hdr_len < ps->hdr_need) {
@@ -130,7 +136,7 @@ static enum pf_event pf_feed(struct pf_parser *ps, int sock, int tcp_fd, unsigne
             n--;
             if (ps->hdr_len == 2) {
                 if (!(ps->hdr[1] & 0x80u))
-                    return PF_PROTOCOL_ERROR; /* client frames must be masked */
+                    return pf_protocol_error(s); /* client frames must be masked */
                 unsigned len7 = ps->hdr[1] & 0x7fu;
                 ps->hdr_need = 2 + (len7 == 126 ? 2 : len7 == 127 ? 8 : 0) + 4;
             }
@@ -156,16 +162,13 @@ static enum pf_event pf_feed(struct pf_parser *ps, int sock, int tcp_fd, unsigne
             ps->ctrl_len = 0;
             int control = (ps->opcode & 0x8u) != 0;
             if (control && (len > PF_MAX_CONTROL || !(ps->hdr[0] & 0x80u)))
-                return PF_PROTOCOL_ERROR;
+                return pf_protocol_error(s);
             if (!control && ps->opcode > 0x2)
-                return PF_PROTOCOL_ERROR; /* reserved data opcode */
+                return pf_protocol_error(s); /* reserved data opcode */
             if (len == 0) {
                 ps->hdr_len = ps->hdr_need = 0;
-                if (control) {
-                    enum pf_event ev = pf_control(ps, sock);
-                    if (ev != PF_CONTINUE)
-                        return ev;
-                }
+                if (control && pf_control(s, ps) != PF_CONTINUE)
+                    return PF_STOP;
             }
             continue;
         }
@@ -177,87 +180,88 @@ static enum pf_event pf_feed(struct pf_parser *ps, int sock, int tcp_fd, unsigne
         if (ps->opcode & 0x8u) {
             memcpy(ps->ctrl + ps->ctrl_len, p, take);
             ps->ctrl_len += take;
-        } else if (rk_upgrade_send_all(tcp_fd, p, take, PF_SEND_TIMEOUT_MS) != 0) {
-            return PF_TCP_ERROR;
+        } else {
+            rk_session_to_upstream(s, p, take);
         }
         p += take;
         n -= take;
         ps->remain -= take;
         if (ps->remain == 0) {
             ps->hdr_len = ps->hdr_need = 0;
-            if (ps->opcode & 0x8u) {
-                enum pf_event ev = pf_control(ps, sock);
-                if (ev != PF_CONTINUE)
-                    return ev;
-            }
+            if ((ps->opcode & 0x8u) && pf_control(s, ps) != PF_CONTINUE)
+                return PF_STOP;
         }
     }
     return PF_CONTINUE;
 }
 
-/* The tunnel between the upgraded client socket and the TCP stream. */
-static void pf_tunnel(struct pf_state *pf, int sock, const char *extra, size_t extra_len)
+/* ---- the tunnel on a loop (relay_session.h) ------------------------------------------- */
+
+static int pf_upstream_fd(struct rk_upgrade *up)
 {
-    unsigned char *buf = malloc(PF_CHUNK);
-    if (!buf) {
-        rk_upgrade_close_client(sock, 1011, "Proxy error: out of memory");
-        return;
-    }
-    struct pf_parser ps;
-    memset(&ps, 0, sizeof ps);
-    enum pf_event ev = PF_CONTINUE;
-    /* Bytes the client sent right after its handshake. */
-    while (extra_len > 0 && ev == PF_CONTINUE) {
-        size_t k = extra_len < PF_CHUNK ? extra_len : PF_CHUNK;
-        memcpy(buf, extra, k);
-        ev = pf_feed(&ps, sock, pf->tcp_fd, buf, k);
-        extra += k;
-        extra_len -= k;
-    }
-    while (ev == PF_CONTINUE) {
-        if (pf->up.app->draining || pf->up.app->stopping) {
-            rk_upgrade_close_client(sock, 1001, "server shutting down");
-            break;
-        }
-        struct pollfd pfd[2] = {{.fd = sock, .events = POLLIN},
-                                {.fd = pf->tcp_fd, .events = POLLIN}};
-        if (poll(pfd, 2, 250) < 0 && errno != EINTR)
-            break;
-        if (pfd[1].revents) {
-            ssize_t n = recv(pf->tcp_fd, buf, PF_CHUNK, 0);
-            if (n > 0) {
-                if (pf_send_frame(sock, 0x2, buf, (size_t)n) != 0)
-                    break;
-            } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                rk_upgrade_close_client(sock, 1000, "");
-                break;
-            }
-        }
-        if (pfd[0].revents) {
-            ssize_t n = recv(sock, buf, PF_CHUNK, 0);
-            if (n > 0)
-                ev = pf_feed(&ps, sock, pf->tcp_fd, buf, (size_t)n);
-            else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-                break; /* the client went away */
-        }
-    }
-    if (ev == PF_PROTOCOL_ERROR)
-        rk_upgrade_close_client(sock, 1002, "protocol error");
-    else if (ev == PF_TCP_ERROR)
-        rk_upgrade_close_client(sock, 1011, "Proxy error: the forwarded connection failed");
-    shutdown(pf->tcp_fd, SHUT_RDWR);
-    free(buf);
+    return ((struct pf_state *)up)->tcp_fd;
 }
 
-/* rk_upgrade serve: tunnel the upgraded connection until either side ends. */
-static void pf_serve(struct rk_upgrade *up, int sock, const char *extra, size_t extra_len)
+static ssize_t pf_up_recv(struct rk_upgrade *up, void *buf, size_t len)
 {
-    struct pf_state *pf = (struct pf_state *)up;
-    if (pf->tcp_fd < 0)
-        rk_upgrade_close_client(sock, 1011, "Proxy error: no upstream");
-    else
-        pf_tunnel(pf, sock, extra, extra_len);
+    return recv(((struct pf_state *)up)->tcp_fd, buf, len, 0);
 }
+
+static ssize_t pf_up_send(struct rk_upgrade *up, const void *buf, size_t len)
+{
+    return send(((struct pf_state *)up)->tcp_fd, buf, len, MSG_NOSIGNAL);
+}
+
+/* The client's frames: payloads to the TCP stream, pings answered, a close ends it. */
+static void pf_from_client(struct rk_session *s, unsigned char *data, size_t len)
+{
+    struct pf_state *pf = (struct pf_state *)rk_session_up(s);
+    pf_feed(s, &pf->ps, data, len);
+}
+
+/* TCP bytes go to the client as one binary frame (the header in the headroom). */
+static void pf_from_upstream(struct rk_session *s, unsigned char *data, size_t len)
+{
+    unsigned char hdr[PF_HEADROOM];
+    size_t h = pf_frame_header(0x2, len, hdr);
+    memcpy(data - h, hdr, h);
+    rk_session_to_client(s, data - h, len + h);
+}
+
+/* The end of the TCP stream: close 1000 (after its last bytes); a failure: 1011. */
+static void pf_upstream_end(struct rk_session *s, int failed)
+{
+    if (failed)
+        rk_session_close(s, 1011, "Proxy error: the forwarded connection failed", 1);
+    else
+        rk_session_close(s, 1000, "", 1);
+}
+
+/* The client went away: what it sent still reaches the TCP stream. */
+static void pf_client_end(struct rk_session *s)
+{
+    rk_session_finish(s);
+}
+
+/* The drain: our frames always end between frames, so 1001 at once. */
+static void pf_drain(struct rk_session *s)
+{
+    rk_session_close(s, 1001, "server shutting down", 1);
+}
+
+static const struct rk_relay_kind pf_kind = {
+    .up_headroom = PF_HEADROOM,
+    .answers_client = 1,
+    .upstream_fd = pf_upstream_fd,
+    .up_recv = pf_up_recv,
+    .up_send = pf_up_send,
+    .start = NULL,
+    .from_client = pf_from_client,
+    .from_upstream = pf_from_upstream,
+    .upstream_end = pf_upstream_end,
+    .client_end = pf_client_end,
+    .drain = pf_drain,
+};
 
 /* Split tcp://host:port[/] with libcurl's URL parser into getaddrinfo's host (IPv6 without
  * brackets, a zone as "%zone") and numeric port. 0, or -1 for anything else (no port, user
@@ -362,7 +366,7 @@ void rk_relay_portforward_handler(struct rk_req *r)
         rk_reply_detail(r, 500, "out of memory");
         return;
     }
-    pf->up.serve = pf_serve;
+    pf->up.kind = &pf_kind;
     pf->up.release = pf_release;
     pf->tcp_fd = -1;
     rk_upgrade_attach(r, &pf->up, "portforward");
@@ -371,8 +375,8 @@ void rk_relay_portforward_handler(struct rk_req *r)
     struct rk_proxy_target pt;
     if (rk_relay_check_port_ws(port, err, sizeof err) != 0) {
         rk_upgrade_fail(&pf->up, 1008, "%s", err);
-    } else if (rk_relay_target(r, RK_OP_PORT_FORWARD, (int)port, RK_PROXY_TCP, &pt, NULL) !=
-               RK_OK) {
+    } else if (rk_relay_target(r, RK_OP_PORT_FORWARD, (int)port, RK_PROXY_TCP, &pt,
+                               &pf->up.idle_minutes) != RK_OK) {
         rk_upgrade_fail(&pf->up, 1011, "Proxy error: %s", rk_call_error_text(r->call));
     } else {
         char cwhy[400];

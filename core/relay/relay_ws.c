@@ -9,13 +9,16 @@
  * The upstream connection is a libcurl CONNECT_ONLY handle (DNS, connect
  * timeout and TLS for https endpoints), over which the upstream handshake is
  * written and read by hand; only then is the client answered (101) through
- * libmicrohttpd's upgrade support (the upgrade path of upgrade_thread.h,
- * shared with the portforward relay). Bytes are relayed both ways with
- * poll() until one side ends: no frame is parsed or rebuilt, so text,
- * binary, fragments, ping/pong, close codes and multi-MiB frames pass
- * unchanged. Only the frame boundaries of the upstream->client direction are
- * tracked, so that when the daemon starts draining a close 1001 can be
- * inserted between frames.
+ * libmicrohttpd's upgrade support (the upgrade path of upgrade.h, shared
+ * with the portforward relay). Bytes are then relayed both ways on a relay
+ * loop (relay_session.h) until one side ends: no frame is parsed or rebuilt,
+ * so text, binary, fragments, ping/pong, close codes and multi-MiB frames
+ * pass unchanged. Only the frame boundaries of the upstream->client direction
+ * are tracked, so that when the daemon starts draining a close 1001 can be
+ * inserted between frames. A plain (ws://) upstream socket is taken over from
+ * libcurl once the handshake is done (the handle is freed: an open relay costs
+ * its socket, not a libcurl handle); a TLS (wss://) one stays with libcurl,
+ * which encrypts (curl_easy_send/recv, non-blocking).
  *
  * Errors are reported as WebSocket close frames after accepting the client
  * (ROCK closes before accepting, which loses the code): 1008 for port policy,
@@ -23,7 +26,7 @@
  * answered with HTTP 400 instead.
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* POLLRDHUP, getrandom */
+#define _GNU_SOURCE /* getrandom */
 #endif
 #include <curl/curl.h>
 #include <errno.h>
@@ -34,6 +37,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "base/app.h"
 #include "base/util.h"
@@ -45,10 +49,9 @@
 #include "obs/log.h"
 #include "relay/proxy_guard.h"
 #include "relay/relay_common.h"
-#include "relay/upgrade_thread.h"
+#include "relay/relay_session.h"
+#include "relay/upgrade.h"
 
-/** Relay buffer per direction. */
-#define WS_BUF_BYTES (64 * 1024)
 /** Largest upstream handshake answer accepted. */
 #define WS_MAX_HEAD_BYTES (16 * 1024)
 /** Budget for the client's headers copied into the upstream handshake (noVNC-like
@@ -57,14 +60,16 @@
 /** How long the drain waits for a frame boundary before it cuts the session. */
 #define WS_CLOSE_WAIT_MS 2000
 
-/* State of one WebSocket request: the request's until a relay thread takes it. */
+/* State of one WebSocket request: the request's until a relay loop takes it. */
 struct ws_relay {
     struct rk_upgrade up; /* first: the upgrade path's part */
-    CURL *curl;
+    CURL *curl;           /* wss:// upstream (or until the handshake is done) */
     curl_socket_t up_fd;
+    int own_fd;     /* the socket was taken over from libcurl: ours to close */
     char *leftover; /* upstream bytes read past its 101 head */
     size_t leftover_len;
     int port;
+    struct rk_ws_tracker track; /* frames of the upstream->client direction */
 };
 
 /* rk_upgrade release: free the whole state. */
@@ -73,8 +78,17 @@ static void ws_release(struct rk_upgrade *up)
     struct ws_relay *ws = (struct ws_relay *)up;
     if (ws->curl)
         curl_easy_cleanup(ws->curl);
+    if (ws->own_fd && ws->up_fd != CURL_SOCKET_BAD)
+        close(ws->up_fd);
     free(ws->leftover);
     free(ws);
+}
+
+/* libcurl's close of the upstream socket: not when it was taken over. */
+static int ws_close_socket(void *clientp, curl_socket_t fd)
+{
+    struct ws_relay *ws = clientp;
+    return ws->own_fd ? 0 : close(fd);
 }
 
 /* Wait for readiness of the upstream socket until the absolute deadline. */
@@ -188,6 +202,8 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
     curl_easy_setopt(ws->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(ws->curl, CURLOPT_PROXY, "");
     curl_easy_setopt(ws->curl, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(ws->curl, CURLOPT_CLOSESOCKETFUNCTION, ws_close_socket);
+    curl_easy_setopt(ws->curl, CURLOPT_CLOSESOCKETDATA, ws);
     curl_easy_setopt(ws->curl, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(ws->curl, CURLOPT_CONNECTTIMEOUT_MS,
                      (long)cfg->proxy.connect_timeout_s * 1000);
@@ -307,6 +323,11 @@ static int ws_open_upstream(struct ws_relay *ws, struct rk_req *r, const struct 
         }
         memcpy(ws->leftover, head.data + head_len, ws->leftover_len);
     }
+    if (!u.tls) { /* plain: the socket is all the relay needs */
+        ws->own_fd = 1;
+        curl_easy_cleanup(ws->curl);
+        ws->curl = NULL;
+    }
     rc = 0;
 out:
     if (rc != 0 && ws->curl) {
@@ -324,128 +345,113 @@ out:
     return rc;
 }
 
-/* One direction's buffer. */
-struct ws_buf {
-    char *data;
-    size_t cap, len, off;
-};
+/* ---- the relay on a loop (relay_session.h) ------------------------------------------ */
 
-/* The byte relay between the upgraded client socket and the upstream. */
-static void ws_relay_loop(struct ws_relay *ws, int sock, const char *extra, size_t extra_len)
+/* The upstream socket. */
+static int ws_upstream_fd(struct rk_upgrade *up)
 {
-    struct ws_buf c2u = {0}, u2c = {0};
-    c2u.cap = extra_len > WS_BUF_BYTES ? extra_len : WS_BUF_BYTES;
-    u2c.cap = ws->leftover_len > WS_BUF_BYTES ? ws->leftover_len : WS_BUF_BYTES;
-    c2u.data = malloc(c2u.cap);
-    u2c.data = malloc(u2c.cap);
-    if (!c2u.data || !u2c.data)
-        goto done;
-    if (extra_len)
-        memcpy(c2u.data, extra, extra_len);
-    c2u.len = extra_len;
-    if (ws->leftover_len)
-        memcpy(u2c.data, ws->leftover, ws->leftover_len);
-    u2c.len = ws->leftover_len;
-
-    struct rk_ws_tracker track;
-    memset(&track, 0, sizeof track);
-    int c_eof = 0, u_eof = 0, c_dead = 0;
-    int64_t stop_since = 0;
-    for (;;) {
-        int progress = 0;
-        if (!c_eof && c2u.len == 0) {
-            ssize_t n = recv(sock, c2u.data, c2u.cap, 0);
-            if (n > 0) {
-                c2u.len = (size_t)n;
-                c2u.off = 0;
-                progress = 1;
-            } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                c_eof = 1;
-            }
-        }
-        if (c2u.off < c2u.len) {
-            size_t sent = 0;
-            CURLcode cc = curl_easy_send(ws->curl, c2u.data + c2u.off, c2u.len - c2u.off, &sent);
-            if (cc == CURLE_OK && sent > 0) {
-                c2u.off += sent;
-                progress = 1;
-                if (c2u.off == c2u.len)
-                    c2u.len = c2u.off = 0;
-            } else if (cc != CURLE_AGAIN && cc != CURLE_OK) {
-                u_eof = 1;
-                c2u.len = c2u.off = 0;
-            }
-        }
-        if (!u_eof && u2c.len == 0) {
-            size_t n = 0;
-            CURLcode cc = curl_easy_recv(ws->curl, u2c.data, u2c.cap, &n);
-            if (cc == CURLE_OK && n > 0) {
-                u2c.len = n;
-                u2c.off = 0;
-                progress = 1;
-            } else if (cc != CURLE_AGAIN) {
-                u_eof = 1;
-            }
-        }
-        if (u2c.off < u2c.len && !c_dead) {
-            ssize_t n = send(sock, u2c.data + u2c.off, u2c.len - u2c.off, MSG_NOSIGNAL);
-            if (n > 0) {
-                rk_ws_track(&track, (unsigned char *)u2c.data + u2c.off, (size_t)n);
-                u2c.off += (size_t)n;
-                progress = 1;
-                if (u2c.off == u2c.len)
-                    u2c.len = u2c.off = 0;
-            } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-                c_dead = 1;
-            }
-        }
-        if (c_dead || (c_eof && c2u.len == 0) || (u_eof && u2c.len == 0))
-            break;
-        /* WebSocket sessions never finish by themselves: end them as soon
-         * as the drain starts, between two frames, with 1001. */
-        if (ws->up.app->draining || ws->up.app->stopping) {
-            if (!stop_since)
-                stop_since = rk_now_ms();
-            if (u2c.len == 0 && rk_ws_at_boundary(&track)) {
-                rk_upgrade_close_client(sock, 1001, "server shutting down");
-                break;
-            }
-            if (rk_now_ms() - stop_since > WS_CLOSE_WAIT_MS)
-                break;
-        }
-        if (progress)
-            continue;
-        struct pollfd pfd[2] = {{.fd = sock, .events = 0}, {.fd = ws->up_fd, .events = 0}};
-        if (!c_eof && c2u.len == 0)
-            pfd[0].events |= POLLIN;
-        if (u2c.len > 0)
-            pfd[0].events |= POLLOUT;
-        if (!u_eof && u2c.len == 0)
-            pfd[1].events |= POLLIN;
-        if (c2u.len > 0)
-            pfd[1].events |= POLLOUT;
-        poll(pfd, 2, 250);
-    }
-    if (!c_dead)
-        shutdown(sock, SHUT_RDWR);
-done:
-    free(c2u.data);
-    free(u2c.data);
+    struct ws_relay *ws = (struct ws_relay *)up;
+    return ws->up_fd == CURL_SOCKET_BAD ? -1 : (int)ws->up_fd;
 }
 
-/* rk_upgrade serve: relay the upgraded connection until either side ends. */
-static void ws_serve(struct rk_upgrade *up, int sock, const char *extra, size_t extra_len)
+/* recv(2)-like read of the upstream: the socket, or libcurl for wss://. */
+static ssize_t ws_up_recv(struct rk_upgrade *up, void *buf, size_t len)
 {
     struct ws_relay *ws = (struct ws_relay *)up;
     if (!ws->curl)
-        rk_upgrade_close_client(sock, 1011, "Proxy error: no upstream");
-    else
-        ws_relay_loop(ws, sock, extra, extra_len);
-    if (ws->curl) {
-        curl_easy_cleanup(ws->curl);
-        ws->curl = NULL;
-    }
+        return recv(ws->up_fd, buf, len, 0);
+    size_t n = 0;
+    CURLcode cc = curl_easy_recv(ws->curl, buf, len, &n);
+    if (cc == CURLE_OK)
+        return (ssize_t)n;
+    errno = cc == CURLE_AGAIN ? EAGAIN : EIO;
+    return -1;
 }
+
+/* send(2)-like write to the upstream. */
+static ssize_t ws_up_send(struct rk_upgrade *up, const void *buf, size_t len)
+{
+    struct ws_relay *ws = (struct ws_relay *)up;
+    if (!ws->curl)
+        return send(ws->up_fd, buf, len, MSG_NOSIGNAL);
+    size_t n = 0;
+    CURLcode cc = curl_easy_send(ws->curl, buf, len, &n);
+    if (cc == CURLE_OK && n > 0)
+        return (ssize_t)n;
+    errno = cc == CURLE_AGAIN || cc == CURLE_OK ? EAGAIN : EIO;
+    return -1;
+}
+
+/* WebSocket sessions never finish by themselves: during the drain, close with
+ * 1001 as soon as the upstream's stream is between two frames. */
+static void ws_close_if_between_frames(struct rk_session *s)
+{
+    struct ws_relay *ws = (struct ws_relay *)rk_session_up(s);
+    if (rk_session_draining(s) && rk_ws_at_boundary(&ws->track))
+        rk_session_close(s, 1001, "server shutting down", 1);
+}
+
+/* Upstream bytes that came with its 101 go first. */
+static void ws_start(struct rk_session *s)
+{
+    struct ws_relay *ws = (struct ws_relay *)rk_session_up(s);
+    if (!ws->leftover_len)
+        return;
+    rk_ws_track(&ws->track, (unsigned char *)ws->leftover, ws->leftover_len);
+    rk_session_to_client(s, ws->leftover, ws->leftover_len);
+    free(ws->leftover);
+    ws->leftover = NULL;
+    ws->leftover_len = 0;
+}
+
+/* Client bytes go upstream as they are. */
+static void ws_from_client(struct rk_session *s, unsigned char *data, size_t len)
+{
+    rk_session_to_upstream(s, data, len);
+}
+
+/* Upstream bytes go to the client as they are; their frame boundaries are noted. */
+static void ws_from_upstream(struct rk_session *s, unsigned char *data, size_t len)
+{
+    struct ws_relay *ws = (struct ws_relay *)rk_session_up(s);
+    rk_ws_track(&ws->track, data, len);
+    rk_session_to_client(s, data, len);
+    ws_close_if_between_frames(s);
+}
+
+/* Either side's end ends the session once what the other side is owed is written. */
+static void ws_upstream_end(struct rk_session *s, int failed)
+{
+    (void)failed;
+    rk_session_finish(s);
+}
+
+static void ws_client_end(struct rk_session *s)
+{
+    rk_session_finish(s);
+}
+
+/* The drain: 1001 between frames, or cut after WS_CLOSE_WAIT_MS. */
+static void ws_drain(struct rk_session *s)
+{
+    ws_close_if_between_frames(s);
+    if (!rk_session_closing(s))
+        rk_session_cut_at(s, rk_now_ms() + WS_CLOSE_WAIT_MS);
+}
+
+static const struct rk_relay_kind ws_kind = {
+    .up_headroom = 0,
+    .answers_client = 0,
+    .upstream_fd = ws_upstream_fd,
+    .up_recv = ws_up_recv,
+    .up_send = ws_up_send,
+    .start = ws_start,
+    .from_client = ws_from_client,
+    .from_upstream = ws_from_upstream,
+    .upstream_end = ws_upstream_end,
+    .client_end = ws_client_end,
+    .drain = ws_drain,
+};
 
 /* Allocate the state and attach it to the request. */
 static struct ws_relay *ws_new(struct rk_req *r)
@@ -453,7 +459,7 @@ static struct ws_relay *ws_new(struct rk_req *r)
     struct ws_relay *ws = calloc(1, sizeof *ws);
     if (!ws)
         return NULL;
-    ws->up.serve = ws_serve;
+    ws->up.kind = &ws_kind;
     ws->up.release = ws_release;
     ws->up_fd = CURL_SOCKET_BAD;
     rk_upgrade_attach(r, &ws->up, "websocket proxy");
@@ -509,7 +515,8 @@ void rk_relay_ws_handler(struct rk_req *r)
         goto accept;
     }
     struct rk_proxy_target pt;
-    if (rk_relay_target(r, RK_OP_PROXY_WS, ws->port, RK_PROXY_WS, &pt, NULL) != RK_OK) {
+    if (rk_relay_target(r, RK_OP_PROXY_WS, ws->port, RK_PROXY_WS, &pt, &ws->up.idle_minutes) !=
+        RK_OK) {
         rk_upgrade_fail(&ws->up, 1011, "Proxy error: %s", rk_call_error_text(r->call));
         goto accept;
     }
