@@ -221,6 +221,23 @@ void rk_metrics_upstream(const char *op, rk_status st)
     histo_observe(&upstream_hist, op, (double)(now_ns() - mark) / 1e9);
 }
 
+int64_t rk_metrics_upstream_start(void)
+{
+    pthread_mutex_lock(&gauge_mu);
+    upstream_inflight++;
+    pthread_mutex_unlock(&gauge_mu);
+    return now_ns();
+}
+
+void rk_metrics_upstream_end(const char *op, rk_status st, int64_t mark)
+{
+    pair_inc(&upstream_calls, op, status_label(st));
+    pthread_mutex_lock(&gauge_mu);
+    upstream_inflight--;
+    pthread_mutex_unlock(&gauge_mu);
+    histo_observe(&upstream_hist, op, (double)(now_ns() - mark) / 1e9);
+}
+
 void rk_metrics_store(const char *op, double seconds)
 {
     histo_observe(&store_hist, op, seconds);
