@@ -25,9 +25,10 @@ import re
 import resource
 import selectors
 import socket
+import threading
 import time
 
-from harness import PREFIX, Admin, Redis, Sim, run, test, wait_until
+from harness import PREFIX, Admin, Redis, Sim, run, test, tmpdir, wait_until
 
 # Threads of the daemon that do not serve one client connection: main, the
 # MHD listener, the watchdog, background jobs (sweeper, reconciler), the
@@ -116,11 +117,17 @@ def thousand_in_flight_execute_through_opensandbox():
     assert admin.ok("POST", "/execute", {"sandbox_id": sid, "command": "echo warm"}) == \
         {"stdout": "warm\n", "stderr": "", "exit_code": 0}
     pid = admin.proc.pid
-    socks = send_many(admin.port, [{"sandbox_id": sid, "timeout": 120,
-                                    "command": "sleep 8; echo done %d" % i} for i in range(n)])
+    # Each command waits until the test releases it (opening and closing the
+    # FIFO's write end ends every `cat` blocked on it), so all n are in flight
+    # at once however slow the build (sanitizers) is.
+    fifo = os.path.join(tmpdir("rock-async-"), "release")
+    os.mkfifo(fifo)
+    socks = send_many(admin.port, [{"sandbox_id": sid, "timeout": 600,
+                                    "command": "cat '%s' >/dev/null; echo done %d" % (fifo, i)}
+                                   for i in range(n)])
     # Every command is in flight at once, held by the plugin's loop: no
     # thread waits for any of them in the plugin.
-    wait_until(lambda: gauge(admin, "rock_admin_upstream_async_calls") == n, 60, 0.2,
+    wait_until(lambda: gauge(admin, "rock_admin_upstream_async_calls") == n, 300, 0.2,
                "%d commands held by the plugin's loop" % n)
     total, conn_threads = threads(pid)
     other = total - conn_threads
@@ -130,7 +137,22 @@ def thousand_in_flight_execute_through_opensandbox():
           "RSS %s KiB" % (n, total, conn_threads, other, rss))
     assert conn_threads <= n + 2, (total, conn_threads)
     assert other <= OTHER_THREADS_MAX, (total, conn_threads)
-    replies = read_all(socks, 120)
+    stop = threading.Event()
+
+    def release():  # until every reply is in: late readers are released too
+        while not stop.is_set():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass  # no reader at the moment
+            stop.wait(0.2)
+    t = threading.Thread(target=release, daemon=True)
+    t.start()
+    try:
+        replies = read_all(socks, 300)
+    finally:
+        stop.set()
+        t.join()
     for i, (status, js) in enumerate(replies):
         assert status == 200 and js["status"] == "Success", (i, status, js)
         assert js["result"] == {"stdout": "done %d\n" % i, "stderr": "", "exit_code": 0}, js
