@@ -498,6 +498,7 @@ struct tjob {
     struct rk_exec_res *out;
     int merge;
     int waits;        /* "wait N": N x 100 ms */
+    int64_t start_ms; /* when it was started */
     int64_t ready_ms; /* when a wait is over */
 };
 
@@ -514,7 +515,7 @@ static int tjob_step(struct testop *t, struct tjob *j, int64_t now, rk_status *s
     }
     if (h->cancelled(j->call)) {
         *st = h->set_error(j->call, RK_E_CANCELLED, "cancelled after %lld ms",
-                           (long long)(now - (j->ready_ms - j->waits * 100LL)));
+                           (long long)(now - j->start_ms));
         return 1;
     }
     if (j->waits) {
@@ -620,9 +621,10 @@ static rk_status tstart(struct testop *t, struct rk_call *call, const char *cmd,
     j->sink = sink;
     j->out = out;
     j->merge = merge;
+    j->start_ms = t->host->now_ms();
     if (strncmp(cmd, "wait ", 5) == 0) {
         j->waits = atoi(cmd + 5);
-        j->ready_ms = t->host->now_ms() + j->waits * 100LL;
+        j->ready_ms = j->start_ms + j->waits * 100LL;
     }
     return tloop_submit(t, j);
 }
