@@ -26,7 +26,9 @@
 #                must fail, an append with a minor bump must pass; and against
 #                the checked-in baselines, two reordered 1.1 members (entry
 #                points, descriptor fields) must fail although the 1.0
-#                baseline alone lets them pass.
+#                baseline alone lets them pass, and so must the two 1.2
+#                asynchronous entry points swapped (the 1.1 baseline alone
+#                lets that pass) and the 1.2 host function call_done removed.
 #   --record     write the baseline of include-dir's version (a new release:
 #                a new minor or major); refuses to overwrite an existing one,
 #                since a released ABI never changes.
@@ -243,6 +245,29 @@ sys.stdout.write(s)'
     variant reordered-1.1-descriptor "$swap_desc" fail all
 else
     echo "abi-check self-test: FAIL: abi/operator-1.1.abi is missing"
+    status=1
+fi
+if [ "$major" = 1 ] && [ -e "$top/abi/operator-1.2.abi" ]; then
+    # The two 1.2 asynchronous entry points swapped: only appends for the 1.1
+    # baseline, a reordering for the 1.2 one.
+    swap_async='import re, sys
+s = sys.stdin.read()
+a = re.search(r"\n    /\*\* Optional, needs RK_CAP_EXEC \(since 1\.2\).*?\);\n", s, re.S).group(0)
+b = re.search(r"\n    /\*\* Optional, needs RK_CAP_SESSION \(since 1\.2\).*?\);\n", s, re.S).group(0)
+assert s.index(a) + len(a) - 1 == s.index(b), "exec_start no longer precedes session_run_start"
+s = s.replace(a + b[1:], b + a[1:], 1)
+sys.stdout.write(s)'
+    # The 1.2 host function removed again (a released member must stay).
+    drop_done='import re, sys
+s = sys.stdin.read()
+s2 = re.sub(r"\n    void \(\*call_done\)\(struct rk_call \*call, rk_status st\);", "", s, 1)
+assert s2 != s, "call_done not found"
+sys.stdout.write(s2)'
+    variant reordered-1.2-ops "$swap_async" pass "$top/abi/operator-1.1.abi"
+    variant reordered-1.2-ops "$swap_async" fail all
+    variant removed-1.2-host-function "$drop_done" fail all
+elif [ "$major" = 1 ]; then
+    echo "abi-check self-test: FAIL: abi/operator-1.2.abi is missing"
     status=1
 fi
 exit $status

@@ -55,9 +55,14 @@ int rk_path_gate(struct rk_route_path *p, enum rk_op op, const char *id)
 
 void rk_path_fail(struct rk_route_path *p, rk_status st)
 {
-    if (rk_call_error_code(p->r->call) == RK_OK)
-        rk_call_set_error(p->r->call, st, "%s", rk_status_name(st));
-    rk_reply_call_error(p->r);
+    rk_reply_plugin_failure(p->r, st);
+}
+
+void rk_reply_plugin_failure(struct rk_req *r, rk_status st)
+{
+    if (rk_call_error_code(r->call) == RK_OK)
+        rk_call_set_error(r->call, st, "%s", rk_status_name(st));
+    rk_reply_call_error(r);
 }
 
 void rk_path_end(struct rk_route_path *p)

@@ -50,6 +50,10 @@ int rk_path_gate(struct rk_route_path *p, enum rk_op op, const char *id);
  *  one naming st when it recorded none. */
 void rk_path_fail(struct rk_route_path *p, rk_status st);
 
+/** rk_path_fail for a request without its path (a completion that runs
+ *  after the path was released). */
+void rk_reply_plugin_failure(struct rk_req *r, rk_status st);
+
 /** Release what the path holds (target, problems, body). */
 void rk_path_end(struct rk_route_path *p);
 

@@ -5,6 +5,7 @@
  * check=True's failure text. The command text is never logged.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/route_path.h"
@@ -83,60 +84,87 @@ static void reply_ran(struct rk_req *r, struct rk_collector *col, const struct r
     rk_reply_ok(r, result);
 }
 
+/* One /execute command from the gate to the reply: what the reply needs
+ * once the plugin reports the end (on its own thread for exec_start). */
+struct exec_run {
+    struct rk_command_async a; /* collector, result, completion */
+    struct rk_buf cmd;
+    struct rk_exec_req req;
+    struct rk_sandbox_ref ref; /* strings in the call's arena */
+    int has_timeout;
+    double timeout_s;
+    int check;
+    const char *error_msg;
+};
+
+/* The command's outcome onto the envelope; frees the run. */
+static void exec_complete(struct rk_command_async *a, rk_status st)
+{
+    struct exec_run *run = (struct exec_run *)a;
+    struct rk_req *r = a->r;
+    if (rk_collector_reply_busy(r, &a->col)) {
+        /* answered 503 */
+    } else if (rk_command_timed_out(r->call, st, &a->res)) /* B51: before output and `check` */
+        rk_reply_timeout(r, run->has_timeout, run->timeout_s, "command");
+    else if (st != RK_OK)
+        rk_reply_plugin_failure(r, st);
+    else
+        reply_ran(r, &a->col, &a->res, run->check, run->error_msg);
+    rk_collector_free(&a->col);
+    rk_buf_free(&run->cmd);
+    free(run);
+}
+
 /* POST /execute (§5.5). */
 void rk_route_execute(struct rk_req *r)
 {
     struct rk_route_path p;
-    struct rk_buf cmd = {0};
-    struct rk_collector col;
-    rk_collector_output(&col, r);
+    struct exec_run *run = calloc(1, sizeof *run);
+    if (!run)
+        abort();
+    rk_command_async_init(&run->a, r, "exec", exec_complete);
     const char *id = rk_path_sandbox(&p, r);
     json_object *body = p.body;
-    int is_string = parse_command(&p.v, body, &cmd);
-    double timeout_s;
-    int has_timeout = rk_v_opt_seconds(&p.v, body, "timeout", 1, 1200.0, &timeout_s);
+    int is_string = parse_command(&p.v, body, &run->cmd);
+    run->has_timeout = rk_v_opt_seconds(&p.v, body, "timeout", 1, 1200.0, &run->timeout_s);
     const char *cwd = rk_v_str(&p.v, body, "cwd", 0, NULL);
     json_object *env = rk_v_strmap(&p.v, body, "env", 0);
     int shell = rk_v_bool(&p.v, body, "shell", 0, 0);
-    int check = rk_v_bool(&p.v, body, "check", 0, 0);
-    const char *error_msg = rk_v_str(&p.v, body, "error_msg", 0, "");
+    run->check = rk_v_bool(&p.v, body, "check", 0, 0);
+    run->error_msg = rk_v_str(&p.v, body, "error_msg", 0, "");
     rk_v_choice(&p.v, body, "session_type", rk_bash_only, 0);
-    if (rk_path_gate(&p, RK_OP_EXEC, id) != 0)
-        goto out;
+    if (rk_path_gate(&p, RK_OP_EXEC, id) != 0) {
+        rk_path_end(&p);
+        rk_collector_free(&run->a.col);
+        rk_buf_free(&run->cmd);
+        free(run);
+        return;
+    }
     /* B48: one warning, never the command text. */
     if (is_string == 1 && !shell)
         rk_warn("[%s] %s executes string commands with shell semantics although shell=False",
                 p.t.ref.sandbox_id, rk_display_name(r));
 
     const struct rk_plugin *pl = r->app->plugin;
-    struct rk_exec_req req = {
-        .command = rk_buf_cstr(&cmd),
-        .cwd = cwd,
-        .timeout_ms = rk_seconds_to_ms(has_timeout, timeout_s),
-    };
-    req.env = rk_env_overlay(r->call, p.t.rec, env, &req.env_len);
+    run->req.command = rk_buf_cstr(&run->cmd);
+    run->req.cwd = cwd;
+    run->req.timeout_ms = rk_seconds_to_ms(run->has_timeout, run->timeout_s);
+    run->req.env = rk_env_overlay(r->call, p.t.rec, env, &run->req.env_len);
     /* An in-flight command keeps neither the parsed record nor the parsed body (memory per
      * in-flight command): rk_v_str values and the env overlay are arena copies. */
     rk_target_detach(&p.t, r->call);
-    json_object_put(p.body);
-    p.body = body = NULL;
-    env = NULL;
-    struct rk_sink sink = rk_collector_sink(&col);
-    struct rk_exec_res res = {0};
-    rk_command_deadline(r, req.timeout_ms);
-    rk_status st;
-    RK_UPSTREAM(st, pl, exec, r->call, &p.t.ref, &req, &sink, &res);
-
-    if (rk_collector_reply_busy(r, &col)) /* answered 503 */
-        goto out;
-    if (rk_command_timed_out(r->call, st, &res)) /* B51: before output mapping and `check` */
-        rk_reply_timeout(r, has_timeout, timeout_s, "command");
-    else if (st != RK_OK)
-        rk_path_fail(&p, st);
-    else
-        reply_ran(r, &col, &res, check, error_msg);
-out:
+    run->ref = p.t.ref;
     rk_path_end(&p);
-    rk_collector_free(&col);
-    rk_buf_free(&cmd);
+    rk_command_deadline(r, run->req.timeout_ms);
+    if (pl->ops.exec_start) {
+        /* ABI 1.2: no thread waits for the command; the reply is built where
+         * the plugin reports its end. Neither run nor r is ours after this. */
+        rk_command_async_begin(&run->a);
+        rk_command_async_started(&run->a, pl->ops.exec_start(pl->inst, r->call, &run->ref,
+                                                             &run->req, &run->a.sink, &run->a.res));
+        return;
+    }
+    rk_status st;
+    RK_UPSTREAM(st, pl, exec, r->call, &run->ref, &run->req, &run->a.sink, &run->a.res);
+    exec_complete(&run->a, st);
 }

@@ -204,31 +204,64 @@ static void reply_ran(struct rk_req *r, struct rk_collector *col, const struct r
     rk_buf_free(&output);
 }
 
+/* One /run_in_session command from the gate to the reply: what the reply
+ * needs once the plugin reports the end (on its own thread for
+ * session_run_start). */
+struct session_run {
+    struct rk_command_async a; /* collector, result, completion */
+    struct rk_session_req req; /* strings in the call's arena */
+    struct rk_sandbox_ref ref; /* strings in the call's arena */
+    char *session_id;          /* malloc'd */
+    int has_timeout;
+    double timeout_s;
+    enum check check;
+    const char *error_msg;
+};
+
+/* The session command's outcome onto the envelope; frees the run. */
+static void session_run_complete(struct rk_command_async *a, rk_status st)
+{
+    struct session_run *run = (struct session_run *)a;
+    struct rk_req *r = a->r;
+    if (rk_collector_reply_busy(r, &a->col)) {
+        /* answered 503 */
+    } else if (rk_command_timed_out(r->call, st, &a->res)) {
+        rk_reply_timeout(r, run->has_timeout, run->timeout_s, "session command");
+    } else if (st != RK_OK) {
+        rk_reply_plugin_failure(r, st);
+    } else {
+        reply_ran(r, &a->col, &a->res, run->check, run->req.command, run->error_msg);
+    }
+    rk_collector_free(&a->col);
+    free(run->session_id);
+    free(run);
+}
+
 /* POST /run_in_session (§5.7, B72-B75, B85-B86, U30). */
 void rk_route_run_in_session(struct rk_req *r)
 {
-    char *session_id = NULL;
-    struct rk_collector col;
-    rk_collector_output(&col, r);
+    struct session_run *run = calloc(1, sizeof *run);
+    if (!run)
+        abort();
+    rk_command_async_init(&run->a, r, "session_run", session_run_complete);
     struct rk_route_path p;
     const char *id = rk_path_sandbox(&p, r);
     const char *command = rk_v_str(&p.v, p.body, "command", RK_V_REQUIRED, NULL);
     const char *name = rk_v_str(&p.v, p.body, "session", RK_V_SESSION, "default");
     rk_v_choice(&p.v, p.body, "action_type", rk_bash_only, 0);
-    double timeout_s;
-    int has_timeout = rk_v_opt_seconds(&p.v, p.body, "timeout", 0, 0, &timeout_s);
-    enum check check = (enum check)rk_v_choice(&p.v, p.body, "check", check_names, CHECK_RAISE);
+    run->has_timeout = rk_v_opt_seconds(&p.v, p.body, "timeout", 0, 0, &run->timeout_s);
+    run->check = (enum check)rk_v_choice(&p.v, p.body, "check", check_names, CHECK_RAISE);
     int interactive = rk_v_bool(&p.v, p.body, "is_interactive_command", 0, 0);
     int quit = rk_v_bool(&p.v, p.body, "is_interactive_quit", 0, 0);
     json_object *expect = rk_v_strlist(&p.v, p.body, "expect", 0);
-    const char *error_msg = rk_v_str(&p.v, p.body, "error_msg", 0, "");
+    run->error_msg = rk_v_str(&p.v, p.body, "error_msg", 0, "");
     /* U30: an unknown name is reported before the interactive check. */
-    if (gate_session(&p, RK_OP_SESSION_RUN, id, name, &session_id) != 0)
-        goto out;
+    if (gate_session(&p, RK_OP_SESSION_RUN, id, name, &run->session_id) != 0)
+        goto refused;
     const struct rk_plugin *pl = r->app->plugin;
     size_t n_expect = expect ? json_object_array_length(expect) : 0;
-    struct rk_session_req req = {.command = command,
-                                 .timeout_ms = rk_seconds_to_ms(has_timeout, timeout_s)};
+    run->req.command = command;
+    run->req.timeout_ms = rk_seconds_to_ms(run->has_timeout, run->timeout_s);
     if (interactive || quit || n_expect > 0) {
         /* Interactive flags and expect strings reach session_run only for a
          * plugin that declares RK_CAP_SESSION_INTERACTIVE and was built for
@@ -239,31 +272,39 @@ void rk_route_run_in_session(struct rk_req *r)
             rk_reply_error(r, RK_E_UNSUPPORTED,
                            rk_plugin_unsupported(pl, RK_CAP_SESSION_INTERACTIVE,
                                                  "interactive session commands", buf, sizeof buf));
-            goto out;
+            goto refused;
         }
-        req.flags =
+        run->req.flags =
             (interactive ? RK_SESSF_INTERACTIVE : 0u) | (quit ? RK_SESSF_INTERACTIVE_QUIT : 0u);
-        req.expect = rk_v_strings(&p.v, expect, &req.expect_len);
+        const char **items = rk_v_strings(&p.v, expect, &run->req.expect_len);
+        /* copies: the body is released before the command runs */
+        for (size_t i = 0; i < run->req.expect_len; i++)
+            items[i] = rk_arena_strdup(r->call, items[i]);
+        run->req.expect = items;
     }
-
-    struct rk_sink sink = rk_collector_sink(&col);
-    struct rk_exec_res res = {0};
-    rk_command_deadline(r, req.timeout_ms);
-    rk_status st;
-    RK_UPSTREAM(st, pl, session_run, r->call, &p.t.ref, session_id, &req, &sink, &res);
-
-    if (rk_collector_reply_busy(r, &col))
-        goto out;
-    if (rk_command_timed_out(r->call, st, &res))
-        rk_reply_timeout(r, has_timeout, timeout_s, "session command");
-    else if (st != RK_OK)
-        rk_path_fail(&p, st);
-    else
-        reply_ran(r, &col, &res, check, command, error_msg);
-out:
-    free(session_id);
-    rk_collector_free(&col);
+    rk_target_detach(&p.t, r->call);
+    run->ref = p.t.ref;
     rk_path_end(&p);
+    rk_command_deadline(r, run->req.timeout_ms);
+    if (pl->ops.session_run_start) {
+        /* ABI 1.2: no thread waits for the command; the reply is built where
+         * the plugin reports its end. Neither run nor r is ours after this. */
+        rk_command_async_begin(&run->a);
+        rk_command_async_started(&run->a, pl->ops.session_run_start(pl->inst, r->call, &run->ref,
+                                                                    run->session_id, &run->req,
+                                                                    &run->a.sink, &run->a.res));
+        return;
+    }
+    rk_status st;
+    RK_UPSTREAM(st, pl, session_run, r->call, &run->ref, run->session_id, &run->req, &run->a.sink,
+                &run->a.res);
+    session_run_complete(&run->a, st);
+    return;
+refused:
+    rk_path_end(&p);
+    rk_collector_free(&run->a.col);
+    free(run->session_id);
+    free(run);
 }
 
 /* POST /close_session (§5.8, B76, B87-B88). */

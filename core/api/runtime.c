@@ -15,6 +15,7 @@
 #include "engine/reply.h"
 #include "host/host.h"
 #include "host/plugin_loader.h"
+#include "obs/metrics.h"
 
 const char *const rk_bash_only[] = {"bash", NULL};
 
@@ -193,4 +194,42 @@ void rk_exit_repr(const struct rk_exec_res *res, char out[24])
         snprintf(out, 24, "%d", res->exit_code);
     else
         snprintf(out, 24, "None");
+}
+
+/* ---- asynchronous commands (ABI 1.2) --------------------------------------------- */
+
+void rk_command_async_init(struct rk_command_async *a, struct rk_req *r, const char *op,
+                           void (*complete)(struct rk_command_async *a, rk_status st))
+{
+    a->r = r;
+    a->op = op;
+    a->complete = complete;
+    rk_collector_output(&a->col, r);
+    a->sink = rk_collector_sink(&a->col);
+    memset(&a->res, 0, sizeof a->res);
+}
+
+/* The call's completion (host->call_done), on the reporting thread. */
+static void command_done(void *ctx, rk_status st)
+{
+    struct rk_command_async *a = ctx;
+    struct rk_req *r = a->r;
+    rk_metrics_upstream_end(a->op, st, a->mark);
+    a->complete(a, st); /* replies and frees a */
+    rk_req_finish(r);
+}
+
+void rk_command_async_begin(struct rk_command_async *a)
+{
+    rk_req_defer(a->r);
+    a->mark = rk_metrics_upstream_start();
+    rk_call_on_done(a->r->call, command_done, a);
+}
+
+void rk_command_async_started(struct rk_command_async *a, rk_status st)
+{
+    if (st == RK_OK)
+        return; /* the plugin owns a until it reports the end */
+    /* Not started: the plugin will not report, so complete here. */
+    rk_call_done(a->r->call, st);
 }

@@ -69,6 +69,39 @@ void rk_command_deadline(struct rk_req *r, int64_t timeout_ms);
  *  (the deadline passed), or a result whose backend killed it for time. */
 int rk_command_timed_out(struct rk_call *call, rk_status st, const struct rk_exec_res *res);
 
+/**
+ * A command run through a plugin's asynchronous entry point (ABI 1.2:
+ * exec_start, session_run_start). The route keeps, in a heap context that
+ * embeds this struct, everything the command and its reply need; the request
+ * is deferred (engine/request.h) and answered on the thread that reports the
+ * end, usually the plugin's event loop. Only what is non-blocking happens
+ * there: collect, map, reply (rk_command_timed_out and the envelope), count
+ * the upstream metrics, release.
+ */
+struct rk_command_async {
+    struct rk_req *r;
+    const char *op; /* upstream metric name: "exec" / "session_run" */
+    int64_t mark;   /* rk_metrics_upstream_start */
+    struct rk_collector col;
+    struct rk_exec_res res;
+    struct rk_sink sink; /* writes into col */
+    /* The route's mapping of the outcome onto the reply. It answers r and
+     * frees the context (collector included); it must not block. */
+    void (*complete)(struct rk_command_async *a, rk_status st);
+};
+
+/** Set a up for r: output collector (server.max_output_bytes), sink, result. */
+void rk_command_async_init(struct rk_command_async *a, struct rk_req *r, const char *op,
+                           void (*complete)(struct rk_command_async *a, rk_status st));
+/** Right before the start entry point: defer the request and make the call's
+ *  completion (host->call_done) run a->complete, the metrics and
+ *  rk_req_finish. */
+void rk_command_async_begin(struct rk_command_async *a);
+/** Right after the start entry point returned st: RK_OK leaves the end to the
+ *  plugin; anything else completes at once. Either way neither a nor the
+ *  request may be touched afterwards by the caller. */
+void rk_command_async_started(struct rk_command_async *a, rk_status st);
+
 /** Reply the ROCK timeout failure "Timeout (<s>s) exceeded while running
  *  <what>" for a command of has/s seconds. */
 void rk_reply_timeout(struct rk_req *r, int has, double s, const char *what);

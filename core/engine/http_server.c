@@ -305,6 +305,9 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         reply_too_large(r);
     if (!r->responded && r->route && !r->route->websocket) {
         r->route->handler(r);
+        /* A deferred answer (rk_req_defer): wait for it here (the shim of
+         * request.c for this thread-per-connection engine). */
+        rk_req_await_deferred(r);
         if (!r->responded)
             reply_detail(r, 500, "handler produced no response");
     }
@@ -379,6 +382,7 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
         rk_track_phase(hs, t, PH_KEEPALIVE);
     if (r->route_ctx_free)
         r->route_ctx_free(r);
+    rk_req_deferral_free(r);
     rk_call_free(r->call);
     free(r->body);
     free(r->param_buf);

@@ -3,6 +3,7 @@
 #include "engine/request.h"
 
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,75 @@ static void add_common_headers(struct rk_req *r, struct MHD_Response *resp)
     rk_admission_decorate(r, resp);
 }
 
+/* ---- deferred answers ----------------------------------------------------------
+ * SHIM for the thread-per-connection engine; the event-driven engine (MHD
+ * suspend/resume on its loops) replaces this block, rk_req_await_deferred and
+ * the held response with its own rk_req_defer/rk_req_finish. Here the
+ * connection's thread, after its handler returned deferred, sleeps on the
+ * request's condition variable until rk_req_finish, then queues the answer
+ * that was held for it: libmicrohttpd accepts a response only from the
+ * connection's own thread. */
+
+struct rk_req_deferral {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int finished;              /* guarded by mu */
+    struct MHD_Response *held; /* the answer, queued by the connection's thread */
+    unsigned held_status;
+};
+
+void rk_req_defer(struct rk_req *r)
+{
+    if (r->deferral)
+        return;
+    struct rk_req_deferral *d = calloc(1, sizeof *d);
+    if (!d)
+        abort();
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    r->deferral = d;
+}
+
+void rk_req_finish(struct rk_req *r)
+{
+    struct rk_req_deferral *d = r->deferral;
+    pthread_mutex_lock(&d->mu);
+    d->finished = 1;
+    pthread_cond_signal(&d->cv); /* under the lock: the waiter frees d once it has it */
+    pthread_mutex_unlock(&d->mu);
+}
+
+void rk_req_await_deferred(struct rk_req *r)
+{
+    struct rk_req_deferral *d = r->deferral;
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    while (!d->finished)
+        pthread_cond_wait(&d->cv, &d->mu);
+    pthread_mutex_unlock(&d->mu);
+    if (d->held) {
+        if (MHD_queue_response(r->conn, d->held_status, d->held) != MHD_YES)
+            rk_warn("request %s: cannot queue the response", r->request_id);
+        MHD_destroy_response(d->held);
+        d->held = NULL;
+    }
+    rk_req_deferral_free(r); /* answers from here on go straight to MHD */
+}
+
+void rk_req_deferral_free(struct rk_req *r)
+{
+    struct rk_req_deferral *d = r->deferral;
+    if (!d)
+        return;
+    if (d->held)
+        MHD_destroy_response(d->held);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    free(d);
+    r->deferral = NULL;
+}
+
 void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp)
 {
     if (r->responded) {
@@ -128,6 +198,12 @@ void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Respons
         r->outcome = http_status < 400   ? "success"
                      : http_status < 500 ? "client_error"
                                          : "server_error";
+    if (r->deferral) {
+        /* Possibly on another thread: the connection's thread queues it. */
+        r->deferral->held = resp;
+        r->deferral->held_status = http_status;
+        return;
+    }
     if (MHD_queue_response(r->conn, http_status, resp) != MHD_YES)
         rk_warn("request %s: cannot queue the response", r->request_id);
     MHD_destroy_response(resp);

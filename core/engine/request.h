@@ -63,6 +63,8 @@ struct rk_req {
     int auth_refused; /* 401 owed once the body is drained: 1 no token, 2 a wrong one */
     /* a refusal an admission check owes once the body is drained (rk_req_refuse_after_body) */
     void (*refusal)(struct rk_req *r);
+    /* deferred answers (rk_req_defer / rk_req_finish); the thread-per-connection shim's state */
+    struct rk_req_deferral *deferral;
 };
 
 /** From an admission check: answer the request with refuse(r) once its
@@ -93,6 +95,24 @@ void rk_req_set_sandbox(struct rk_req *r, const char *sandbox_id);
 
 /** Answer 503 with a 5000 envelope "admin is busy: <why>" (a limit was reached). */
 void rk_req_reply_busy(struct rk_req *r, const char *why);
+
+/**
+ * From a handler: the request will be answered later, from another thread
+ * (e.g. when a plugin reports an asynchronous command's end). The handler
+ * returns without a reply; whoever answers calls one of the rk_req_reply_*
+ * functions and then rk_req_finish(), exactly once. After rk_req_defer the
+ * handler's thread must not touch r once the answering side may have run.
+ */
+void rk_req_defer(struct rk_req *r);
+/** Hand a deferred request's answer to the connection: called exactly once,
+ *  from any thread, after an rk_req_reply_* function answered it. r may be
+ *  freed as soon as this is entered. */
+void rk_req_finish(struct rk_req *r);
+/** Engine side (http_server.c): after the handler returned, wait until a
+ *  deferred request was finished and queue its answer. No-op otherwise. */
+void rk_req_await_deferred(struct rk_req *r);
+/** Engine side: release a deferral's state (when the request ends). */
+void rk_req_deferral_free(struct rk_req *r);
 
 /** Answer with a JSON body (takes ownership of body). */
 void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body);

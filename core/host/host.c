@@ -29,6 +29,9 @@ struct rk_call {
     char *err_text;
     int client_gone;
     int64_t last_probe_ms;
+    /* ABI 1.2: who hears the end of an operation started asynchronously */
+    rk_call_done_fn done_fn;
+    void *done_ctx;
 };
 
 static _Atomic int host_shutdown; /* set once by the main thread, read by all */
@@ -154,6 +157,30 @@ char *rk_arena_printf(struct rk_call *call, const char *fmt, ...)
     vsnprintf(d, (size_t)n + 1, fmt, ap);
     va_end(ap);
     return d;
+}
+
+/* ---- asynchronous operations (ABI 1.2) ---------------------------------------- */
+
+void rk_call_on_done(struct rk_call *call, rk_call_done_fn fn, void *ctx)
+{
+    call->done_fn = fn;
+    call->done_ctx = ctx;
+}
+
+void rk_call_done(struct rk_call *call, rk_status st)
+{
+    /* Take the hook before running it: the completion may free the call. */
+    rk_call_done_fn fn = call->done_fn;
+    void *ctx = call->done_ctx;
+    call->done_fn = NULL;
+    call->done_ctx = NULL;
+    if (!fn) {
+        rk_err("%s: plugin reported the end of an operation that was not started "
+               "asynchronously (request %s); ignored",
+               plugin_prefix, call->request_id);
+        return;
+    }
+    fn(ctx, st);
 }
 
 /* ---- errors ---------------------------------------------------------------- */
@@ -337,4 +364,5 @@ const struct rk_host rk_host_table = {
     .cfg_double = rk_cfg_get_double,
     .cfg_problem = host_cfg_problem,
     .log_call = host_log_call,
+    .call_done = rk_call_done,
 };

@@ -28,6 +28,17 @@ void rk_call_free(struct rk_call *call);
 /** Set or replace the absolute deadline (monotonic ms; 0 = none). */
 void rk_call_set_deadline(struct rk_call *call, int64_t deadline_ms);
 
+/** Completion of an operation a plugin started asynchronously (ABI 1.2):
+ *  st is the status the blocking form would have returned. Runs on the
+ *  thread that reported it (the plugin's loop, or the starting thread). */
+typedef void (*rk_call_done_fn)(void *ctx, rk_status st);
+/** Set the completion of the asynchronous operation about to start on call
+ *  (one at a time; cleared when it runs). */
+void rk_call_on_done(struct rk_call *call, rk_call_done_fn fn, void *ctx);
+/** The host table's call_done: run and clear the call's completion. Also
+ *  what the core calls itself when a start entry point refused to start. */
+void rk_call_done(struct rk_call *call, rk_status st);
+
 /** Allocate n zeroed bytes in the call's arena; NULL on failure or when the
  *  size cannot be rounded without overflow (the ABI's arena_alloc). */
 void *rk_arena_try_alloc(struct rk_call *call, size_t n);

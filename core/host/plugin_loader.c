@@ -47,6 +47,12 @@ static const struct cap_op cap_ops[] = {
     {RK_CAP_RENEW, "renew", offsetof(struct rk_operator_ops, renew)},
 };
 
+/* The optional asynchronous forms (ABI 1.2): allowed only with their bit. */
+static const struct cap_op async_ops[] = {
+    {RK_CAP_EXEC, "exec_start", offsetof(struct rk_operator_ops, exec_start)},
+    {RK_CAP_SESSION, "session_run_start", offsetof(struct rk_operator_ops, session_run_start)},
+};
+
 /* Read a function-pointer slot of the ops table if the plugin's table has it. */
 static void *ops_slot(const struct rk_operator_ops *ops, size_t offset)
 {
@@ -201,6 +207,18 @@ int rk_plugin_adopt_descriptor(const struct rk_operator *raw, const char *stem,
     if (!(d->caps & proxy_caps) && has_proxy)
         REFUSE("capability check failed: entry point proxy_target is set but no proxy "
                "capability is declared");
+    /* ABI 1.2: the asynchronous forms are optional; each needs the capability
+     * (and so the blocking form) it belongs to. A plugin built for an older
+     * minor has no such slots: whatever its table holds there is not read. */
+    if (d->abi_minor < 2) {
+        out->ops.exec_start = NULL;
+        out->ops.session_run_start = NULL;
+    }
+    for (size_t i = 0; i < sizeof async_ops / sizeof async_ops[0]; i++)
+        if (ops_slot(ops, async_ops[i].offset) && !(d->caps & async_ops[i].cap))
+            REFUSE("capability check failed: entry point %s is set but capability 0x%llx is "
+                   "not declared",
+                   async_ops[i].op_name, (unsigned long long)async_ops[i].cap);
     if ((d->caps & RK_CAP_SESSION_INTERACTIVE) && !(d->caps & RK_CAP_SESSION))
         REFUSE("capability check failed: RK_CAP_SESSION_INTERACTIVE needs RK_CAP_SESSION");
     /* Arrays: the plugin's element size (0 = the 1.0 size), copied into core

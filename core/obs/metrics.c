@@ -75,6 +75,7 @@ static struct pair_counter upstream_calls = {PTHREAD_MUTEX_INITIALIZER, {{0}}, 0
 static pthread_mutex_t gauge_mu = PTHREAD_MUTEX_INITIALIZER;
 static long long inflight;
 static long long upstream_inflight;
+static long long upstream_async; /* of which started asynchronously (ABI 1.2) */
 
 /* Start of this thread's current plugin call (monotonic ns), 0 when none. */
 static _Thread_local int64_t upstream_mark_ns;
@@ -221,6 +222,25 @@ void rk_metrics_upstream(const char *op, rk_status st)
     histo_observe(&upstream_hist, op, (double)(now_ns() - mark) / 1e9);
 }
 
+int64_t rk_metrics_upstream_start(void)
+{
+    pthread_mutex_lock(&gauge_mu);
+    upstream_inflight++;
+    upstream_async++;
+    pthread_mutex_unlock(&gauge_mu);
+    return now_ns();
+}
+
+void rk_metrics_upstream_end(const char *op, rk_status st, int64_t mark)
+{
+    pair_inc(&upstream_calls, op, status_label(st));
+    pthread_mutex_lock(&gauge_mu);
+    upstream_inflight--;
+    upstream_async--;
+    pthread_mutex_unlock(&gauge_mu);
+    histo_observe(&upstream_hist, op, (double)(now_ns() - mark) / 1e9);
+}
+
 void rk_metrics_store(const char *op, double seconds)
 {
     histo_observe(&store_hist, op, seconds);
@@ -317,6 +337,7 @@ void rk_metrics_render(struct rk_app *app, struct rk_buf *out)
                  "HTTP request duration by route class.");
     pthread_mutex_lock(&gauge_mu);
     long long inflight_now = inflight, upstream_now = upstream_inflight;
+    long long async_now = upstream_async;
     pthread_mutex_unlock(&gauge_mu);
     rk_metrics_family(out, "rock_admin_inflight_requests", "gauge", "HTTP requests being handled.");
     rk_buf_printf(out, "rock_admin_inflight_requests %lld\n", inflight_now);
@@ -328,6 +349,10 @@ void rk_metrics_render(struct rk_app *app, struct rk_buf *out)
     rk_metrics_family(out, "rock_admin_upstream_inflight_calls", "gauge",
                       "Operator plugin (upstream) calls in progress.");
     rk_buf_printf(out, "rock_admin_upstream_inflight_calls %lld\n", upstream_now);
+    rk_metrics_family(out, "rock_admin_upstream_async_calls", "gauge",
+                      "Of those, commands a plugin runs with its asynchronous entry points "
+                      "(ABI 1.2): no thread waits for them.");
+    rk_buf_printf(out, "rock_admin_upstream_async_calls %lld\n", async_now);
 
     render_histo(out, &store_hist, "rock_admin_store_duration_seconds", "op",
                  "Store (Redis or in-process) round-trip duration by operation.");

@@ -29,6 +29,13 @@ void rk_metrics_upstream_begin(void);
 /** Count one plugin (upstream) call by operation and result; observes its
  *  latency when rk_metrics_upstream_begin() marked its start. */
 void rk_metrics_upstream(const char *op, rk_status st);
+/** Start of a plugin call that ends on another thread (an asynchronous entry
+ *  point, ABI 1.2): counted in flight until rk_metrics_upstream_end(); the
+ *  returned mark is handed to it. */
+int64_t rk_metrics_upstream_start(void);
+/** End of a call started with rk_metrics_upstream_start (any thread): like
+ *  rk_metrics_upstream, latency measured from mark. */
+void rk_metrics_upstream_end(const char *op, rk_status st, int64_t mark);
 /** Observe one store (Redis or in-process) round trip of operation op. */
 void rk_metrics_store(const char *op, double seconds);
 /** The class of a route name for the latency histogram: "ops", "status",

@@ -75,6 +75,45 @@
  *     session_run never block (output is collected in memory), so an event
  *     loop may feed many of them (the OpenSandbox plugin drives all command
  *     streams from one libcurl multi thread this way).
+ *   - Asynchronous forms (ABI 1.2, optional): exec_start and
+ *     session_run_start take the same arguments as exec and session_run but
+ *     return as soon as the command is in flight, so a plugin with its own
+ *     event loop holds no thread per running command. The rules:
+ *       * Return RK_OK: the operation is started and the plugin reports its
+ *         end exactly once with host->call_done(call, status), where status
+ *         is what the blocking form would have returned (record the detail
+ *         with set_error first, fill `out` first). Any other return: nothing
+ *         was started, call_done must NOT be called; the core answers with
+ *         that status as for the blocking form.
+ *       * call_done may be called from any thread, including the one that is
+ *         still inside exec_start (the command ended at once). Until then
+ *         `call`, `ref`, `req` (and everything it points to), `session_id`,
+ *         `sink` and `out` stay valid and belong to the plugin; from the
+ *         moment call_done is entered they are the core's again: the plugin
+ *         touches none of them after (not even to unlock something stored in
+ *         them), and the core may free the call before call_done returns.
+ *       * One thread at a time acts for a call: the thread that called
+ *         exec_start until it hands the call over to the plugin's loop
+ *         (with a mutex, a queue, ...), then that loop. Host functions that
+ *         take the call (set_error, arena_*, deadline_ms, cancelled,
+ *         request_id, log_call) and sink->write may be used from the acting
+ *         thread; sink->write never blocks.
+ *       * exec_start may block briefly for set-up (resolving an endpoint),
+ *         like any entry point, but never for the command itself.
+ *       * The core owns the deadline as for the blocking form: honour
+ *         host->deadline_ms() (end with RK_E_TIMEOUT once it passed) and
+ *         poll host->cancelled() for every running command (e.g. each few
+ *         hundred ms) and end it with RK_E_CANCELLED. The core has no other
+ *         way to end a started command: a plugin that never calls call_done
+ *         leaves its client waiting.
+ *       * call_done runs the core's completion (mapping the result, the reply)
+ *         on the calling thread and returns quickly without blocking or
+ *         calling back into the plugin; do not call it with a lock held that
+ *         another entry point may wait for.
+ *       * The blocking forms stay mandatory with their capability bits (the
+ *         core may call either); the async slots are used only when set.
+ *       * At shutdown every call reports cancelled(), so every started
+ *         command ends before fini() runs; fini() may assume none is left.
  *
  * Errors cross the boundary as an rk_status plus a message recorded with
  * host->set_error(). Only the core turns them into ROCK envelopes:
@@ -85,6 +124,22 @@
  *   RK_E_TIMEOUT, RK_E_COMMAND, RK_E_CANCELLED -> Failed with a null result
  *
  * ABI changelog (newest first):
+ *   1.2 (2026-12-02)  Asynchronous command forms (see "Threading"):
+ *                     - appended to rk_operator_ops: exec_start and
+ *                       session_run_start, optional asynchronous forms of
+ *                       exec and session_run (same arguments; they return
+ *                       once the command is in flight). Gated by the existing
+ *                       RK_CAP_EXEC / RK_CAP_SESSION bits (no new bit): the
+ *                       loader refuses an async slot without its capability;
+ *                       the core uses the async form whenever it is set;
+ *                     - appended to rk_host: call_done(call, status), the
+ *                       completion report of an async form, callable from
+ *                       any thread exactly once per started operation.
+ *                     File transfer and proxy_target have no async form:
+ *                     file_write pulls from a blocking rk_source (an async
+ *                     form needs a pausable source, a new contract) and
+ *                     file_read is bounded by max_read_bytes; proxy_target is
+ *                     a short, cached lookup with no long wait to give back.
  *   1.1 (2026-11-30)  Keeps the minor-version promise for 1.0 plugins:
  *                     - the core copies the descriptor by its struct_size
  *                       (1.0 descriptors keep loading; newer minors refused);
@@ -142,7 +197,7 @@ extern "C" {
 /** Major version of the operator ABI this header describes. */
 #define RK_OPERATOR_ABI_MAJOR 1
 /** Minor version of the operator ABI this header describes. */
-#define RK_OPERATOR_ABI_MINOR 1
+#define RK_OPERATOR_ABI_MINOR 2
 /** First field of every descriptor: ASCII "RKOP". */
 #define RK_OPERATOR_MAGIC 0x524b4f50u
 /** Name of the symbol the loader looks up in a plugin. */
@@ -548,6 +603,18 @@ struct rk_host {
      */
     void (*log_call)(const struct rk_call *call, enum rk_log_level level, const char *fmt, ...)
         RK_PRINTF(3, 4);
+
+    /* ---- ABI 1.2 (test with RK_HOST_HAS(host, member)) ---- */
+
+    /**
+     * Report the end of an operation started with an asynchronous entry
+     * point (exec_start, session_run_start; since 1.2): st is what the
+     * blocking form would have returned. Exactly once per operation whose
+     * start returned RK_OK, from any thread. From the moment it is entered,
+     * call, ref, req, session_id, sink and out are the core's: the plugin
+     * must not touch them any more (see "Threading" above).
+     */
+    void (*call_done)(struct rk_call *call, rk_status st);
 };
 
 /** True if the host table has member `field` and it is set. */
@@ -675,6 +742,22 @@ struct rk_operator_ops {
      *  long. Called on activity; the plugin rate-limits upstream calls. */
     rk_status (*renew)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                        int64_t idle_deadline);
+
+    /* ---- ABI 1.2 ---- */
+
+    /** Optional, needs RK_CAP_EXEC (since 1.2). The asynchronous form of
+     *  exec: start the command and return RK_OK once it is in flight; report
+     *  its end with host->call_done(). Output goes to sink as for exec.
+     *  Arguments stay valid until call_done (see "Threading" above). */
+    rk_status (*exec_start)(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                            const struct rk_exec_req *req, const struct rk_sink *sink,
+                            struct rk_exec_res *out);
+    /** Optional, needs RK_CAP_SESSION (since 1.2). The asynchronous form of
+     *  session_run, with the same rules as exec_start. */
+    rk_status (*session_run_start)(void *inst, struct rk_call *call,
+                                   const struct rk_sandbox_ref *ref, const char *session_id,
+                                   const struct rk_session_req *req, const struct rk_sink *sink,
+                                   struct rk_exec_res *out);
 };
 
 /* ------------------------------------------------------------------------ */

@@ -58,6 +58,14 @@ static rk_status op_exec(void *inst, struct rk_call *call, const struct rk_sandb
     return os_exec(inst, call, ref, req, sink, out);
 }
 
+/** ops.exec_start (ABI 1.2): the command runs on the instance's loop; no thread waits. */
+static rk_status op_exec_start(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                               const struct rk_exec_req *req, const struct rk_sink *sink,
+                               struct rk_exec_res *out)
+{
+    return os_exec_start(inst, call, ref, req, sink, out);
+}
+
 /** ops.file_read. */
 static rk_status op_file_read(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                               const char *path, const struct rk_sink *sink)
@@ -92,6 +100,15 @@ static rk_status op_session_run(void *inst, struct rk_call *call, const struct r
                                 const struct rk_sink *sink, struct rk_exec_res *out)
 {
     return os_session_run(inst, call, ref, session_id, req, sink, out);
+}
+
+/** ops.session_run_start (ABI 1.2): like op_exec_start for a session command. */
+static rk_status op_session_run_start(void *inst, struct rk_call *call,
+                                      const struct rk_sandbox_ref *ref, const char *session_id,
+                                      const struct rk_session_req *req, const struct rk_sink *sink,
+                                      struct rk_exec_res *out)
+{
+    return os_session_run_start(inst, call, ref, session_id, req, sink, out);
 }
 
 /** ops.session_close. */
@@ -191,6 +208,8 @@ static const struct rk_operator_ops os_ops = {
     .snapshot_delete = op_snapshot_delete,
     .restore_snapshot = op_restore_snapshot,
     .renew = op_renew,
+    .exec_start = op_exec_start,
+    .session_run_start = op_session_run_start,
 };
 
 static const struct rk_cap_msg os_unsupported[] = {
@@ -218,7 +237,7 @@ RK_OPERATOR_EXPORT = {
     .name = "opensandbox",
     .backend_tag = "opensandbox",
     .display_name = "OpenSandbox",
-    .version = "1.1.0",
+    .version = "1.2.0",
     .flags = RK_OPF_THREADSAFE,
     .caps = RK_CAP_EXEC | RK_CAP_FILE_READ | RK_CAP_FILE_STAT | RK_CAP_FILE_WRITE | RK_CAP_SESSION |
             RK_CAP_PROXY_HTTP | RK_CAP_PROXY_WS | RK_CAP_DELETE_PENDING | RK_CAP_LIST |

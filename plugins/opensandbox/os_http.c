@@ -258,16 +258,13 @@ void os_xfer_json(struct os_xfer *x, const char *json)
     os_xfer_header(x, "Content-Type", "application/json");
 }
 
-/**
- * Run the exchange. RK_OK means an HTTP answer arrived (check x->status);
- * otherwise RK_E_TIMEOUT (the call's deadline passed: the deadline decides),
- * RK_E_CANCELLED, the streaming callback's status, or RK_E_UNAVAILABLE
- * (transport; x->timed_out when the exchange's own bound expired).
- */
-rk_status os_xfer_perform(struct os_xfer *x)
+/** Checks and options before a transfer runs: RK_OK, or the status it ends with at once
+ *  (the call's deadline passed, the client left). Remembers the deadline in x->call_dl. */
+static rk_status xfer_begin(struct os_xfer *x)
 {
     const struct rk_host *h = x->inst->host;
     int64_t dl = x->call ? h->deadline_ms(x->call) : 0;
+    x->call_dl = dl;
     if (dl > 0) {
         int64_t left = dl - h->now_ms();
         if (left <= 0)
@@ -278,7 +275,6 @@ rk_status os_xfer_perform(struct os_xfer *x)
     if (x->call && h->cancelled(x->call))
         return RK_E_CANCELLED;
     curl_easy_setopt(x->curl, CURLOPT_HTTPHEADER, x->hdrs);
-    CURLcode cc;
     if (x->use_loop) {
         /* Events are small: a 4 KiB receive buffer instead of 16 KiB per open stream. */
         curl_easy_setopt(x->curl, CURLOPT_BUFFERSIZE, 4096L);
@@ -288,10 +284,14 @@ rk_status os_xfer_perform(struct os_xfer *x)
         x->job.errbuf = x->errbuf;
         x->job.errbuf_len = sizeof x->errbuf;
     }
-    if (x->use_loop && os_loop_run(x->inst->loop, &x->job) == 0)
-        cc = (CURLcode)x->job.curl_code;
-    else
-        cc = curl_easy_perform(x->curl);
+    return RK_OK;
+}
+
+/** The exchange's status once curl ended it with cc (see os_xfer_perform). */
+static rk_status xfer_result(struct os_xfer *x, CURLcode cc)
+{
+    const struct rk_host *h = x->inst->host;
+    int64_t dl = x->call_dl;
     x->curl_code = (int)cc;
     curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &x->status);
     if (cc == CURLE_OK)
@@ -316,6 +316,51 @@ rk_status os_xfer_perform(struct os_xfer *x)
         cc == CURLE_COULDNT_RESOLVE_PROXY)
         x->not_sent = 1;
     return RK_E_UNAVAILABLE;
+}
+
+/**
+ * Run the exchange. RK_OK means an HTTP answer arrived (check x->status);
+ * otherwise RK_E_TIMEOUT (the call's deadline passed: the deadline decides),
+ * RK_E_CANCELLED, the streaming callback's status, or RK_E_UNAVAILABLE
+ * (transport; x->timed_out when the exchange's own bound expired).
+ */
+rk_status os_xfer_perform(struct os_xfer *x)
+{
+    rk_status s = xfer_begin(x);
+    if (s != RK_OK)
+        return s;
+    CURLcode cc;
+    if (x->use_loop && os_loop_run(x->inst->loop, &x->job) == 0)
+        cc = (CURLcode)x->job.curl_code;
+    else
+        cc = curl_easy_perform(x->curl);
+    return xfer_result(x, cc);
+}
+
+/** The loop's end of an exchange started with os_xfer_start (loop thread). */
+static void xfer_loop_done(struct os_loop_job *j)
+{
+    struct os_xfer *x = j->ctx;
+    x->done(x, xfer_result(x, (CURLcode)j->curl_code));
+}
+
+/**
+ * Start the exchange on the instance's loop without waiting (x->use_loop is implied): done(x,
+ * status) runs on the loop thread when it ended, with os_xfer_perform's statuses. RK_OK: done
+ * will run (when the loop is unavailable the exchange runs here and done runs before this
+ * returns). Otherwise the exchange ended at once with that status and done is not called.
+ */
+rk_status os_xfer_start(struct os_xfer *x, void (*done)(struct os_xfer *x, rk_status s))
+{
+    x->use_loop = 1;
+    rk_status s = xfer_begin(x);
+    if (s != RK_OK)
+        return s;
+    x->done = done;
+    x->job.on_done = xfer_loop_done;
+    if (os_loop_submit(x->inst->loop, &x->job) != 0)
+        done(x, xfer_result(x, curl_easy_perform(x->curl)));
+    return RK_OK;
 }
 
 /** Text describing the last transport failure. */

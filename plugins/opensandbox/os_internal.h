@@ -144,6 +144,9 @@ struct os_loop_job {
     char *errbuf;                   /**< where a submission failure is described, or NULL */
     size_t errbuf_len;
     int curl_code; /**< the transfer's CURLcode, valid once os_loop_run returned 0 */
+    /** Set for os_loop_submit: called on the loop thread when the transfer ended (curl_code
+     *  set, the handle out of the multi); the job is the caller's again. */
+    void (*on_done)(struct os_loop_job *j);
     /* loop-private */
     int done;                 /**< guarded by the loop's mutex */
     pthread_cond_t cv;        /**< signalled when done is set */
@@ -158,6 +161,19 @@ struct os_loop *os_loop_new(void);
 void os_loop_free(struct os_loop *lp);
 /** Run j's prepared handle on the loop and wait; -1 when the loop is unavailable. */
 int os_loop_run(struct os_loop *lp, struct os_loop_job *j);
+/** Start j's prepared handle on the loop without waiting: j->on_done runs on the loop thread
+ *  when it ended. -1 when the loop is unavailable or stopping (on_done is then not called). */
+int os_loop_submit(struct os_loop *lp, struct os_loop_job *j);
+
+/** A piece of blocking work that must not run on the loop thread (e.g. resolving an endpoint
+ *  again before a command stream is retried). */
+struct os_loop_task {
+    void (*run)(struct os_loop_task *t); /**< runs on the loop's helper thread */
+    struct os_loop_task *next;           /**< loop-private */
+};
+/** Run t->run on the loop's helper thread (one, started on first use; tasks run in order).
+ *  -1 when the loop is stopping or the helper cannot start (t->run is then not called). */
+int os_loop_defer(struct os_loop *lp, struct os_loop_task *t);
 
 /* ------------------------------------------------------------------------ */
 /* Instance (its fields are set up by os_config.c and the modules named)     */
@@ -250,6 +266,8 @@ struct os_xfer {
     int curl_code;
     int use_loop;           /**< set by the caller: run on the instance's loop (command streams) */
     struct os_loop_job job; /**< the loop's view of this exchange (os_xfer_perform fills it) */
+    int64_t call_dl;        /**< the call's deadline when the exchange started (0 = none) */
+    void (*done)(struct os_xfer *x, rk_status s); /**< os_xfer_start's completion */
 };
 
 rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
@@ -258,6 +276,9 @@ rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value)
 void os_xfer_json(struct os_xfer *x, const char *json);
 void os_xfer_fresh_connection(struct os_xfer *x);
 rk_status os_xfer_perform(struct os_xfer *x);
+/** Start the exchange on the loop; done(x, status) reports its end (loop thread). RK_OK: done
+ *  will run; otherwise it ended at once with that status (done not called). */
+rk_status os_xfer_start(struct os_xfer *x, void (*done)(struct os_xfer *x, rk_status s));
 const char *os_xfer_err(const struct os_xfer *x);
 void os_xfer_cleanup(struct os_xfer *x);
 char *os_escape(const char *s);
@@ -420,9 +441,17 @@ struct os_run_opts {
 rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *osid,
                         const struct os_run_opts *opts, const struct rk_sink *sink,
                         struct rk_exec_res *out);
+/** os_run_stream started on the loop (ABI 1.2): RK_OK, then the end goes to
+ *  host->call_done (possibly before this returns); otherwise nothing was started. */
+rk_status os_run_stream_start(struct os_inst *inst, struct rk_call *call, const char *osid,
+                              const struct os_run_opts *opts, const struct rk_sink *sink,
+                              struct rk_exec_res *out);
 rk_status os_exec(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                   const struct rk_exec_req *req, const struct rk_sink *sink,
                   struct rk_exec_res *out);
+rk_status os_exec_start(struct os_inst *inst, struct rk_call *call,
+                        const struct rk_sandbox_ref *ref, const struct rk_exec_req *req,
+                        const struct rk_sink *sink, struct rk_exec_res *out);
 rk_status os_file_stat(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                        const char *path, struct rk_file_info *out);
 rk_status os_file_read(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
@@ -437,6 +466,10 @@ rk_status os_session_run(struct os_inst *inst, struct rk_call *call,
                          const struct rk_sandbox_ref *ref, const char *session_id,
                          const struct rk_session_req *req, const struct rk_sink *sink,
                          struct rk_exec_res *out);
+rk_status os_session_run_start(struct os_inst *inst, struct rk_call *call,
+                               const struct rk_sandbox_ref *ref, const char *session_id,
+                               const struct rk_session_req *req, const struct rk_sink *sink,
+                               struct rk_exec_res *out);
 rk_status os_session_close(struct os_inst *inst, struct rk_call *call,
                            const struct rk_sandbox_ref *ref, const char *session_id);
 

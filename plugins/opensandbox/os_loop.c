@@ -21,6 +21,11 @@
  * The loop knows jobs (struct os_loop_job), not the plugin's exchanges: os_http.c submits a job
  * and gets its result back, and nothing here calls into os_http.c.
  *
+ * ABI 1.2: a job may also be submitted without a waiter (os_loop_submit, the asynchronous
+ * command forms): its on_done callback runs on the loop thread when the transfer ends, so no
+ * thread at all waits for an in-flight command. What such a completion has to do that may block
+ * (resolving an endpoint again) goes to one helper thread (os_loop_defer), never to the loop.
+ *
  * Callbacks (write, progress) run on the loop thread. They must not block: the streams routed
  * here only parse events and append to the core's in-memory collectors (non-blocking by
  * contract of their sinks). Transfers whose callbacks may wait for a client (uploads, downloads)
@@ -57,6 +62,12 @@ struct os_loop {
     int wakefd;                 /**< eventfd: a submission or stop is pending */
     int64_t timer_at;           /**< curl's next timeout (monotonic ms), -1 when none */
     struct os_loop_job *active; /**< transfers in the multi (loop thread only) */
+    /* the helper thread for blocking follow-ups (os_loop_defer), guarded by mu */
+    pthread_t helper;
+    int helper_started;
+    int helper_stop;
+    pthread_cond_t helper_cv;
+    struct os_loop_task *tasks, *tasks_tail;
 };
 
 /** Monotonic milliseconds. */
@@ -112,6 +123,13 @@ static void finish(struct os_loop *lp, struct os_loop_job *j, CURLcode cc)
 {
     curl_multi_remove_handle(lp->multi, j->curl);
     active_unlink(lp, j);
+    if (j->on_done) {
+        /* Submitted without a waiter: hand the result back on this thread. */
+        curl_easy_setopt(j->curl, CURLOPT_PRIVATE, NULL);
+        j->curl_code = (int)cc;
+        j->on_done(j);
+        return;
+    }
     pthread_mutex_lock(&lp->mu);
     j->curl_code = (int)cc;
     j->done = 1;
@@ -274,8 +292,66 @@ struct os_loop *os_loop_new(void)
     if (!lp)
         return NULL;
     pthread_mutex_init(&lp->mu, NULL);
+    pthread_cond_init(&lp->helper_cv, NULL);
     lp->epfd = lp->wakefd = -1;
     return lp;
+}
+
+/** The helper thread: runs deferred tasks in order until stopped and drained. */
+static void *helper_main(void *arg)
+{
+    struct os_loop *lp = arg;
+    rku_thread_c_locale();
+    pthread_mutex_lock(&lp->mu);
+    for (;;) {
+        struct os_loop_task *t = lp->tasks;
+        if (!t) {
+            if (lp->helper_stop)
+                break;
+            pthread_cond_wait(&lp->helper_cv, &lp->mu);
+            continue;
+        }
+        lp->tasks = t->next;
+        if (!lp->tasks)
+            lp->tasks_tail = NULL;
+        pthread_mutex_unlock(&lp->mu);
+        t->run(t);
+        pthread_mutex_lock(&lp->mu);
+    }
+    pthread_mutex_unlock(&lp->mu);
+    return NULL;
+}
+
+int os_loop_defer(struct os_loop *lp, struct os_loop_task *t)
+{
+    if (!lp)
+        return -1;
+    pthread_mutex_lock(&lp->mu);
+    if (lp->helper_stop) {
+        pthread_mutex_unlock(&lp->mu);
+        return -1;
+    }
+    if (!lp->helper_started) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 256 * 1024);
+        int rc = pthread_create(&lp->helper, &attr, helper_main, lp);
+        pthread_attr_destroy(&attr);
+        if (rc != 0) {
+            pthread_mutex_unlock(&lp->mu);
+            return -1;
+        }
+        lp->helper_started = 1;
+    }
+    t->next = NULL;
+    if (lp->tasks_tail)
+        lp->tasks_tail->next = t;
+    else
+        lp->tasks = t;
+    lp->tasks_tail = t;
+    pthread_cond_signal(&lp->helper_cv);
+    pthread_mutex_unlock(&lp->mu);
+    return 0;
 }
 
 /** Wake the loop thread. */
@@ -299,12 +375,44 @@ void os_loop_free(struct os_loop *lp)
     if (started) {
         wake(lp);
         pthread_join(lp->thread, NULL);
+    }
+    /* The helper drains its tasks (completions ending their calls) before it stops; a task
+     * that starts a transfer now finds the loop stopped and runs it on the helper itself. */
+    pthread_mutex_lock(&lp->mu);
+    int helper = lp->helper_started;
+    lp->helper_stop = 1;
+    pthread_cond_signal(&lp->helper_cv);
+    pthread_mutex_unlock(&lp->mu);
+    if (helper)
+        pthread_join(lp->helper, NULL);
+    if (started) {
         curl_multi_cleanup(lp->multi);
         close(lp->epfd);
         close(lp->wakefd);
     }
+    pthread_cond_destroy(&lp->helper_cv);
     pthread_mutex_destroy(&lp->mu);
     free(lp);
+}
+
+/** Start a job whose on_done reports its end (no waiter). */
+int os_loop_submit(struct os_loop *lp, struct os_loop_job *j)
+{
+    if (!lp || !j->on_done)
+        return -1;
+    pthread_mutex_lock(&lp->mu);
+    if (lp->stop || loop_start(lp) != 0) {
+        pthread_mutex_unlock(&lp->mu);
+        return -1;
+    }
+    curl_easy_setopt(j->curl, CURLOPT_PRIVATE, (char *)j);
+    j->done = 0;
+    j->prev = NULL;
+    j->next = lp->queue;
+    lp->queue = j; /* the loop acts for the job from here */
+    pthread_mutex_unlock(&lp->mu);
+    wake(lp);
+    return 0;
 }
 
 /** Run a job's prepared easy handle on the loop and wait for it to end; the result is in
@@ -318,6 +426,7 @@ int os_loop_run(struct os_loop *lp, struct os_loop_job *j)
         pthread_mutex_unlock(&lp->mu);
         return -1;
     }
+    j->on_done = NULL;
     curl_easy_setopt(j->curl, CURLOPT_PRIVATE, (char *)j);
     pthread_cond_init(&j->cv, NULL);
     j->done = 0;

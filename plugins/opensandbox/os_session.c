@@ -286,11 +286,12 @@ rk_status os_session_open(struct os_inst *inst, struct rk_call *call,
     return s;
 }
 
-/** ops.session_run: POST /session/{sid}/run, output (merged) to the sink as stdout. */
-rk_status os_session_run(struct os_inst *inst, struct rk_call *call,
-                         const struct rk_sandbox_ref *ref, const char *session_id,
-                         const struct rk_session_req *req, const struct rk_sink *sink,
-                         struct rk_exec_res *out)
+/** POST /session/{sid}/run, output (merged) to the sink as stdout: run (start 0) or started on
+ *  the loop (start 1, ABI 1.2). */
+static rk_status session_run(struct os_inst *inst, struct rk_call *call,
+                             const struct rk_sandbox_ref *ref, const char *session_id,
+                             const struct rk_session_req *req, const struct rk_sink *sink,
+                             struct rk_exec_res *out, int start)
 {
     const char *osid = NULL;
     rk_status s = os_need_upstream_id(inst, call, ref, &osid);
@@ -313,11 +314,31 @@ rk_status os_session_run(struct os_inst *inst, struct rk_call *call,
                                 .body = js,
                                 .timeout_ms = req->timeout_ms,
                                 .session = 1};
-        s = os_run_stream(inst, call, osid, &o, sink, out);
+        s = start ? os_run_stream_start(inst, call, osid, &o, sink, out)
+                  : os_run_stream(inst, call, osid, &o, sink, out);
     }
     free(path);
     json_object_put(root);
     return s;
+}
+
+/** ops.session_run. */
+rk_status os_session_run(struct os_inst *inst, struct rk_call *call,
+                         const struct rk_sandbox_ref *ref, const char *session_id,
+                         const struct rk_session_req *req, const struct rk_sink *sink,
+                         struct rk_exec_res *out)
+{
+    return session_run(inst, call, ref, session_id, req, sink, out, 0);
+}
+
+/** ops.session_run_start (ABI 1.2): session_run started on the loop; its end goes to
+ *  host->call_done. */
+rk_status os_session_run_start(struct os_inst *inst, struct rk_call *call,
+                               const struct rk_sandbox_ref *ref, const char *session_id,
+                               const struct rk_session_req *req, const struct rk_sink *sink,
+                               struct rk_exec_res *out)
+{
+    return session_run(inst, call, ref, session_id, req, sink, out, 1);
 }
 
 /** ops.session_close: DELETE /session/{sid} (404 = already gone). */

@@ -23,6 +23,14 @@
  * string found in the output as expect_string; create logs one line with
  * host->log_call (carries the request id); restore() brings an archived
  * sandbox back as running.
+ *
+ * 1.2 builds (testop) also have the asynchronous forms exec_start and
+ * session_run_start: a command is queued to one loop thread of the plugin
+ * ("testop-loop"), which runs it and reports its end with host->call_done; a
+ * "wait N" is a timer there (no thread sleeps for it), checked against
+ * cancelled() and deadline_ms() every 20 ms. "inline X" runs X inside
+ * exec_start and reports the end before exec_start returns (the contract's
+ * edge). Also built as "testop_v11" against tests/plugins/abi-1.1/.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -55,6 +63,8 @@ struct tsbx {
     int nfiles;
 };
 
+struct tjob;
+
 struct testop {
     const struct rk_host *host;
     pthread_mutex_t mu;
@@ -62,6 +72,12 @@ struct testop {
     int n;
     const char *proxy_base;
     long long sessions;
+    /* the asynchronous forms' loop (1.2), started on first use; guarded by mu */
+    pthread_cond_t loop_cv;
+    pthread_t loop;
+    int loop_started;
+    int loop_stop;
+    struct tjob *queue; /* started, not yet taken by the loop */
 };
 
 static const struct rk_cfg_key config_keys[] = {
@@ -90,10 +106,16 @@ static rk_status t_init(const struct rk_host *host, const struct rk_cfg *cfg, vo
         return RK_E_NOMEM;
     t->host = host;
     pthread_mutex_init(&t->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->loop_cv, &ca);
+    pthread_condattr_destroy(&ca);
     t->proxy_base = host->cfg_str(cfg, "proxy_base");
     const char *tok = host->cfg_str(cfg, "token");
     if (tok && strcmp(tok, "bad") == 0) {
         host->cfg_problem(cfg, "token", "must not be \"bad\"");
+        pthread_cond_destroy(&t->loop_cv);
         pthread_mutex_destroy(&t->mu);
         free(t);
         return RK_E_INVALID;
@@ -105,6 +127,14 @@ static rk_status t_init(const struct rk_host *host, const struct rk_cfg *cfg, vo
 static void t_fini(void *inst)
 {
     struct testop *t = inst;
+    pthread_mutex_lock(&t->mu);
+    int started = t->loop_started;
+    t->loop_stop = 1;
+    pthread_cond_signal(&t->loop_cv);
+    pthread_mutex_unlock(&t->mu);
+    if (started)
+        pthread_join(t->loop, NULL);
+    pthread_cond_destroy(&t->loop_cv);
     for (int i = 0; i < t->n; i++) {
         for (int f = 0; f < t->sbx[i]->nfiles; f++)
             free(t->sbx[i]->files[f].data);
@@ -453,6 +483,175 @@ static rk_status t_session_close(void *inst, struct rk_call *call, const struct 
     return RK_OK;
 }
 
+#if RK_OPERATOR_ABI_MINOR >= 2
+/* ---- asynchronous forms (ABI 1.2) ---- */
+
+/* One started command, owned by the loop until it reports the end. */
+struct tjob {
+    struct tjob *next;
+    struct rk_call *call;
+    const char *cmd;
+    const struct rk_kv *env;
+    size_t env_len;
+    int64_t timeout_ms;
+    const struct rk_sink *sink;
+    struct rk_exec_res *out;
+    int merge;
+    int waits;        /* "wait N": N x 100 ms */
+    int64_t start_ms; /* when it was started */
+    int64_t ready_ms; /* when a wait is over */
+};
+
+#define TLOOP_TICK_MS 20
+
+/* Run one job's command if it is due; 1 when it ended (*st set). */
+static int tjob_step(struct testop *t, struct tjob *j, int64_t now, rk_status *st)
+{
+    const struct rk_host *h = t->host;
+    int64_t dl = h->deadline_ms(j->call);
+    if (dl > 0 && now >= dl) {
+        *st = h->set_error(j->call, RK_E_TIMEOUT, "testop: the call's deadline passed");
+        return 1;
+    }
+    if (h->cancelled(j->call)) {
+        *st = h->set_error(j->call, RK_E_CANCELLED, "cancelled after %lld ms",
+                           (long long)(now - j->start_ms));
+        return 1;
+    }
+    if (j->waits) {
+        if (now < j->ready_ms)
+            return 0;
+        j->out->has_exit_code = 1;
+        j->out->exit_code = 0;
+        *st = j->sink->write(j->sink->ctx, RK_STREAM_STDOUT, "waited\n", 7);
+        return 1;
+    }
+    *st = run_command(t, j->call, j->cmd, j->env, j->env_len, j->timeout_ms, j->sink, j->out,
+                      j->merge);
+    return 1;
+}
+
+/* The loop thread: takes started jobs, runs them, reports their end; never
+ * sleeps for a command. */
+static void *tloop_main(void *arg)
+{
+    struct testop *t = arg;
+    struct tjob *active = NULL;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (t->queue) {
+            struct tjob *j = t->queue;
+            t->queue = j->next;
+            j->next = active;
+            active = j;
+        }
+        if (t->loop_stop && !active)
+            break;
+        pthread_mutex_unlock(&t->mu);
+        int64_t now = t->host->now_ms();
+        struct tjob **pp = &active;
+        while (*pp) {
+            struct tjob *j = *pp;
+            rk_status st;
+            if (tjob_step(t, j, now, &st)) {
+                *pp = j->next;
+                struct rk_call *call = j->call;
+                free(j);
+                t->host->call_done(call, st); /* call, sink and out are the core's again */
+            } else {
+                pp = &j->next;
+            }
+        }
+        pthread_mutex_lock(&t->mu);
+        if (!t->queue && !(t->loop_stop && !active)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += TLOOP_TICK_MS * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&t->loop_cv, &t->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+/* Queue a job to the loop (started on first use). */
+static rk_status tloop_submit(struct testop *t, struct tjob *j)
+{
+    pthread_mutex_lock(&t->mu);
+    if (!t->loop_started) {
+        if (pthread_create(&t->loop, NULL, tloop_main, t) != 0) {
+            pthread_mutex_unlock(&t->mu);
+            struct rk_call *call = j->call;
+            free(j);
+            return t->host->set_error(call, RK_E_INTERNAL, "testop: no loop thread");
+        }
+        pthread_setname_np(t->loop, "testop-loop");
+        t->loop_started = 1;
+    }
+    j->next = t->queue;
+    t->queue = j; /* hands the call over to the loop */
+    pthread_cond_signal(&t->loop_cv);
+    pthread_mutex_unlock(&t->mu);
+    return RK_OK;
+}
+
+/* Start one command on the loop (both async forms). */
+static rk_status tstart(struct testop *t, struct rk_call *call, const char *cmd,
+                        const struct rk_kv *env, size_t env_len, int64_t timeout_ms,
+                        const struct rk_sink *sink, struct rk_exec_res *out, int merge)
+{
+    if (strncmp(cmd, "inline ", 7) == 0) {
+        /* The end reported before exec_start returns. */
+        rk_status st = run_command(t, call, cmd + 7, env, env_len, timeout_ms, sink, out, merge);
+        t->host->call_done(call, st);
+        return RK_OK;
+    }
+    struct tjob *j = calloc(1, sizeof *j);
+    if (!j)
+        return RK_E_NOMEM;
+    j->call = call;
+    j->cmd = cmd;
+    j->env = env;
+    j->env_len = env_len;
+    j->timeout_ms = timeout_ms;
+    j->sink = sink;
+    j->out = out;
+    j->merge = merge;
+    j->start_ms = t->host->now_ms();
+    if (strncmp(cmd, "wait ", 5) == 0) {
+        j->waits = atoi(cmd + 5);
+        j->ready_ms = j->start_ms + j->waits * 100LL;
+    }
+    return tloop_submit(t, j);
+}
+
+static rk_status t_exec_start(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
+                              const struct rk_exec_req *req, const struct rk_sink *sink,
+                              struct rk_exec_res *out)
+{
+    (void)ref;
+    return tstart(inst, call, req->command, req->env, req->env_len, req->timeout_ms, sink, out, 0);
+}
+
+static rk_status t_session_run_start(void *inst, struct rk_call *call,
+                                     const struct rk_sandbox_ref *ref, const char *sid,
+                                     const struct rk_session_req *req, const struct rk_sink *sink,
+                                     struct rk_exec_res *out)
+{
+    if (req->expect_len > 0 || req->flags) {
+        /* Interactive commands end at once: the blocking form, reported now. */
+        rk_status st = t_session_run(inst, call, ref, sid, req, sink, out);
+        ((struct testop *)inst)->host->call_done(call, st);
+        return RK_OK;
+    }
+    return tstart(inst, call, req->command, NULL, 0, req->timeout_ms, sink, out, 1);
+}
+#endif
+
 static rk_status t_proxy_target(void *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                                 int port, enum rk_proxy_kind kind, struct rk_proxy_target *out)
 {
@@ -508,6 +707,10 @@ static const struct rk_operator_ops ops = {
     .session_run = t_session_run,
     .session_close = t_session_close,
     .proxy_target = t_proxy_target,
+#if RK_OPERATOR_ABI_MINOR >= 2
+    .exec_start = t_exec_start,
+    .session_run_start = t_session_run_start,
+#endif
 #endif
 };
 

@@ -263,6 +263,57 @@ static void test_element_size_rules(void **state)
     rk_problems_free(&p);
 }
 
+/* ABI 1.2: the asynchronous forms are optional, need their capability, and
+ * are not read from a plugin built for an older minor; a 1.1 plugin binary
+ * (testop_v11) and a 1.0 one load with none, the current testop has both. */
+static void test_async_entry_points(void **state)
+{
+    (void)state;
+    struct rk_problems p = {0};
+    struct rk_plugin *pl = rk_plugin_load(plugin_dir(), "testop", &p);
+    assert_non_null(pl);
+    assert_non_null(pl->ops.exec_start);
+    assert_non_null(pl->ops.session_run_start);
+    struct rk_operator d = *pl->desc;
+    struct rk_operator_ops ops = pl->ops;
+    d.ops = &ops;
+    char why[512];
+    assert_int_equal(rk_plugin_check_descriptor(&d, "testop", why, sizeof why), 0);
+    d.caps &= ~RK_CAP_SESSION_INTERACTIVE;
+    d.caps &= ~RK_CAP_EXEC;
+    ops.exec = NULL;
+    assert_int_equal(rk_plugin_check_descriptor(&d, "testop", why, sizeof why), -1);
+    assert_non_null(strstr(why, "entry point exec_start is set but capability 0x1"));
+    ops.exec_start = NULL; /* without its async form the plugin is fine again */
+    assert_int_equal(rk_plugin_check_descriptor(&d, "testop", why, sizeof why), 0);
+    /* A descriptor that claims 1.1: whatever sits in the 1.2 slots is ignored. */
+    d = *pl->desc;
+    ops = pl->ops;
+    d.ops = &ops;
+    d.abi_minor = 1;
+    struct rk_plugin_desc adopted;
+    assert_int_equal(rk_plugin_adopt_descriptor(&d, "testop", &adopted, why, sizeof why), 0);
+    assert_null(adopted.ops.exec_start);
+    assert_null(adopted.ops.session_run_start);
+    assert_non_null(adopted.ops.exec);
+    rk_plugin_desc_free(&adopted);
+    rk_plugin_unload(pl);
+    rk_problems_free(&p);
+    const char *old[] = {"testop_v10", "testop_v11"};
+    for (size_t i = 0; i < 2; i++) {
+        struct rk_problems q = {0};
+        struct rk_plugin *o = rk_plugin_load(plugin_dir(), old[i], &q);
+        if (!o)
+            fail_msg("%s refused: %s", old[i], q.n ? q.lines[0] : "?");
+        assert_int_equal(o->desc->abi_minor, i);
+        assert_non_null(o->ops.exec);
+        assert_null(o->ops.exec_start);
+        assert_null(o->ops.session_run_start);
+        rk_plugin_unload(o);
+        rk_problems_free(&q);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_arena_alloc_contract),
         cmocka_unit_test(test_element_size_rules),
         cmocka_unit_test(test_check_descriptor_rules),
+        cmocka_unit_test(test_async_entry_points),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

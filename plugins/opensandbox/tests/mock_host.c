@@ -97,6 +97,38 @@ static char *m_arena_strdup(struct rk_call *call, const char *s)
     return p;
 }
 
+/* host->call_done (ABI 1.2): the reported status, waited for by mock_wait_done. */
+static pthread_mutex_t done_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
+static int done_count;
+static rk_status done_status;
+
+/** host->call_done: remember the status and wake mock_wait_done. */
+static void m_call_done(struct rk_call *call, rk_status st)
+{
+    (void)call;
+    pthread_mutex_lock(&done_lock);
+    done_count++;
+    done_status = st;
+    pthread_cond_signal(&done_cv);
+    pthread_mutex_unlock(&done_lock);
+}
+
+rk_status mock_wait_done(int *count)
+{
+    pthread_mutex_lock(&done_lock);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 20;
+    while (done_count == 0 && pthread_cond_timedwait(&done_cv, &done_lock, &until) == 0)
+        ;
+    *count = done_count;
+    done_count = 0;
+    rk_status st = done_status;
+    pthread_mutex_unlock(&done_lock);
+    return st;
+}
+
 /** host->deadline_ms: mock_deadline_ms (0 = none). */
 static int64_t m_deadline(const struct rk_call *call)
 {
@@ -198,4 +230,5 @@ const struct rk_host mock_host = {
     .cfg_bool = m_cfg_bool,
     .cfg_double = m_cfg_double,
     .cfg_problem = m_cfg_problem,
+    .call_done = m_call_done,
 };

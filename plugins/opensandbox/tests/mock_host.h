@@ -39,5 +39,8 @@ extern const struct rk_host mock_host;
 void mock_reset(void);
 /** A fake call handle. */
 struct rk_call *mock_call(void);
+/** Wait (up to 20 s) for host->call_done; returns its status, *count how many calls arrived
+ *  since the last wait (0 after a timeout). */
+rk_status mock_wait_done(int *count);
 
 #endif /* OS_MOCK_HOST_H */

@@ -52,6 +52,10 @@ static void handler(const struct fake_req *rq, struct fake_resp *r)
         r->body = "{\"code\":\"DOCKER::SANDBOX_NOT_FOUND\",\"message\":\"gone\"}";
     } else if (strcmp(rq->method, "DELETE") == 0 && strncmp(t, "/v1/sandboxes/", 14) == 0) {
         r->status = strcmp(t, "/v1/sandboxes/osb-gone") == 0 ? 404 : 204;
+    } else if (strcmp(t, "/v1/sandboxes/osb-1/endpoints/44772?use_server_proxy=false") == 0 &&
+               strcmp(scenario, "dead-execd") == 0) {
+        /* execd moved away: nothing listens on port 1 */
+        r->body = "{\"endpoint\":\"127.0.0.1:1/proxy/44772\",\"headers\":{}}";
     } else if (strcmp(t, "/v1/sandboxes/osb-1/endpoints/44772?use_server_proxy=false") == 0) {
         snprintf(buf, sizeof buf,
                  "{\"endpoint\":\"127.0.0.1:%d/proxy/44772\",\"headers\":{\"X-Sandbox-Token\":"
@@ -293,6 +297,48 @@ static void test_exec_routing(void **state)
     stop(inst);
 }
 
+/** exec_start (ABI 1.2): the stream runs on the loop and the end arrives through call_done with
+ *  the blocking form's outcome; a cached endpoint that refuses connections is resolved again
+ *  (on the loop's helper thread) and the command is sent to the new one. */
+static void test_exec_start(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    struct os_sb out[2] = {{0}, {0}};
+    struct rk_sink sink = {sink_write, out};
+    struct rk_exec_req req = {.command = "x", .timeout_ms = 9000};
+    struct rk_sandbox_ref ref = {.sandbox_id = "sbx-1", .upstream_id = "osb-1"};
+    struct rk_exec_res res;
+    int n = 0;
+    /* A freshly resolved execd that refuses the connection: no second attempt, the end is
+     * reported as an unreachable upstream (and the endpoint leaves the cache). */
+    scenario = "dead-execd";
+    assert_int_equal(os_exec_start(inst, mock_call(), &ref, &req, &sink, &res), RK_OK);
+    assert_int_equal(mock_wait_done(&n), RK_E_UNAVAILABLE);
+    assert_int_equal(n, 1);
+    assert_int_equal(fake_count(), 1);
+    /* The dead endpoint cached by another call; execd has moved on meanwhile. */
+    struct os_endpoint ep;
+    assert_int_equal(os_lc_endpoint(inst, mock_call(), "osb-1", OS_EXECD_PORT, 1, "test", &ep),
+                     RK_OK);
+    scenario = "";
+    assert_int_equal(os_exec_start(inst, mock_call(), &ref, &req, &sink, &res), RK_OK);
+    assert_int_equal(mock_wait_done(&n), RK_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(out[0].p, "out\n");
+    assert_string_equal(out[1].p, "err\n");
+    assert_true(res.has_exit_code);
+    assert_int_equal(res.exit_code, 7);
+    /* resolved once more after the refused connection, then the command went to execd */
+    assert_int_equal(fake_count(), 4);
+    assert_string_equal(fake_get(2)->target,
+                        "/v1/sandboxes/osb-1/endpoints/44772?use_server_proxy=false");
+    assert_string_equal(fake_get(3)->target, "/proxy/44772/command");
+    os_sb_free(&out[0]);
+    os_sb_free(&out[1]);
+    stop(inst);
+}
+
 /** proxy_target: endpoint with scheme, path and query kept; headers passed; no API key. */
 static void test_proxy_target(void **state)
 {
@@ -345,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_status),
         cmocka_unit_test(test_destroy),
         cmocka_unit_test(test_exec_routing),
+        cmocka_unit_test(test_exec_start),
         cmocka_unit_test(test_proxy_target),
         cmocka_unit_test(test_session_init_deadline),
     };

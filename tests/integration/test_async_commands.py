@@ -1,0 +1,223 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Commands through the operator ABI 1.2 asynchronous forms (exec_start,
+session_run_start), end to end over real sockets:
+
+- 1,000 concurrent /execute through opensandbox.so against the simulator all
+  succeed while every one of them is held by the plugin's event loop
+  (rock_admin_upstream_async_calls) and the daemon has no thread per command
+  beyond the ones that serve client connections;
+- testop's own loop completes commands, timeouts, cancellations (client gone)
+  and session commands from its thread, and a command that ends inside
+  exec_start;
+- plugins built for ABI 1.0 and 1.1 keep serving /execute on the blocking path.
+
+Thread accounting: today's engine has one libmicrohttpd thread per client
+connection ("MHD-connection"); while a deferred request waits, that thread
+sleeps on the request's condition variable (the shim in engine/request.c).
+The assertions count threads by name from /proc: every thread that is not a
+connection thread must fit a small constant, whatever the number of commands
+in flight. Once the event-driven engine lands there are no per-connection
+threads, the same assertion then bounds the whole process to that constant.
+"""
+import json
+import os
+import re
+import resource
+import selectors
+import socket
+import threading
+import time
+
+from harness import PREFIX, Admin, Redis, Sim, run, test, tmpdir, wait_until
+
+# Threads of the daemon that do not serve one client connection: main, the
+# MHD listener, the watchdog, background jobs (sweeper, reconciler), the
+# plugin's loop and helper, libcurl/redis helpers. Independent of the load.
+OTHER_THREADS_MAX = 32
+
+
+def threads(pid):
+    """(all threads, libmicrohttpd per-connection threads) of pid."""
+    names = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # ended meanwhile
+    return len(names), sum(1 for n in names if n.startswith("MHD-connection"))
+
+
+def gauge(admin, name):
+    st, body, _ = admin.request("GET", "/metrics", raw=True)
+    assert st == 200, st
+    m = re.search(r"^%s (\d+)$" % name, body.decode(), re.M)
+    assert m, name
+    return int(m.group(1))
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def send_many(port, bodies):
+    """Open one connection per body and send POST /execute on each (Connection:
+    close); returns the sockets."""
+    socks = []
+    for b in bodies:
+        data = json.dumps(b)
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(("POST %s/execute HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                   % (PREFIX, len(data), data)).encode())
+        socks.append(s)
+    return socks
+
+
+def read_all(socks, timeout):
+    """Read every socket to EOF; returns [(http status, parsed body)] in order."""
+    sel = selectors.DefaultSelector()
+    bufs = {}
+    for i, s in enumerate(socks):
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, i)
+        bufs[i] = b""
+    open_left = len(socks)
+    deadline = time.time() + timeout
+    while open_left and time.time() < deadline:
+        for key, _ in sel.select(timeout=1):
+            chunk = key.fileobj.recv(65536)
+            if chunk:
+                bufs[key.data] += chunk
+            else:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                open_left -= 1
+    assert open_left == 0, "%d responses missing after %ds" % (open_left, timeout)
+    out = []
+    for i in range(len(socks)):
+        head, _, body = bufs[i].partition(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        out.append((status, json.loads(body)))
+    return out
+
+
+@test
+def thousand_in_flight_execute_through_opensandbox():
+    n = 1000
+    raise_nofile()
+    redis = Redis()
+    sim = Sim(extra=["--max-connections", str(n + 300)])
+    admin = Admin(operator="opensandbox", redis=redis, config={
+        "server": {"max_connections": n + 300, "per_ip_connections": n + 300},
+        "opensandbox": {"endpoint": sim.endpoint, "protocol": "http"}})
+    sid = admin.start_sandbox()
+    assert admin.ok("POST", "/execute", {"sandbox_id": sid, "command": "echo warm"}) == \
+        {"stdout": "warm\n", "stderr": "", "exit_code": 0}
+    pid = admin.proc.pid
+    # Each command waits until the test releases it (opening and closing the
+    # FIFO's write end ends every `cat` blocked on it), so all n are in flight
+    # at once however slow the build (sanitizers) is.
+    fifo = os.path.join(tmpdir("rock-async-"), "release")
+    os.mkfifo(fifo)
+    socks = send_many(admin.port, [{"sandbox_id": sid, "timeout": 600,
+                                    "command": "cat '%s' >/dev/null; echo done %d" % (fifo, i)}
+                                   for i in range(n)])
+    # Every command is in flight at once, held by the plugin's loop: no
+    # thread waits for any of them in the plugin.
+    wait_until(lambda: gauge(admin, "rock_admin_upstream_async_calls") == n, 300, 0.2,
+               "%d commands held by the plugin's loop" % n)
+    total, conn_threads = threads(pid)
+    other = total - conn_threads
+    with open("/proc/%d/status" % pid) as f:
+        rss = [l.split()[1] for l in f if l.startswith("VmRSS:")][0]
+    print("with %d commands in flight: %d threads (%d connection threads, %d others), "
+          "RSS %s KiB" % (n, total, conn_threads, other, rss))
+    assert conn_threads <= n + 2, (total, conn_threads)
+    assert other <= OTHER_THREADS_MAX, (total, conn_threads)
+    stop = threading.Event()
+
+    def release():  # until every reply is in: late readers are released too
+        while not stop.is_set():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass  # no reader at the moment
+            stop.wait(0.2)
+    t = threading.Thread(target=release, daemon=True)
+    t.start()
+    try:
+        replies = read_all(socks, 300)
+    finally:
+        stop.set()
+        t.join()
+    for i, (status, js) in enumerate(replies):
+        assert status == 200 and js["status"] == "Success", (i, status, js)
+        assert js["result"] == {"stdout": "done %d\n" % i, "stderr": "", "exit_code": 0}, js
+    assert gauge(admin, "rock_admin_upstream_async_calls") == 0
+    # the threads that served the connections are gone again
+    wait_until(lambda: threads(pid)[0] <= OTHER_THREADS_MAX, 20, 0.2, "threads back to idle")
+
+
+@test
+def testop_commands_end_on_the_plugin_loop():
+    admin = Admin()
+    sid = admin.start_sandbox()
+    pid = admin.proc.pid
+    n = 200
+    socks = send_many(admin.port, [{"sandbox_id": sid, "command": "wait 30"}] * n)
+    wait_until(lambda: gauge(admin, "rock_admin_upstream_async_calls") == n, 30, 0.1,
+               "%d commands on testop's loop" % n)
+    total, conn_threads = threads(pid)
+    assert total - conn_threads <= OTHER_THREADS_MAX, (total, conn_threads)
+    for status, js in read_all(socks, 60):
+        assert status == 200 and js["result"]["stdout"] == "waited\n", js
+    # the end reported from inside exec_start (before it returned)
+    assert admin.ok("POST", "/execute", {"sandbox_id": sid, "command": "inline echo now"}) == \
+        {"stdout": "now\n", "stderr": "", "exit_code": 0}
+    # a command killed for its timeout, mapped by the core on the plugin's thread
+    st, js = admin.api("POST", "/execute", {"sandbox_id": sid, "command": "sleep", "timeout": 9})
+    assert st == 200 and js["status"] == "Failed", js
+    assert js["error"] == "Timeout (9.0s) exceeded while running command", js
+    # check=True's failure text
+    st, js = admin.api("POST", "/execute", {"sandbox_id": sid, "command": "fail 3",
+                                            "check": True})
+    assert js["status"] == "Failed" and "Command failed with exit code 3." in js["error"], js
+    # session commands take the same path
+    assert admin.ok("POST", "/create_session", {"sandbox_id": sid, "session": "s"}) == \
+        {"output": "", "session_type": "bash"}
+    r = admin.ok("POST", "/run_in_session", {"sandbox_id": sid, "session": "s",
+                                              "command": "echo hi"})
+    assert r["output"] == "hi\n" and r["exit_code"] == 0, r
+    # a client that leaves: the loop sees cancelled() and ends the command long
+    # before its 100 s would have run out
+    s = send_many(admin.port, [{"sandbox_id": sid, "command": "wait 1000"}])[0]
+    wait_until(lambda: gauge(admin, "rock_admin_upstream_async_calls") == 1, 10, 0.05, "running")
+    s.close()
+    left = time.time()
+    wait_until(lambda: gauge(admin, "rock_admin_upstream_async_calls") == 0, 10, 0.05,
+               "the command ended after its client left")
+    assert time.time() - left < 3, time.time() - left
+    st, body, _ = admin.request("GET", "/metrics", raw=True)
+    assert 'rock_admin_upstream_calls_total{op="exec",outcome="cancelled"} 1' in body.decode()
+
+
+@test
+def abi_10_and_11_plugins_run_commands_on_the_blocking_path():
+    for op in ("testop_v10", "testop_v11"):
+        admin = Admin(operator=op)
+        sid = admin.start_sandbox()
+        s = send_many(admin.port, [{"sandbox_id": sid, "command": "wait 20"}])[0]
+        wait_until(lambda: gauge(admin, "rock_admin_upstream_inflight_calls") == 1, 10, 0.05,
+                   "the command running")
+        assert gauge(admin, "rock_admin_upstream_async_calls") == 0
+        r = admin.ok("POST", "/execute", {"sandbox_id": sid, "command": "echo %s" % op})
+        assert r == {"stdout": op + "\n", "stderr": "", "exit_code": 0}, r
+        status, js = read_all([s], 30)[0]
+        assert status == 200 and js["result"]["stdout"] == "waited\n", js
+
+
+if __name__ == "__main__":
+    run()
