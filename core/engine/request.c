@@ -9,7 +9,10 @@
 
 #include "base/budget.h"
 #include "engine/admission.h"
+#include "base/app.h"
+#include "engine/engine_internal.h"
 #include "engine/envelope.h"
+#include "engine/workers.h"
 #include "obs/log.h"
 
 const char *rk_req_header(struct rk_req *r, const char *name)
@@ -128,9 +131,66 @@ void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Respons
         r->outcome = http_status < 400   ? "success"
                      : http_status < 500 ? "client_error"
                                          : "server_error";
-    if (MHD_queue_response(r->conn, http_status, resp) != MHD_YES)
-        rk_warn("request %s: cannot queue the response", r->request_id);
-    MHD_destroy_response(resp);
+    /* Queued by the event loop (rk_http_flush_reply): MHD_queue_response is
+     * only valid on the connection's own thread. */
+    r->reply_resp = resp;
+}
+
+void rk_req_suspend(struct rk_req *r)
+{
+    struct http_state *hs = r->app->http;
+    r->suspended = 1;
+    atomic_fetch_add(&hs->suspended, 1);
+    MHD_suspend_connection(r->conn);
+}
+
+void rk_req_resume(struct rk_req *r)
+{
+    struct http_state *hs = r->app->http;
+    struct MHD_Connection *conn = r->conn;
+    /* Nothing of r is touched after the resume: the loop may finish it at once. */
+    atomic_fetch_sub(&hs->suspended, 1);
+    MHD_resume_connection(conn);
+}
+
+int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg)
+{
+    struct http_state *hs = r->app->http;
+    return rk_workers_submit(hs->workers, fn, arg);
+}
+
+void rk_req_defer(struct rk_req *r)
+{
+    r->deferred = 1;
+    atomic_fetch_add(&r->holds, 1);
+}
+
+void rk_req_finish(struct rk_req *r)
+{
+    if (atomic_fetch_sub(&r->holds, 1) != 1)
+        return;
+    /* The last hold: the job is done. Resume only a connection the loop has
+     * suspended for it (under job_mu, so a resume never precedes the
+     * suspension); otherwise the loop finds job_done when it calls again. */
+    pthread_mutex_lock(&r->job_mu);
+    r->job_done = 1;
+    if (r->job_susp) {
+        r->job_susp = 0;
+        rk_req_resume(r);
+    }
+    pthread_mutex_unlock(&r->job_mu);
+}
+
+int rk_req_wait_job(struct rk_req *r)
+{
+    pthread_mutex_lock(&r->job_mu);
+    int done = r->job_done;
+    if (!done) {
+        r->job_susp = 1;
+        rk_req_suspend(r);
+    }
+    pthread_mutex_unlock(&r->job_mu);
+    return !done;
 }
 
 /* Responses up to this size are not charged to the memory budget: they are

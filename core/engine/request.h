@@ -5,11 +5,19 @@
  * answers with rk_req_reply_json() or installs its own libmicrohttpd response
  * with rk_req_reply_mhd(); every response carries X-Request-ID and the
  * headers the admission checks add.
+ *
+ * Threads: handlers run on a worker (engine/workers.h) while the connection
+ * is suspended; the reply functions only keep the answer in the request, and
+ * the event loop queues it once the connection is resumed. A handler that
+ * answers later from another thread calls rk_req_defer() and, after the
+ * reply, rk_req_finish().
  */
 #ifndef RK_REQUEST_H
 #define RK_REQUEST_H
 
 #include <json-c/json.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +71,18 @@ struct rk_req {
     int auth_refused; /* 401 owed once the body is drained: 1 no token, 2 a wrong one */
     /* a refusal an admission check owes once the body is drained (rk_req_refuse_after_body) */
     void (*refusal)(struct rk_req *r);
+    /* the event engine (http_server.c): the answer waiting for the loop, what
+     * the suspended connection waits for, and the holds that keep it suspended
+     * (the worker running its job, a deferral); the last one released resumes */
+    struct MHD_Response *reply_resp;
+    int job;          /* 0, or the job the connection waits for (http_server.c) */
+    int suspended;    /* suspended by rk_req_suspend, not yet resumed (loop only) */
+    int deferred;     /* rk_req_defer was called */
+    size_t body_kept; /* body bytes a stream route left for later (see router.h) */
+    atomic_int holds;
+    pthread_mutex_t job_mu; /* orders the loop's suspension and the job's resume */
+    int job_done;           /* the holds are gone (under job_mu) */
+    int job_susp;           /* the loop suspended for the job (under job_mu) */
 };
 
 /** From an admission check: answer the request with refuse(r) once its
@@ -96,7 +116,28 @@ void rk_req_reply_busy(struct rk_req *r, const char *why);
 
 /** Answer with a JSON body (takes ownership of body). */
 void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body);
-/** Answer with a prepared libmicrohttpd response (takes ownership). */
+/** Answer with a prepared libmicrohttpd response (takes ownership). Any
+ *  thread that owns the request: the response is kept and queued by the
+ *  event loop (never MHD_queue_response off the loop). */
 void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp);
+
+/** Called by a handler running on a worker: the request will be answered
+ *  later from another thread. The handler returns without a reply and the
+ *  worker leaves the connection suspended until rk_req_finish(). */
+void rk_req_defer(struct rk_req *r);
+/** Called exactly once, from any thread, after one of the rk_req_reply_*
+ *  functions answered a deferred request: hands the reply to the event loop
+ *  (resumes the connection). The request stays valid until then. */
+void rk_req_finish(struct rk_req *r);
+
+/** Suspend the request's connection. Only on the event loop, inside one of
+ *  the connection's libmicrohttpd callbacks (access handler, content reader);
+ *  every suspension is ended by exactly one rk_req_resume(). */
+void rk_req_suspend(struct rk_req *r);
+/** Resume a connection suspended by rk_req_suspend (any thread). */
+void rk_req_resume(struct rk_req *r);
+/** Run fn(arg) on the worker pool (engine/workers.h); 0, or -1 when its
+ *  queue (server.worker_queue) is full or the server stops. */
+int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg);
 
 #endif /* RK_REQUEST_H */
