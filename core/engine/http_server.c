@@ -722,9 +722,10 @@ void rk_http_stop(struct rk_app *app)
         pthread_join(hs->watchdog, NULL);
     }
     /* Let the workers finish what they run and what is queued: every job
-     * resumes its connection at its end. */
-    rk_workers_free(hs->workers);
-    hs->workers = NULL;
+     * resumes its connection at its end. The event loops still run; what
+     * they queue from now on is answered busy. */
+    if (hs->workers)
+        rk_workers_stop(hs->workers);
     /* libmicrohttpd refuses to stop with suspended connections: give the
      * resumes and deferred requests (plugins' own loops) a bounded time. */
     int64_t until = rk_now_ms() + 5000;
@@ -739,6 +740,7 @@ void rk_http_stop(struct rk_app *app)
     }
     if (hs->daemon)
         MHD_stop_daemon(hs->daemon);
+    rk_workers_free(hs->workers);
     pthread_mutex_destroy(&hs->mu);
     pthread_cond_destroy(&hs->cv);
     free(hs);

@@ -105,16 +105,23 @@ void rk_workers_load(struct rk_workers *w, int *queued, int *running)
     pthread_mutex_unlock(&w->mu);
 }
 
+void rk_workers_stop(struct rk_workers *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->stopping = 1;
+    pthread_cond_broadcast(&w->cv);
+    int n = w->nthreads;
+    w->nthreads = 0; /* joined once */
+    pthread_mutex_unlock(&w->mu);
+    for (int i = 0; i < n; i++)
+        pthread_join(w->threads[i], NULL);
+}
+
 void rk_workers_free(struct rk_workers *w)
 {
     if (!w)
         return;
-    pthread_mutex_lock(&w->mu);
-    w->stopping = 1;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    for (int i = 0; i < w->nthreads; i++)
-        pthread_join(w->threads[i], NULL);
+    rk_workers_stop(w);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w->ring);

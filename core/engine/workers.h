@@ -23,8 +23,11 @@ int rk_workers_submit(struct rk_workers *w, void (*fn)(void *), void *arg);
 /** Jobs waiting in the queue and jobs running (for metrics and tests). */
 void rk_workers_load(struct rk_workers *w, int *queued, int *running);
 
-/** Refuse new jobs, run the ones queued, wait for all to finish, join the
- *  threads and free the pool. NULL is ignored. */
+/** Refuse new jobs (rk_workers_submit returns -1 from now on), run the ones
+ *  queued, wait for all to finish and join the threads. Idempotent. */
+void rk_workers_stop(struct rk_workers *w);
+
+/** Stop the pool (rk_workers_stop) and free it. NULL is ignored. */
 void rk_workers_free(struct rk_workers *w);
 
 #endif /* RK_WORKERS_H */

@@ -14,17 +14,20 @@
  *       the same relay to port 8006 without port selection
  *
  * Streaming design: begin() (on a worker: the gate and the endpoint
- * resolution may block) resolves the target and starts one libcurl transfer
- * on a cached relay transfer thread (relay_pool.h). The client body goes
- * event loop -> bounded rk_bytepipe -> curl read callback; when the pipe is
- * full, body() keeps the rest and suspends the connection until the transfer
- * drained it (backpressure without blocking the loop). The handler (on a
+ * resolution may block) resolves the target and hands one libcurl transfer
+ * to the relay transfer loop (relay_loop.c: one thread, one curl multi on
+ * epoll for every relayed request). The client body goes event loop ->
+ * bounded rk_bytepipe -> curl read callback; when the pipe is full, body()
+ * keeps the rest and suspends the connection until the transfer drained it,
+ * and when it is empty the transfer pauses until body() wrote (backpressure
+ * both ways, nothing waits). The handler (on a
  * worker) answers as soon as the response head is there, or defers the
  * request and the transfer thread answers it when the head arrives. The
  * upstream answer goes curl write callback -> bounded rk_bytepipe -> the MHD
  * content reader of a MHD_SIZE_UNKNOWN (or Content-Length sized) response,
  * which never waits: with nothing to send it suspends the connection until
- * the transfer writes. Each chunk is handed to MHD as soon as it arrives, so
+ * the transfer writes; with no room the transfer pauses until the reader
+ * drained the pipe. Each chunk is handed to MHD as soon as it arrives, so
  * server-sent events are not delayed. Memory per request is two 256 KiB rings
  * whatever the body size. The shared state is reference counted (request,
  * transfer, response).
@@ -60,6 +63,7 @@
 #include "relay/proxy_guard.h"
 #include "relay/relay.h"
 #include "relay/relay_common.h"
+#include "relay/relay_loop.h"
 #include "relay/relay_pool.h"
 
 #include "relay/relay_http_internal.h"
@@ -381,10 +385,11 @@ int rk_relay_http_begin(struct rk_req *r)
 
     px->refs++;
     rk_relay_enter();
-    if (rk_relay_run(rk_px_worker, px, PX_WORKER_STACK) != 0) {
+    rk_px_touch(px);
+    if (rk_relay_loop_submit(px) != 0) {
         px->refs--;
         rk_relay_leave();
-        rk_reply_error(r, RK_E_INTERNAL, "cannot start the proxy worker thread");
+        rk_reply_error(r, RK_E_INTERNAL, "the relay transfer loop is not available");
         goto replied;
     }
     rk_ep_free(&cached);

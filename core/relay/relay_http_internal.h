@@ -22,8 +22,6 @@ struct rk_req;
 #define PX_PIPE_BYTES (256 * 1024)
 /** Upper bound of the upstream response head we keep. */
 #define PX_MAX_HEAD_BYTES (64 * 1024)
-/** Stack of the worker thread (libcurl + TLS handshake). */
-#define PX_WORKER_STACK (512 * 1024)
 
 /* One response header line from upstream. */
 struct px_header {
@@ -68,7 +66,14 @@ struct px_http {
      * waiting for the response head (answered by the transfer thread) */
     struct rk_req *owner;
     struct rk_req *waiter;
-    int64_t peer_checked_ms; /* last client-gone check of the progress callback */
+    int64_t peer_checked_ms; /* last client-gone check */
+    /* the relay transfer loop (relay_loop.c; loop thread only unless noted) */
+    struct px_http *lnext, *lprev; /* submitted / active list */
+    struct px_http *unext;         /* unpause list (under the loop's lock) */
+    int unpause_queued;            /* under the loop's lock */
+    int in_loop;                   /* added to the multi */
+    int paused_recv;               /* the response pipe was full */
+    int paused_send;               /* the request pipe was empty */
     int64_t last_io_ms;
     int64_t wait_start_ms;
     curl_off_t last_dl, last_ul;
@@ -82,8 +87,15 @@ size_t rk_px_header_cb(char *line, size_t size, size_t n, void *ud);
 /** libcurl progress callback: cancellation and the inactivity limit. */
 int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                       curl_off_t ulnow);
-/** libcurl read callback: the client body from the request pipe. */
+/** libcurl read callback: the client body from the request pipe (pauses while
+ *  it is empty). */
 size_t rk_px_read_cb(char *buf, size_t size, size_t n, void *ud);
+/** The transfer ended: the handle back to the pool (kept with its connection
+ *  when reusable), the result published, the waiter answered. */
+void rk_px_finish(struct px_http *px, CURLcode res, int reusable);
+/** 1 when the transfer must stop now: cancelled, the daemon stops, the client
+ *  left, or upstream inactivity over proxy.timeout_s (then timed_out is set). */
+int rk_px_should_abort(struct px_http *px, int64_t now);
 /** The MHD content reader: the upstream body as it arrives; never waits (with
  *  nothing to send it suspends the connection until the transfer writes). */
 ssize_t rk_px_reader(void *cls, uint64_t pos, char *buf, size_t max);
@@ -99,9 +111,8 @@ void rk_px_wake_waiter(struct px_http *px);
 void rk_px_touch(struct px_http *px);
 /** Drop one reference; the last one frees everything. */
 void rk_px_unref(struct px_http *px);
-/** Worker (a cached relay thread): run the transfer, then publish the result. The handle goes
- * back to the per-origin pool with its keep-alive connection after a complete exchange. */
-void rk_px_worker(void *arg);
+/** libcurl write callback: the upstream body into the response pipe (pauses
+ *  while it has no room). */
 size_t rk_px_write_cb(char *data, size_t size, size_t n, void *ud);
 
 #endif /* RK_RELAY_HTTP_INTERNAL_H */

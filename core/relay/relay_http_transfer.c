@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The HTTP relay's upstream transfer (see relay_http.c for the design): the
- * shared state's references, the libcurl callbacks, the transfer thread, and
- * the MHD content reader that hands the answer to the client without ever
- * waiting on the event loop.
+ * shared state's references, the libcurl callbacks (run on the relay transfer
+ * loop, relay_loop.c; they pause the transfer instead of waiting), and the MHD
+ * content reader that hands the answer to the client without ever waiting on
+ * the event loop.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* POLLRDHUP, getrandom */
@@ -32,6 +33,7 @@
 #include "relay/proxy_guard.h"
 #include "relay/relay.h"
 #include "relay/relay_common.h"
+#include "relay/relay_loop.h"
 #include "relay/relay_pool.h"
 
 #include "relay/relay_http_internal.h"
@@ -190,16 +192,16 @@ void rk_px_wake_waiter(struct px_http *px)
     }
 }
 
-/* libcurl write callback: push the body into the response pipe. Blocks while
- * the client is slow; before the client response exists it waits at most the
- * inactivity limit (an upstream answering before it read the whole request
- * would otherwise deadlock with the request pipe). */
+/* A pipe the transfer waits for has room or data again (another thread). */
+static void px_unpause_cb(void *ctx)
+{
+    rk_relay_loop_unpause(ctx);
+}
 
 size_t rk_px_write_cb(char *data, size_t size, size_t n, void *ud)
 {
     struct px_http *px = ud;
     size_t len = size * n;
-    size_t off = 0;
     rk_px_touch(px);
     pthread_mutex_lock(&px->mu);
     int first = !px->head_done;
@@ -207,59 +209,43 @@ size_t rk_px_write_cb(char *data, size_t size, size_t n, void *ud)
         px->head_done = 1;
         pthread_cond_broadcast(&px->cv);
     }
+    int stop = px->cancel;
     pthread_mutex_unlock(&px->mu);
     if (first)
         rk_px_wake_waiter(px);
-    int64_t start = rk_now_ms();
-    while (off < len) {
-        size_t w = 0;
-        int rc = rk_bytepipe_write_timed(px->resp, data + off, len - off, 1000, &w);
-        off += w;
-        if (rc == 0)
-            break;
-        if (rc < 0 || px_should_stop(px))
-            return 0;
-        pthread_mutex_lock(&px->mu);
-        int attached = px->reader_attached;
-        pthread_mutex_unlock(&px->mu);
-        if (w > 0)
-            start = rk_now_ms();
-        if (!attached && rk_now_ms() - start > px->timeout_ms) {
-            pthread_mutex_lock(&px->mu);
-            px->timed_out = 1;
-            pthread_mutex_unlock(&px->mu);
-            return 0;
-        }
-    }
-    rk_px_touch(px);
-    return len;
+    if (stop)
+        return 0;
+    /* One writer: the room only grows until we write, so this never waits. */
+    if (rk_bytepipe_room(px->resp) >= len || rk_bytepipe_aborted(px->resp))
+        return rk_bytepipe_write(px->resp, data, len) == 0 ? len : 0;
+    /* The client is slower: pause until the content reader made room. */
+    px->paused_recv = 1;
+    if (rk_bytepipe_notify_room(px->resp, len, px_unpause_cb, px))
+        rk_relay_loop_unpause(px);
+    return CURL_WRITEFUNC_PAUSE;
 }
 
-/* libcurl read callback: the client body from the request pipe. */
 size_t rk_px_read_cb(char *buf, size_t size, size_t n, void *ud)
 {
     struct px_http *px = ud;
-    for (;;) {
-        ssize_t got = rk_bytepipe_read(px->req, buf, size * n, 1000);
-        if (got >= 0) {
-            rk_px_touch(px);
-            return (size_t)got;
-        }
-        if (rk_bytepipe_aborted(px->req) || px_should_stop(px))
-            return CURL_READFUNC_ABORT;
+    ssize_t got = rk_bytepipe_try_read(px->req, buf, size * n);
+    if (got >= 0) {
+        rk_px_touch(px);
+        return (size_t)got;
     }
+    if (got == -1)
+        return CURL_READFUNC_ABORT;
+    /* Nothing from the client yet: pause until the body callback wrote. */
+    px->paused_send = 1;
+    if (rk_bytepipe_notify_data(px->req, px_unpause_cb, px))
+        rk_relay_loop_unpause(px);
+    return CURL_READFUNC_PAUSE;
 }
 
-/* libcurl progress callback: cancellation and the inactivity limit. */
-int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-                      curl_off_t ulnow)
+int rk_px_should_abort(struct px_http *px, int64_t now)
 {
-    (void)dltotal;
-    (void)ultotal;
-    struct px_http *px = ud;
     if (px_should_stop(px))
         return 1;
-    int64_t now = rk_now_ms();
     /* The client left (its connection is suspended, so libmicrohttpd does not
      * see it): checked once a second. */
     if (now - px->peer_checked_ms >= 1000) {
@@ -270,21 +256,35 @@ int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
         }
     }
     pthread_mutex_lock(&px->mu);
-    if (dlnow != px->last_dl || ulnow != px->last_ul) {
-        px->last_dl = dlnow;
-        px->last_ul = ulnow;
-        px->last_io_ms = now;
-    }
-    int idle = now - px->last_io_ms > px->timeout_ms;
+    /* Waiting for the client (its body, or room for the answer it reads) is
+     * not upstream inactivity; an answer nobody reads yet is. */
+    int waiting_client = px->paused_send || (px->paused_recv && px->reader_attached);
+    int idle = !waiting_client && now - px->last_io_ms > px->timeout_ms;
     if (idle)
         px->timed_out = 1;
     pthread_mutex_unlock(&px->mu);
     return idle;
 }
 
-/* The transfer ended: the handle goes back to the pool (kept when reusable), then the result is
- * published to the waiters. */
-static void px_finish(struct px_http *px, CURLcode res, int reusable)
+/* libcurl progress callback: cancellation and the inactivity limit. */
+int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                      curl_off_t ulnow)
+{
+    (void)dltotal;
+    (void)ultotal;
+    struct px_http *px = ud;
+    int64_t now = rk_now_ms();
+    pthread_mutex_lock(&px->mu);
+    if (dlnow != px->last_dl || ulnow != px->last_ul) {
+        px->last_dl = dlnow;
+        px->last_ul = ulnow;
+        px->last_io_ms = now;
+    }
+    pthread_mutex_unlock(&px->mu);
+    return rk_px_should_abort(px, now);
+}
+
+void rk_px_finish(struct px_http *px, CURLcode res, int reusable)
 {
     rk_relay_curl_put(px->url, px->curl, reusable);
     px->curl = NULL;
@@ -294,24 +294,6 @@ static void px_finish(struct px_http *px, CURLcode res, int reusable)
     pthread_cond_broadcast(&px->cv);
     pthread_mutex_unlock(&px->mu);
     rk_px_wake_waiter(px);
-}
-
-/* The transfer (a cached relay thread): run the transfer, then publish the result. The handle goes
- * back to the per-origin pool with its keep-alive connection after a complete exchange. */
-void rk_px_worker(void *arg)
-{
-    struct px_http *px = arg;
-    rk_px_touch(px);
-    CURLcode res = curl_easy_perform(px->curl);
-    pthread_mutex_lock(&px->mu);
-    int complete = res == CURLE_OK && !px->cancel && !px->discard_body;
-    pthread_mutex_unlock(&px->mu);
-    px_finish(px, res, complete);
-    if (px->req)
-        rk_bytepipe_abort(px->req); /* body() stops feeding a finished transfer */
-    rk_bytepipe_close(px->resp);
-    rk_px_unref(px);
-    rk_relay_leave();
 }
 
 /* New bytes (or the end) in the response pipe: resume the client connection. */
