@@ -2,14 +2,17 @@
 """The event-driven engine: a bounded worker pool with a bounded queue (a full
 queue answers 5000 "busy" and changes nothing), routes that answer from memory
 stay answered while every worker is busy, idle keep-alive connections and
-queued requests cost no thread, and streamed uploads work with a single
-worker (the upload's consumer and its handler share the pool)."""
+queued requests and held proxy relays cost no thread, and streamed uploads
+work with a single worker (the upload's consumer and its handler share the
+pool)."""
 import json
 import resource
 import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import harness
 from harness import PREFIX, Admin, run, test, wait_until
 
 BUSY = ("admin is busy: all workers are busy and their queue is full "
@@ -192,6 +195,62 @@ def streamed_upload_works_with_one_worker():
     assert st == 200 and js["status"] == "Success", js
     res = a.ok("POST", "/read_file", {"sandbox_id": sid, "path": "/tmp/up2.bin"})
     assert len(res["content"]) == 100000, len(res["content"])
+
+
+class SlowApp(BaseHTTPRequestHandler):
+    """An application that answers after a while (held requests pile up)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        time.sleep(2)
+        body = b"slow ok"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class BigBacklogServer(ThreadingHTTPServer):
+    request_queue_size = 1024
+    daemon_threads = True
+
+
+@test
+def held_proxy_requests_cost_no_thread():
+    """300 relayed requests waiting on a slow application: one relay transfer
+    loop carries them all, no thread per relay."""
+    limit = raise_fd_limit(4096)
+    assert limit >= 1000, limit
+    srv = BigBacklogServer(("127.0.0.1", 0), SlowApp)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    harness._cleanups.append(srv.shutdown)
+    port = srv.server_address[1]
+    a = Admin(config={"testop": {"proxy_base": "http://127.0.0.1:{port}"},
+                      "server": {"per_ip_connections": 0}})
+    sid = a.start_sandbox()
+    head = ("GET %s/sandboxes/%s/proxy/slow HTTP/1.1\r\nHost: x\r\n"
+            "X-ROCK-Target-Port: %d\r\n\r\n" % (PREFIX, sid, port)).encode()
+    socks = []
+    try:
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", a.port), timeout=60)
+            s.sendall(head)
+            socks.append(s)
+        wait_until(lambda: metric(a, "rock_admin_inflight_requests") >= 250, 20, 0.05,
+                   "relays in flight")
+        held = threads_of(a.proc.pid)
+        print("# threads: %d with 300 relayed requests in flight" % held)
+        assert held < 100, held
+        for s in socks:
+            st, body = read_response(s)
+            assert st == 200 and body == b"slow ok", (st, body)
+    finally:
+        for s in socks:
+            s.close()
 
 
 @test
