@@ -25,7 +25,7 @@ enum conn_phase {
 };
 
 /* One open connection, tracked for deadlines and eviction. Fields are guarded
- * by http_state.mu; the connection thread and the watchdog both touch them. */
+ * by http_state.mu; the event threads and the watchdog both touch them. */
 struct conn_track {
     struct conn_track *prev, *next;
     int fd;
