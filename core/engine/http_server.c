@@ -83,7 +83,8 @@ static void run_job(void *arg)
             r->route->begin(r);
     } else {
         r->route->handler(r);
-        if (!r->responded && !r->deferred)
+        /* A deferred request is answered by another thread: not read here. */
+        if (!r->deferred && !r->responded)
             reply_detail(r, 500, "handler produced no response");
     }
     rk_req_finish(r);
@@ -96,7 +97,7 @@ static int queue_job(struct rk_req *r, int job)
 {
     struct http_state *hs = r->app->http;
     r->job = job;
-    r->job_done = 0;
+    atomic_store(&r->job_state, RK_JOB_RUNNING);
     atomic_store(&r->holds, 1);
     if (rk_workers_submit(hs->workers, run_job, r) != 0) {
         r->job = JOB_NONE;
@@ -168,7 +169,6 @@ static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
     if (!r)
         return NULL;
     r->app = cls;
-    pthread_mutex_init(&r->job_mu, NULL);
     r->raw_uri = strdup(uri ? uri : "/");
     r->start_ms = rk_now_ms();
     return r;
@@ -441,7 +441,8 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     if (r && r->suspended)
         return res; /* a job or the route's consumer resumes it */
     rk_track_busy(app->http, t, 0, n - *upload_data_size);
-    if (r) {
+    /* A job still running owns the answer: the next call takes it. */
+    if (r && r->job == JOB_NONE) {
         flush_reply(r);
         /* A WebSocket route has upgraded (or answered): no deadline from here. */
         if (r->route && r->route->websocket && r->responded)
@@ -531,10 +532,6 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
     struct conn_track *t = rk_track_of(conn);
     if (t && t->phase != PH_KEEPALIVE && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         rk_track_phase(hs, t, PH_KEEPALIVE);
-    /* A worker that resumed us may still be leaving job_mu. */
-    pthread_mutex_lock(&r->job_mu);
-    pthread_mutex_unlock(&r->job_mu);
-    pthread_mutex_destroy(&r->job_mu);
     if (r->reply_resp)
         MHD_destroy_response(r->reply_resp);
     if (r->route_ctx_free)

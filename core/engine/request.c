@@ -170,27 +170,24 @@ void rk_req_finish(struct rk_req *r)
     if (atomic_fetch_sub(&r->holds, 1) != 1)
         return;
     /* The last hold: the job is done. Resume only a connection the loop has
-     * suspended for it (under job_mu, so a resume never precedes the
-     * suspension); otherwise the loop finds job_done when it calls again. */
-    pthread_mutex_lock(&r->job_mu);
-    r->job_done = 1;
-    if (r->job_susp) {
-        r->job_susp = 0;
+     * suspended for it; otherwise the loop finds it done when it calls again.
+     * Nothing of r is touched after the exchange unless we resume. */
+    if (atomic_exchange(&r->job_state, RK_JOB_DONE) == RK_JOB_WAITING)
         rk_req_resume(r);
-    }
-    pthread_mutex_unlock(&r->job_mu);
 }
 
 int rk_req_wait_job(struct rk_req *r)
 {
-    pthread_mutex_lock(&r->job_mu);
-    int done = r->job_done;
-    if (!done) {
-        r->job_susp = 1;
-        rk_req_suspend(r);
-    }
-    pthread_mutex_unlock(&r->job_mu);
-    return !done;
+    if (atomic_load(&r->job_state) == RK_JOB_DONE)
+        return 0;
+    /* Suspended before the state says so, so the job's resume never comes
+     * before the suspension. If the job ended in between, nobody else will
+     * resume: resume at once and take the answer on the next call. */
+    rk_req_suspend(r);
+    int running = RK_JOB_RUNNING;
+    if (!atomic_compare_exchange_strong(&r->job_state, &running, RK_JOB_WAITING))
+        rk_req_resume(r);
+    return 1;
 }
 
 /* Responses up to this size are not charged to the memory budget: they are

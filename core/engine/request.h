@@ -16,7 +16,6 @@
 #define RK_REQUEST_H
 
 #include <json-c/json.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +31,10 @@ struct MHD_Connection;
 
 /** Size of rk_req.auth_name (token names are at most 63 characters). */
 #define RK_AUTH_NAME_MAX 64
+
+/** rk_req.job_state: a job runs; the loop suspended the connection for it;
+ *  it is done (the holds are gone). */
+enum { RK_JOB_RUNNING = 0, RK_JOB_WAITING = 1, RK_JOB_DONE = 2 };
 
 /** One in-flight HTTP request. */
 struct rk_req {
@@ -80,9 +83,7 @@ struct rk_req {
     int deferred;     /* rk_req_defer was called */
     size_t body_kept; /* body bytes a stream route left for later (see router.h) */
     atomic_int holds;
-    pthread_mutex_t job_mu; /* orders the loop's suspension and the job's resume */
-    int job_done;           /* the holds are gone (under job_mu) */
-    int job_susp;           /* the loop suspended for the job (under job_mu) */
+    atomic_int job_state; /* RK_JOB_RUNNING, _WAITING (the loop suspended for it), _DONE */
 };
 
 /** From an admission check: answer the request with refuse(r) once its
