@@ -21,6 +21,12 @@
     {                                                                                              \
         .method = "GET", .pattern = pat, .name = nm, .handler = fn, .flags = RK_ROUTE_HEALTH       \
     }
+/* A GET route that answers from memory: its handler runs on the event loop. */
+#define INLINE_ROUTE(pat, nm, fn, fl)                                                              \
+    {                                                                                              \
+        .method = "GET", .pattern = pat, .name = nm, .handler = fn,                                \
+        .flags = RK_ROUTE_INLINE | (fl)                                                            \
+    }
 /* A route whose first path parameter is the sandbox id (no JSON body unless bm says so). */
 #define SANDBOX_ROUTE(m, pat, nm, bm, fn, msg, shp)                                                \
     {                                                                                              \
@@ -29,12 +35,13 @@
     }
 
 const struct rk_route rk_api_routes[] = {
-    GET_ROUTE("/", "root", rk_route_root, NULL, RK_SHAPE_NULL),
-    HEALTH_ROUTE("/livez", "livez", rk_route_livez),
+    INLINE_ROUTE("/", "root", rk_route_root, 0),
+    INLINE_ROUTE("/livez", "livez", rk_route_livez, RK_ROUTE_HEALTH),
+    /* readyz pings the store (a Redis round trip): on the worker pool */
     HEALTH_ROUTE("/readyz", "readyz", rk_route_readyz),
-    HEALTH_ROUTE("/metrics", "metrics", rk_route_metrics),
-    GET_ROUTE("/openapi.json", "openapi", rk_route_openapi, NULL, RK_SHAPE_NULL),
-    GET_ROUTE("/docs", "docs", rk_route_docs, NULL, RK_SHAPE_NULL),
+    INLINE_ROUTE("/metrics", "metrics", rk_route_metrics, RK_ROUTE_HEALTH),
+    INLINE_ROUTE("/openapi.json", "openapi", rk_route_openapi, 0),
+    INLINE_ROUTE("/docs", "docs", rk_route_docs, 0),
     JSON_ROUTE("POST", P "/start_async", "start_async", rk_route_start_async,
                "async start sandbox failed", RK_SHAPE_START),
     JSON_ROUTE("POST", P "/start", "start", rk_route_start, "start sandbox failed", RK_SHAPE_START),

@@ -2,22 +2,31 @@
 /*
  * Streaming multipart /upload (see upload.h for the design).
  *
- * Threads: the connection thread runs begin/body/handler and feeds the
- * multipart parser; the worker thread (one per upload) runs the gate and the
- * plugin calls on its own struct rk_call, because the per-call arena is not
- * thread-safe. The worker's error is copied to the request's call after
- * pthread_join. The two threads share only the byte pipe and the frozen
- * copies of sandbox_id/target_path.
+ * Threads: the event loop runs body() and feeds the multipart parser; it
+ * never blocks. The consumer - the gate and the plugin calls, on its own
+ * struct rk_call because the per-call arena is not thread-safe - runs as a
+ * job on the worker pool and reads the byte pipe. When the pipe is full the
+ * body callback keeps the bytes it did not feed (r->body_kept), suspends the
+ * connection and asks the pipe to resume it once the consumer has drained
+ * enough (rk_bytepipe_notify_room). The parser is only fed while the pipe has
+ * room for what it can emit (the fed bytes plus its own buffer), so a write
+ * into the pipe never waits. begin() and handler() run on workers; the
+ * handler answers once the consumer is done (deferred if it is still
+ * writing). The upload state is shared by the request and the consumer and
+ * freed by whichever leaves it last.
  *
  * Failure handling:
- *   - worker fails early (sandbox not found, stat error, upstream error): it
- *     aborts the pipe, later pipe writes fail, the connection thread drains
- *     and discards the rest of the body and replies with the worker's error;
+ *   - consumer fails early (sandbox not found, stat error, upstream error): it
+ *     aborts the pipe, later pipe writes fail, the loop drains and discards
+ *     the rest of the body and the handler replies with the consumer's error;
  *   - server.max_upload_bytes exceeded: the pipe is aborted (the plugin's
  *     source read returns -1 so it abandons the upstream write), the rest of
  *     the body is discarded, and the reply is 5000 naming the key;
  *   - client gone mid-upload: libmicrohttpd ends the request, the context
- *     destructor aborts the pipe and joins the worker.
+ *     destructor aborts the pipe and leaves the state to the consumer.
+ *   - a file part after sandbox_id but before target_path: the connection is
+ *     suspended while a job runs the dispatch gate, so nothing is spooled for
+ *     a sandbox that does not pass it.
  */
 #include "api/upload.h"
 
@@ -52,6 +61,7 @@ enum part_kind {
     PART_FILE_PIPE,    /* file bytes streamed to the worker */
     PART_FILE_SPOOL,   /* file bytes spooled until the fields are known */
     PART_FILE_DISCARD, /* file bytes dropped (failure or invalid fields) */
+    PART_FILE_HOLD,    /* file bytes kept in memory while the early gate runs */
     PART_TARGET,       /* target_path text */
     PART_SANDBOX,      /* sandbox_id text */
 };
@@ -63,9 +73,22 @@ struct field {
     int seen;
 };
 
-/* Per-request upload state (r->route_ctx). */
+/* Room the pipe keeps beyond what the parser is fed: what it may still emit
+ * from its own buffer, and its final flush at the end of the body. */
+#define UPLOAD_PIPE_SLACK (4 * RK_UPLOAD_PP_BUFFER)
+/* Most file bytes held in memory while the early gate runs (one read's worth). */
+#define UPLOAD_HOLD_MAX (4 * 1024 * 1024)
+
+/* Per-request upload state (r->route_ctx; shared with the consumer job). */
 struct upload {
-    struct rk_req *r;
+    struct rk_req *r; /* NULL once the request ended (under mu) */
+    struct rk_app *app;
+    pthread_mutex_t mu; /* guards r, refs, consumer_done, reply_waiting */
+    int refs;           /* the request, the consumer job */
+    int consumer_done;
+    int reply_waiting;  /* the handler deferred the answer to the consumer */
+    int gate_needed;    /* run the early gate once the parser returns */
+    struct rk_buf held; /* PART_FILE_HOLD bytes */
     struct MHD_PostProcessor *pp;
     int malformed; /* the multipart body could not be parsed */
     int closing;   /* the request is being torn down: ignore parser callbacks */
@@ -83,12 +106,10 @@ struct upload {
     uint64_t file_bytes;
     FILE *spool;
 
-    /* worker */
+    /* consumer */
     struct rk_bytepipe *pipe;
     int pipe_closed;
-    pthread_t thread;
-    int thread_started;
-    int thread_joined;
+    int thread_started; /* the consumer job was queued */
     struct rk_call *wcall;
     char *w_sid;
     char *w_path;
@@ -151,11 +172,22 @@ static long long pipe_source_read(void *ctx, char *buf, size_t len)
     return (long long)n;
 }
 
-/* Worker thread: gate, keep-or-644 mode, streamed write (B57-B59, B64). */
-static void *upload_worker(void *arg)
+/* rk_source.read from the spooled file (the handler, on a worker). */
+static long long spool_source_read(void *ctx, char *buf, size_t len)
 {
-    struct upload *u = arg;
-    struct rk_app *app = u->r->app;
+    struct upload *u = ctx;
+    size_t n = fread(buf, 1, len, u->spool);
+    if (n == 0 && ferror(u->spool))
+        return -1;
+    if (n == 0)
+        u->eof_seen = 1;
+    return (long long)n;
+}
+
+/* The consumer: gate, keep-or-644 mode, streamed write (B57-B59, B64). */
+static rk_status upload_consume(struct upload *u, struct rk_source *src)
+{
+    struct rk_app *app = u->app;
     const struct rk_plugin *pl = app->plugin;
     struct rk_target t;
     rk_status st = rk_dispatch(app, u->wcall, RK_OP_UPLOAD, u->w_sid, &t);
@@ -166,9 +198,8 @@ static void *upload_worker(void *arg)
         rk_metrics_upstream("file_stat", st);
         if (st == RK_OK) {
             unsigned mode = info.exists ? (info.mode & 07777) : 0644;
-            struct rk_source src = {.read = pipe_source_read, .ctx = u, .size = -1};
             rk_metrics_upstream_begin();
-            st = pl->ops.file_write(pl->inst, u->wcall, &t.ref, u->w_path, mode, &src);
+            st = pl->ops.file_write(pl->inst, u->wcall, &t.ref, u->w_path, mode, src);
             rk_metrics_upstream("file_write", st);
             if (st == RK_OK && !u->eof_seen)
                 st = rk_call_set_error(u->wcall, RK_E_INTERNAL,
@@ -179,10 +210,32 @@ static void *upload_worker(void *arg)
     }
     if (st != RK_OK && rk_call_error_code(u->wcall) == RK_OK)
         rk_call_set_error(u->wcall, st, "%s", rk_status_name(st));
-    u->wst = st;
-    /* Wake a writer blocked on a full pipe; what it still sends is dropped. */
+    return st;
+}
+
+/* Free the state once both the request and the consumer left it. */
+static void upload_unref(struct upload *u);
+/* Answer the request from the consumer's result (the handler or the consumer). */
+static void upload_answer(struct rk_req *r, struct upload *u);
+
+/* The consumer job (worker pool): stream the pipe to the plugin, then answer
+ * the request if the handler is already waiting for it. */
+static void upload_job(void *arg)
+{
+    struct upload *u = arg;
+    struct rk_source src = {.read = pipe_source_read, .ctx = u, .size = -1};
+    u->wst = upload_consume(u, &src);
+    /* Wake a suspended writer; what it still sends is dropped. */
     rk_bytepipe_abort(u->pipe);
-    return NULL;
+    pthread_mutex_lock(&u->mu);
+    u->consumer_done = 1;
+    struct rk_req *answer = u->reply_waiting ? u->r : NULL;
+    pthread_mutex_unlock(&u->mu);
+    if (answer) {
+        upload_answer(answer, u);
+        rk_req_finish(answer);
+    }
+    upload_unref(u);
 }
 
 /* Start the worker for the known fields. Returns 0, or -1 with a failure. */
@@ -192,7 +245,7 @@ static int start_worker(struct upload *u)
     const char *sid = stripped_sandbox(u, &n);
     u->w_sid = malloc(n + 1);
     u->w_path = rk_xstrdup(u->target.buf ? u->target.buf : "");
-    u->pipe = rk_bytepipe_new(RK_UPLOAD_PIPE_BYTES);
+    u->pipe = rk_bytepipe_new(RK_UPLOAD_PIPE_BYTES + UPLOAD_PIPE_SLACK);
     if (!u->w_sid || !u->pipe) {
         upload_fail(u, RK_E_NOMEM, "out of memory starting the upload");
         return -1;
@@ -201,22 +254,29 @@ static int start_worker(struct upload *u)
     u->w_sid[n] = '\0';
     u->wcall = rk_call_new(u->r->request_id, rk_req_client_fd(u->r), 0);
     u->frozen = 1;
-    int rc = pthread_create(&u->thread, NULL, upload_worker, u);
-    if (rc != 0) {
-        upload_fail(u, RK_E_INTERNAL, "cannot start the upload worker: %s", strerror(rc));
+    return 0;
+}
+
+/* Queue the consumer for the pipe (on the loop). Returns 0, or -1 with a
+ * failure when the worker queue is full. */
+static int queue_consumer(struct upload *u)
+{
+    pthread_mutex_lock(&u->mu);
+    u->refs++;
+    pthread_mutex_unlock(&u->mu);
+    if (rk_req_submit(u->r, upload_job, u) != 0) {
+        pthread_mutex_lock(&u->mu);
+        u->refs--;
+        pthread_mutex_unlock(&u->mu);
+        upload_fail(u, RK_E_UNAVAILABLE,
+                    "admin is busy: all workers are busy and their queue is full "
+                    "(server.worker_queue); retry later");
+        u->busy = 1;
+        rk_bytepipe_abort(u->pipe);
         return -1;
     }
     u->thread_started = 1;
     return 0;
-}
-
-/* Wait for the worker (idempotent). */
-static void join_worker(struct upload *u)
-{
-    if (u->thread_started && !u->thread_joined) {
-        pthread_join(u->thread, NULL);
-        u->thread_joined = 1;
-    }
 }
 
 /* Signal the end of the file data to the worker (idempotent). */
@@ -313,12 +373,15 @@ static void begin_part(struct upload *u, const char *key)
         if (u->fail_st != RK_OK || u->gate_failed || sandbox_id_invalid(u)) {
             u->cur_kind = PART_FILE_DISCARD;
         } else if (fields_ready(u)) {
-            u->cur_kind = start_worker(u) == 0 ? PART_FILE_PIPE : PART_FILE_DISCARD;
+            u->cur_kind =
+                start_worker(u) == 0 && queue_consumer(u) == 0 ? PART_FILE_PIPE : PART_FILE_DISCARD;
         } else if (u->target.seen && u->sandbox.seen) {
             /* Blank sandbox_id: validation fails anyway. */
             u->cur_kind = PART_FILE_DISCARD;
-        } else if (u->sandbox.seen && early_gate(u) != 0) {
-            u->cur_kind = PART_FILE_DISCARD;
+        } else if (u->sandbox.seen) {
+            /* Gate first (a job, once the parser returns); hold the bytes. */
+            u->gate_needed = 1;
+            u->cur_kind = PART_FILE_HOLD;
         } else {
             /* The file came before target_path/sandbox_id: spool it to an
              * unlinked temporary file and stream it once the body is done.
@@ -376,8 +439,16 @@ static void file_data(struct upload *u, const char *data, size_t size)
         return;
     }
     u->file_bytes += size;
-    if (u->cur_kind == PART_FILE_PIPE) {
-        /* Blocks while the pipe is full (backpressure). -1: the worker
+    if (u->cur_kind == PART_FILE_HOLD) {
+        if (u->held.len + size > UPLOAD_HOLD_MAX) {
+            upload_fail(u, RK_E_INTERNAL, "too much file data before the sandbox was checked");
+            u->cur_kind = PART_FILE_DISCARD;
+        } else {
+            rk_buf_append(&u->held, data, size);
+        }
+    } else if (u->cur_kind == PART_FILE_PIPE) {
+        /* The parser is fed only while the pipe has room for what it emits
+         * (rk_route_upload_body), so this does not wait. -1: the consumer
          * stopped; drain the rest and report its result at the end. */
         if (rk_bytepipe_write(u->pipe, data, size) != 0)
             u->cur_kind = PART_FILE_DISCARD;
@@ -433,6 +504,7 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
         break;
     case PART_FILE_PIPE:
     case PART_FILE_SPOOL:
+    case PART_FILE_HOLD:
         file_data(u, data, size);
         break;
     case PART_FILE_DISCARD:
@@ -442,30 +514,46 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
     return MHD_YES;
 }
 
-/* Free the upload state; also runs when the client left mid-upload. */
-static void upload_free(struct rk_req *r)
+static void upload_unref(struct upload *u)
 {
-    struct upload *u = r->route_ctx;
-    if (!u)
+    pthread_mutex_lock(&u->mu);
+    int last = --u->refs == 0;
+    pthread_mutex_unlock(&u->mu);
+    if (!last)
         return;
-    u->closing = 1;
-    if (u->pipe)
-        rk_bytepipe_abort(u->pipe);
-    if (u->pp)
-        MHD_destroy_post_processor(u->pp);
-    join_worker(u);
     rk_bytepipe_free(u->pipe);
     rk_call_free(u->wcall);
     if (u->spool)
         fclose(u->spool);
     rk_budget_give(&rk_spool_budget, u->spool_charged);
+    rk_buf_free(&u->held);
     free(u->target.buf);
     free(u->sandbox.buf);
     free(u->cur_key);
     free(u->w_sid);
     free(u->w_path);
+    pthread_mutex_destroy(&u->mu);
     free(u);
+}
+
+/* The request ends (answered, or the client left mid-upload): stop the
+ * consumer's input and leave the state to it if it still runs. */
+static void upload_free(struct rk_req *r)
+{
+    struct upload *u = r->route_ctx;
+    if (!u)
+        return;
     r->route_ctx = NULL;
+    u->closing = 1;
+    if (u->pp)
+        MHD_destroy_post_processor(u->pp);
+    u->pp = NULL;
+    pthread_mutex_lock(&u->mu);
+    u->r = NULL;
+    pthread_mutex_unlock(&u->mu);
+    if (u->pipe)
+        rk_bytepipe_abort(u->pipe);
+    upload_unref(u);
 }
 
 int rk_route_upload_begin(struct rk_req *r)
@@ -476,6 +564,9 @@ int rk_route_upload_begin(struct rk_req *r)
         return 1;
     }
     u->r = r;
+    u->app = r->app;
+    u->refs = 1;
+    pthread_mutex_init(&u->mu, NULL);
     r->route_ctx = u;
     r->route_ctx_free = upload_free;
     /* NULL unless the body is multipart/form-data or urlencoded: then every
@@ -484,36 +575,97 @@ int rk_route_upload_begin(struct rk_req *r)
     return 0;
 }
 
+/* The pipe has room again (the consumer's thread): resume the connection. */
+static void upload_room_cb(void *ctx)
+{
+    struct upload *u = ctx;
+    rk_req_resume(u->r);
+}
+
+/* The early gate (a job; the connection is suspended): decide what the held
+ * file bytes become, then resume. */
+static void upload_gate_job(void *arg)
+{
+    struct upload *u = arg;
+    struct rk_req *r = u->r;
+    int passed = early_gate(u) == 0;
+    int holding = u->cur_kind == PART_FILE_HOLD;
+    if (passed) {
+        /* The file came before target_path: spool it to an unlinked
+         * temporary file and stream it once the body is done. Bounded by
+         * server.max_upload_bytes and the total spool budget. */
+        u->spool = tmpfile();
+        if (!u->spool) {
+            upload_fail(u, RK_E_INTERNAL, "cannot create a temporary file for the upload: %s",
+                        strerror(errno));
+            passed = 0;
+        }
+    }
+    if (holding)
+        u->cur_kind = passed ? PART_FILE_SPOOL : PART_FILE_DISCARD;
+    if (passed && u->held.len) {
+        enum part_kind k = u->cur_kind;
+        u->cur_kind = PART_FILE_SPOOL;
+        u->file_bytes -= u->held.len; /* counted again */
+        file_data(u, u->held.data, u->held.len);
+        if (holding)
+            u->cur_kind = u->cur_kind == PART_FILE_SPOOL ? k : u->cur_kind;
+        else
+            u->cur_kind = k;
+    }
+    rk_buf_free(&u->held);
+    rk_req_resume(r);
+}
+
 int rk_route_upload_body(struct rk_req *r, const char *data, size_t len)
 {
     struct upload *u = r->route_ctx;
-    if (!u || !u->pp || u->malformed)
+    if (!u)
         return 0;
-    if (MHD_post_process(u->pp, data, len) != MHD_YES)
+    if (!data) {
+        /* The end of the body (on the loop): flush the parser through
+         * on_part and tell the consumer where the file ends. */
+        if (u->pp && MHD_destroy_post_processor(u->pp) != MHD_YES)
+            u->malformed = 1;
+        u->pp = NULL;
+        end_part(u);
+        return 0;
+    }
+    if (!u->pp || u->malformed)
+        return 0;
+    size_t take = len;
+    if (u->cur_kind == PART_FILE_PIPE && !u->pipe_closed && !rk_bytepipe_aborted(u->pipe)) {
+        size_t room = rk_bytepipe_room(u->pipe);
+        take = room > UPLOAD_PIPE_SLACK ? room - UPLOAD_PIPE_SLACK : 0;
+        if (take > len)
+            take = len;
+    }
+    if (take > 0 && MHD_post_process(u->pp, data, take) != MHD_YES)
         u->malformed = 1;
+    if (u->gate_needed) {
+        u->gate_needed = 0;
+        rk_req_suspend(r);
+        if (rk_req_submit(r, upload_gate_job, u) != 0) {
+            upload_fail(u, RK_E_UNAVAILABLE,
+                        "admin is busy: all workers are busy and their queue is full "
+                        "(server.worker_queue); retry later");
+            u->busy = 1;
+            u->cur_kind = PART_FILE_DISCARD;
+            rk_buf_free(&u->held);
+            rk_req_resume(r);
+        }
+        r->body_kept = len - take;
+        return 0;
+    }
+    if (take < len) {
+        /* The pipe is full: keep the rest, wait for the consumer to drain. */
+        r->body_kept = len - take;
+        rk_req_suspend(r);
+        if (rk_bytepipe_notify_room(u->pipe, UPLOAD_PIPE_SLACK + RK_UPLOAD_PP_BUFFER,
+                                    upload_room_cb, u))
+            rk_req_resume(r);
+    }
     return 0;
-}
-
-/* Stream the spooled file into the pipe. */
-static void pump_spool(struct upload *u)
-{
-    char *buf = malloc(64 * 1024);
-    if (!buf || fflush(u->spool) != 0 || fseek(u->spool, 0, SEEK_SET) != 0) {
-        upload_fail(u, RK_E_INTERNAL, "cannot read back the spooled upload");
-        rk_bytepipe_abort(u->pipe);
-        free(buf);
-        return;
-    }
-    size_t n;
-    while ((n = fread(buf, 1, 64 * 1024, u->spool)) > 0)
-        if (rk_bytepipe_write(u->pipe, buf, n) != 0)
-            break;
-    if (ferror(u->spool)) {
-        upload_fail(u, RK_E_INTERNAL, "cannot read back the spooled upload");
-        rk_bytepipe_abort(u->pipe);
-    }
-    free(buf);
-    close_pipe(u);
 }
 
 /* Add the validation problems of the form (FastAPI checks before the handler). */
@@ -538,70 +690,14 @@ static void form_problems(const struct upload *u, struct rk_buf *text)
         rk_buf_printf(text, "%sbody.sandbox_id: %s", sep, RK_ID_RULE_MSG);
 }
 
-void rk_route_upload(struct rk_req *r)
+/* Answer from the consumer's result (upload_consume); the consumer is done. */
+static void upload_answer(struct rk_req *r, struct upload *u)
 {
-    struct upload *u = r->route_ctx;
-    if (!u) {
-        rk_reply_error(r, RK_E_INTERNAL, "upload state missing");
-        return;
-    }
-    if (u->pp) {
-        /* Flushes the last buffered bytes through on_part. */
-        if (MHD_destroy_post_processor(u->pp) != MHD_YES)
-            u->malformed = 1;
-        u->pp = NULL;
-    }
-    end_part(u);
-    note_sandbox(u);
-    if (u->malformed) {
-        if (u->pipe)
-            rk_bytepipe_abort(u->pipe);
-        join_worker(u);
-        rk_reply_detail(r, 400, "There was an error parsing the body");
-        return;
-    }
     if (u->fail_st != RK_OK) {
-        if (u->pipe)
-            rk_bytepipe_abort(u->pipe);
-        join_worker(u);
-        if (u->fail_st == RK_E_INVALID)
-            rk_reply_invalid(r, u->fail_msg);
-        else if (u->busy)
+        if (u->busy)
             rk_req_reply_busy(r, u->fail_msg);
         else
             rk_reply_error(r, u->fail_st, u->fail_msg);
-        return;
-    }
-    struct rk_buf problems = {0};
-    form_problems(u, &problems);
-    if (problems.len) {
-        if (u->pipe)
-            rk_bytepipe_abort(u->pipe);
-        join_worker(u);
-        rk_reply_invalid(r, rk_buf_cstr(&problems));
-        rk_buf_free(&problems);
-        return;
-    }
-    rk_buf_free(&problems);
-    if (u->gate_failed) {
-        rk_reply_call_error(r);
-        return;
-    }
-
-    if (!u->thread_started) {
-        /* The file was spooled: stream it now that the fields are known. */
-        if (!u->spool || start_worker(u) != 0) {
-            if (u->fail_st == RK_OK)
-                upload_fail(u, RK_E_INTERNAL, "upload file part was not kept");
-            rk_reply_error(r, u->fail_st, u->fail_msg);
-            return;
-        }
-        pump_spool(u);
-    }
-    close_pipe(u);
-    join_worker(u);
-    if (u->fail_st != RK_OK) {
-        rk_reply_error(r, u->fail_st, u->fail_msg);
         return;
     }
     if (u->wst != RK_OK) {
@@ -616,4 +712,74 @@ void rk_route_upload(struct rk_req *r)
     json_object_object_add(result, "file_name",
                            json_object_new_string(rk_upload_basename(u->w_path)));
     rk_reply_ok(r, result);
+}
+
+void rk_route_upload(struct rk_req *r)
+{
+    struct upload *u = r->route_ctx;
+    if (!u) {
+        rk_reply_error(r, RK_E_INTERNAL, "upload state missing");
+        return;
+    }
+    /* The parser was flushed and the pipe closed at the end of the body. */
+    note_sandbox(u);
+    if (u->malformed) {
+        if (u->pipe)
+            rk_bytepipe_abort(u->pipe);
+        rk_reply_detail(r, 400, "There was an error parsing the body");
+        return;
+    }
+    if (u->fail_st != RK_OK) {
+        if (u->pipe)
+            rk_bytepipe_abort(u->pipe);
+        if (u->fail_st == RK_E_INVALID)
+            rk_reply_invalid(r, u->fail_msg);
+        else if (u->busy)
+            rk_req_reply_busy(r, u->fail_msg);
+        else
+            rk_reply_error(r, u->fail_st, u->fail_msg);
+        return;
+    }
+    struct rk_buf problems = {0};
+    form_problems(u, &problems);
+    if (problems.len) {
+        if (u->pipe)
+            rk_bytepipe_abort(u->pipe);
+        rk_reply_invalid(r, rk_buf_cstr(&problems));
+        rk_buf_free(&problems);
+        return;
+    }
+    rk_buf_free(&problems);
+    if (u->gate_failed) {
+        rk_reply_call_error(r);
+        return;
+    }
+
+    if (!u->thread_started) {
+        /* The file was spooled: stream it now that the fields are known, on
+         * this worker. */
+        if (!u->spool || start_worker(u) != 0 || fflush(u->spool) != 0 ||
+            fseek(u->spool, 0, SEEK_SET) != 0) {
+            if (u->fail_st == RK_OK)
+                upload_fail(u, RK_E_INTERNAL, "upload file part was not kept");
+            rk_reply_error(r, u->fail_st, u->fail_msg);
+            return;
+        }
+        struct rk_source src = {.read = spool_source_read, .ctx = u, .size = -1};
+        u->wst = upload_consume(u, &src);
+        upload_answer(r, u);
+        return;
+    }
+    close_pipe(u);
+    pthread_mutex_lock(&u->mu);
+    int done = u->consumer_done;
+    if (!done) {
+        /* The consumer answers when it has written the file (it finishes
+         * the request; the deferral is taken before it can see the flag). */
+        rk_req_defer(r);
+        u->reply_waiting = 1;
+    }
+    pthread_mutex_unlock(&u->mu);
+    if (done)
+        upload_answer(r, u);
 }

@@ -5,16 +5,18 @@
  * declared in routes.h (rk_route_upload_begin / _body / rk_route_upload).
  *
  * The file part is never held in memory: once both text fields are known, a
- * worker thread runs the gate and the plugin's file_stat + file_write, whose
- * rk_source reads from a bounded byte pipe that the connection thread fills
- * as body chunks arrive (backpressure). A file part that arrives before the
- * text fields is spooled to an unlinked temporary file and streamed from there
- * once the body is complete.
+ * job on the worker pool (the consumer) runs the gate and the plugin's
+ * file_stat + file_write, whose rk_source reads from a bounded byte pipe that
+ * the event loop fills as body chunks arrive; when the pipe is full the
+ * connection is suspended until the consumer drained it (backpressure). A
+ * file part that arrives before the text fields is spooled to an unlinked
+ * temporary file and streamed from there by the handler once the body is
+ * complete.
  */
 #ifndef RK_UPLOAD_H
 #define RK_UPLOAD_H
 
-/** Capacity of the pipe between the connection thread and the worker. */
+/** Capacity of the pipe between the event loop and the consumer. */
 #define RK_UPLOAD_PIPE_BYTES (1024 * 1024)
 
 /** Buffer given to libmicrohttpd's multipart post processor. */

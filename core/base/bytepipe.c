@@ -7,6 +7,13 @@
 #include <string.h>
 #include <time.h>
 
+/* A one-shot notification registered by a side that must not block. */
+struct notify {
+    void (*fn)(void *ctx);
+    void *ctx;
+    size_t want; /* room wanted (room notifications) */
+};
+
 /* A ring buffer guarded by one mutex and two condition variables. */
 struct rk_bytepipe {
     pthread_mutex_t mu;
@@ -16,7 +23,24 @@ struct rk_bytepipe {
     size_t cap, head, len;
     int closed;
     int aborted;
+    struct notify on_room; /* rk_bytepipe_notify_room */
+    struct notify on_data; /* rk_bytepipe_notify_data */
 };
+
+/* Take a notification that is due (under the lock); run it after unlocking. */
+static struct notify take_notify(struct notify *n)
+{
+    struct notify t = *n;
+    memset(n, 0, sizeof *n);
+    return t;
+}
+
+/* Run a taken notification (outside the lock). */
+static void run_notify(struct notify t)
+{
+    if (t.fn)
+        t.fn(t.ctx);
+}
 
 struct rk_bytepipe *rk_bytepipe_new(size_t capacity)
 {
@@ -100,7 +124,11 @@ int rk_bytepipe_write_timed(struct rk_bytepipe *p, const void *data, size_t len,
         done += chunk;
         pthread_cond_signal(&p->can_read);
     }
+    struct notify due = {0};
+    if (done > 0 && p->on_data.fn)
+        due = take_notify(&p->on_data);
     pthread_mutex_unlock(&p->mu);
+    run_notify(due);
     if (written)
         *written = done;
     return rc;
@@ -116,7 +144,9 @@ void rk_bytepipe_close(struct rk_bytepipe *p)
     pthread_mutex_lock(&p->mu);
     p->closed = 1;
     pthread_cond_broadcast(&p->can_read);
+    struct notify due = take_notify(&p->on_data);
     pthread_mutex_unlock(&p->mu);
+    run_notify(due);
 }
 
 ssize_t rk_bytepipe_read(struct rk_bytepipe *p, void *buf, size_t len, int timeout_ms)
@@ -146,7 +176,11 @@ ssize_t rk_bytepipe_read(struct rk_bytepipe *p, void *buf, size_t len, int timeo
     p->head = (p->head + n) % p->cap;
     p->len -= n;
     pthread_cond_signal(&p->can_write);
+    struct notify due = {0};
+    if (p->on_room.fn && p->cap - p->len >= p->on_room.want)
+        due = take_notify(&p->on_room);
     pthread_mutex_unlock(&p->mu);
+    run_notify(due);
     return (ssize_t)n;
 }
 
@@ -156,6 +190,57 @@ void rk_bytepipe_abort(struct rk_bytepipe *p)
     p->aborted = 1;
     pthread_cond_broadcast(&p->can_read);
     pthread_cond_broadcast(&p->can_write);
+    struct notify room = take_notify(&p->on_room);
+    struct notify data = take_notify(&p->on_data);
+    pthread_mutex_unlock(&p->mu);
+    run_notify(room);
+    run_notify(data);
+}
+
+size_t rk_bytepipe_room(struct rk_bytepipe *p)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t room = p->aborted ? 0 : p->cap - p->len;
+    pthread_mutex_unlock(&p->mu);
+    return room;
+}
+
+ssize_t rk_bytepipe_try_read(struct rk_bytepipe *p, void *buf, size_t len)
+{
+    pthread_mutex_lock(&p->mu);
+    int empty = p->len == 0 && !p->closed && !p->aborted;
+    pthread_mutex_unlock(&p->mu);
+    /* One reader: what is there now stays there, so the read cannot block. */
+    return empty ? -2 : rk_bytepipe_read(p, buf, len, 0);
+}
+
+int rk_bytepipe_notify_room(struct rk_bytepipe *p, size_t want, void (*fn)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&p->mu);
+    if (want > p->cap)
+        want = p->cap;
+    int now = p->aborted || p->cap - p->len >= want;
+    if (!now)
+        p->on_room = (struct notify){fn, ctx, want};
+    pthread_mutex_unlock(&p->mu);
+    return now;
+}
+
+int rk_bytepipe_notify_data(struct rk_bytepipe *p, void (*fn)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&p->mu);
+    int now = p->aborted || p->closed || p->len > 0;
+    if (!now)
+        p->on_data = (struct notify){fn, ctx, 0};
+    pthread_mutex_unlock(&p->mu);
+    return now;
+}
+
+void rk_bytepipe_notify_cancel(struct rk_bytepipe *p)
+{
+    pthread_mutex_lock(&p->mu);
+    memset(&p->on_room, 0, sizeof p->on_room);
+    memset(&p->on_data, 0, sizeof p->on_data);
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -32,4 +32,22 @@ void rk_bytepipe_abort(struct rk_bytepipe *p);
 /** 1 if aborted. */
 int rk_bytepipe_aborted(struct rk_bytepipe *p);
 
+/* ---- for a side that must not block (an event loop) ---- */
+
+/** Free space now (0 once aborted). */
+size_t rk_bytepipe_room(struct rk_bytepipe *p);
+/** Read what is there without waiting: the count, 0 at end of data, -1 if
+ *  aborted, -2 if empty (the pipe is still open). One reader only. */
+ssize_t rk_bytepipe_try_read(struct rk_bytepipe *p, void *buf, size_t len);
+/** Returns 1 if at least want bytes are free (or the pipe was aborted) now;
+ *  otherwise registers fn(ctx) to run once, on the reader's thread, when a
+ *  read leaves that much room or the pipe is aborted, and returns 0. */
+int rk_bytepipe_notify_room(struct rk_bytepipe *p, size_t want, void (*fn)(void *ctx), void *ctx);
+/** Returns 1 if bytes, the end or an abort can be read now; otherwise
+ *  registers fn(ctx) to run once, on the writer's thread, when one of them
+ *  arrives, and returns 0. */
+int rk_bytepipe_notify_data(struct rk_bytepipe *p, void (*fn)(void *ctx), void *ctx);
+/** Forget the registered notifications (before the side that registered goes away). */
+void rk_bytepipe_notify_cancel(struct rk_bytepipe *p);
+
 #endif /* RK_BYTEPIPE_H */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "config/config_internal.h"
@@ -78,7 +79,13 @@ const struct core_key rk_core_keys[] = {
     {"server", "max_output_bytes", CT_I64, F(server.max_output_bytes), 0, INT64_MAX, 0, NULL},
     {"server", "max_read_bytes", CT_I64, F(server.max_read_bytes), 0, INT64_MAX, 0, NULL},
     {"server", "drain_timeout", CT_INT, F(server.drain_timeout_s), 0, INT_MAX, 0, NULL},
-    {"server", "thread_stack_kib", CT_INT, F(server.thread_stack_kib), 64, INT_MAX / 1024, 0, NULL},
+    /* deprecated: accepted, warned about at start-up, ignored */
+    {"server", "thread_stack_kib", CT_INT, F(server.thread_stack_kib), 64, INT_MAX / 1024,
+     CKF_DEPRECATED, NULL},
+    /* the event engine: loops, worker pool and its queue */
+    {"server", "event_threads", CT_INT, F(server.event_threads), 1, 64, 0, NULL},
+    {"server", "workers", CT_INT, F(server.workers), 1, 4096, 0, NULL},
+    {"server", "worker_queue", CT_INT, F(server.worker_queue), 1, 1 << 20, 0, NULL},
     /* limits against hostile and careless clients */
     {"server", "max_buffered_bytes", CT_I64, F(server.max_buffered_bytes), 0, INT64_MAX, 0, NULL},
     {"server", "max_spool_bytes", CT_I64, F(server.max_spool_bytes), 0, INT64_MAX, 0, NULL},
@@ -183,6 +190,14 @@ struct rk_config *rk_config_defaults(void)
     c->server.max_read_bytes = 64ll * 1024 * 1024;
     c->server.drain_timeout_s = 30;
     c->server.thread_stack_kib = 256;
+    /* One event loop per core; a worker pool large enough that blocking
+     * backend calls (mostly waiting on the network) keep every core busy. */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1)
+        cpus = 1;
+    c->server.event_threads = cpus > 64 ? 64 : (int)cpus;
+    c->server.workers = cpus * 8 > 16 ? (cpus * 8 > 4096 ? 4096 : (int)cpus * 8) : 16;
+    c->server.worker_queue = 4096;
     c->server.max_buffered_bytes = 512ll * 1024 * 1024;
     c->server.max_spool_bytes = 1024ll * 1024 * 1024;
     c->server.header_timeout_s = 15;
@@ -528,6 +543,8 @@ static void load_core_section(struct loader *L, const char *name, const yaml_nod
             continue;
         }
         apply_core_key(L, &rk_core_keys[i], line, vn);
+        if (rk_core_keys[i].flags & CKF_DEPRECATED)
+            L->cfg->server.thread_stack_kib_set = 1; /* the only deprecated key */
     }
 }
 

@@ -55,7 +55,12 @@ struct rk_config {
         int64_t max_output_bytes; /* command output kept per request, default 16 MiB */
         int64_t max_read_bytes;   /* /read_file content, default 64 MiB */
         int drain_timeout_s;      /* SIGTERM drain deadline, default 30 */
-        int thread_stack_kib;     /* per-connection thread stack, default 256 */
+        int thread_stack_kib;     /* deprecated and ignored (no thread per connection) */
+        int thread_stack_kib_set; /* the file set thread_stack_kib: warn at start-up */
+        /* the event engine (docs/architecture.md "Concurrency") */
+        int event_threads; /* libmicrohttpd event loops, default online CPUs (1..64) */
+        int workers;       /* worker pool threads, default max(16, 8 x CPUs) */
+        int worker_queue;  /* jobs waiting for a worker, default 4096 */
         /* limits against hostile and careless clients */
         int64_t max_buffered_bytes; /* global budget for buffered bodies/responses, 512 MiB */
         int64_t max_spool_bytes;    /* total /upload spool, default 1 GiB; 0 = unlimited */

@@ -66,6 +66,7 @@ enum core_type {
 
 /* Core key flags. */
 #define CKF_SECRET 0x1u
+#define CKF_DEPRECATED 0x2u /* accepted and ignored; the start-up warns */
 
 /* One key of a core section. */
 struct core_key {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Private to the engine's files (http_server.c, watchdog.c): the server state
- * and the per-connection tracker the watchdog follows.
+ * Private to the engine's files (http_server.c, watchdog.c, request.c): the
+ * server state and the per-connection tracker the watchdog follows.
  */
 #ifndef RK_ENGINE_INTERNAL_H
 #define RK_ENGINE_INTERNAL_H
@@ -13,6 +13,8 @@
 
 struct rk_app;
 struct rk_config;
+struct rk_workers;
+struct rk_req;
 
 /* What a connection is waiting for (the watchdog's view of it). */
 enum conn_phase {
@@ -23,7 +25,7 @@ enum conn_phase {
 };
 
 /* One open connection, tracked for deadlines and eviction. Fields are guarded
- * by http_state.mu; the connection thread and the watchdog both touch them. */
+ * by http_state.mu; the event threads and the watchdog both touch them. */
 struct conn_track {
     struct conn_track *prev, *next;
     int fd;
@@ -51,8 +53,20 @@ struct http_state {
     int stop;
     pthread_t watchdog;
     int watchdog_started;
+    /* the event engine */
+    struct rk_workers *workers; /* the pool handlers run on (workers.h) */
+    atomic_int suspended;       /* connections suspended and not yet resumed */
+    atomic_llong refused;
+    atomic_int open;
+        /* connections admitted by accept_policy_cb, not yet closed */ /* requests answered busy:
+                                                                          the worker queue was full
+                                                                        */
 };
 
+/** On the loop, inside one of the connection's callbacks: suspend the
+ *  connection until the request's job is done (rk_req_finish resumes it).
+ *  Returns 1 when suspended, 0 when the job is done already. */
+int rk_req_wait_job(struct rk_req *r);
 /** The tracker of conn (set when MHD reported the connection), or NULL. */
 struct conn_track *rk_track_of(struct MHD_Connection *conn);
 /** Enter a phase (takes the lock). */

@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * libmicrohttpd glue. Concurrency model: one thread per connection with a
- * small fixed stack (server.thread_stack_kib). Plugin calls block that thread
- * only; a 20-minute command costs one mostly idle thread (its stack pages
- * that were touched, a few KiB of MHD connection pool and one curl handle)
- * and never delays other requests. The total is bounded by
- * server.max_connections; see docs/architecture.md.
+ * libmicrohttpd glue. Concurrency model (docs/architecture.md "Concurrency"):
+ * server.event_threads event loops (libmicrohttpd in epoll mode with its
+ * internal thread pool) parse requests, run the admission checks, route and
+ * read bodies; they never block. Everything that may block - the route
+ * handlers, a stream route's begin(), a WebSocket route's set-up - runs as a
+ * job on the worker pool (workers.h, server.workers threads, at most
+ * server.worker_queue waiting) while the connection is suspended; the
+ * handler's answer is kept in the request and queued here, on the loop, once
+ * the worker resumed the connection. Idle keep-alive connections cost a few
+ * KiB of libmicrohttpd state and no thread. Routes flagged RK_ROUTE_INLINE
+ * (answers from memory) run on the loop.
  */
 #include "engine/http_server.h"
 
@@ -34,6 +39,7 @@
 #include "engine/tls.h"
 #include "base/util.h"
 #include "engine/engine_internal.h"
+#include "engine/workers.h"
 
 /* Each buffered JSON body byte is charged this many times to the memory budget. */
 #define RK_BODY_CHARGE 3
@@ -56,6 +62,80 @@ static void reply_detail(struct rk_req *r, unsigned http_status, const char *det
 static int is_health_route(const struct rk_route *route)
 {
     return route && (route->flags & RK_ROUTE_HEALTH);
+}
+
+/* What a suspended connection waits for (rk_req.job). */
+enum {
+    JOB_NONE = 0,
+    JOB_BEGIN,   /* a stream route's begin() or a WebSocket route's handler, at the headers */
+    JOB_HANDLER, /* the route handler, once the body is complete */
+};
+
+/* The worker pool's job: run the route code the connection waits for, then
+ * drop the worker's hold (the last hold resumes the connection). */
+static void run_job(void *arg)
+{
+    struct rk_req *r = arg;
+    if (r->job == JOB_BEGIN) {
+        if (r->route->websocket)
+            r->route->handler(r);
+        else
+            r->route->begin(r);
+    } else {
+        r->route->handler(r);
+        /* A deferred request is answered by another thread: not read here. */
+        if (!r->deferred && !r->responded)
+            reply_detail(r, 500, "handler produced no response");
+    }
+    rk_req_finish(r);
+}
+
+/* Queue the job (on the loop). A full queue is answered at once with 5000
+ * "busy", nothing done. The caller then waits for the job with
+ * rk_req_wait_job (which suspends the connection unless the job is done). */
+static int queue_job(struct rk_req *r, int job)
+{
+    struct http_state *hs = r->app->http;
+    r->job = job;
+    atomic_store(&r->job_state, RK_JOB_RUNNING);
+    atomic_store(&r->holds, 1);
+    if (rk_workers_submit(hs->workers, run_job, r) != 0) {
+        r->job = JOB_NONE;
+        atomic_store(&r->holds, 0);
+        atomic_fetch_add(&hs->refused, 1);
+        rk_req_reply_busy(r, "all workers are busy and their queue is full (server.worker_queue)");
+        return -1;
+    }
+    return 0;
+}
+
+/* The job the connection waited for is done (on the loop): what is left of
+ * its answer. */
+static void job_ended(struct rk_req *r)
+{
+    int job = r->job;
+    r->job = JOB_NONE;
+    if (!r->responded && (job == JOB_HANDLER || r->route->websocket))
+        reply_detail(r, 500, "handler produced no response");
+}
+
+/* Queue the answer a handler left in the request (on the loop, inside the
+ * connection's access handler). */
+static void flush_reply(struct rk_req *r)
+{
+    struct MHD_Response *resp = r->reply_resp;
+    if (!resp)
+        return;
+    r->reply_resp = NULL;
+    if (MHD_queue_response(r->conn, r->http_status, resp) != MHD_YES)
+        rk_warn("request %s: cannot queue the response", r->request_id);
+    MHD_destroy_response(resp);
+}
+
+/* 1 for routes whose code answers from memory and runs on the event loop. */
+static int runs_inline(const struct rk_route *route)
+{
+    return route->flags & RK_ROUTE_INLINE;
 }
 
 /* Request-start checks, run once when the headers are complete and the route
@@ -221,13 +301,19 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         }
         if (rk_admission_run(r, RK_ADMIT_ROUTED) || admit_request(r) || reserve_body(r))
             return MHD_YES;
-        if (r->route->body_mode == RK_BODY_STREAM && r->route->begin && r->route->begin(r))
+        /* The body must not be read before begin() ran: suspended at once. */
+        if (((r->route->body_mode == RK_BODY_STREAM && r->route->begin) ||
+             (r->route->websocket && r->route->handler)) &&
+            queue_job(r, JOB_BEGIN) == 0 && !rk_req_wait_job(r))
+            job_ended(r);
+        return MHD_YES;
+    }
+
+    if (r->job != JOB_NONE) {
+        /* Called again while a job runs (or once it ended and resumed us). */
+        if (rk_req_wait_job(r))
             return MHD_YES;
-        if (r->route->websocket && r->route->handler) {
-            r->route->handler(r);
-            if (!r->responded)
-                reply_detail(r, 500, "websocket route produced no response");
-        }
+        job_ended(r);
         return MHD_YES;
     }
 
@@ -256,8 +342,13 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         if (!r->route || r->route->body_mode == RK_BODY_NONE)
             return MHD_YES;
         if (r->route->body_mode == RK_BODY_STREAM) {
+            r->body_kept = 0;
             if (r->route->body && r->route->body(r, upload_data, n))
                 r->body_too_large = 1; /* the route stopped reading */
+            /* Bytes the route could not take yet (it suspended the connection
+             * and resumes it when it can): libmicrohttpd hands them again. */
+            *upload_data_size = r->body_kept <= n ? r->body_kept : 0;
+            r->body_kept = 0;
             return MHD_YES;
         }
         int64_t limit = app->cfg->server.max_body_bytes;
@@ -304,40 +395,59 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
     if (!r->responded && r->body_too_large && r->route && r->route->body_mode == RK_BODY_JSON)
         reply_too_large(r);
     if (!r->responded && r->route && !r->route->websocket) {
-        r->route->handler(r);
-        /* A deferred answer (rk_req_defer): wait for it here (the shim of
-         * request.c for this thread-per-connection engine). */
-        rk_req_await_deferred(r);
-        if (!r->responded)
-            reply_detail(r, 500, "handler produced no response");
+        if (r->route->body_mode == RK_BODY_STREAM && r->route->body)
+            r->route->body(r, NULL, 0); /* the end of the body, on the loop */
+        if (!runs_inline(r->route)) {
+            /* Not suspended yet: libmicrohttpd calls again at once (no answer
+             * queued) and the second call suspends. Suspending in this call
+             * would leave the connection in its reading state, and a client
+             * that half-closed after its request would be cut when it is
+             * resumed (libmicrohttpd 0.9.75 closes on reading the end). */
+            if (queue_job(r, JOB_HANDLER) == 0)
+                return MHD_YES;
+        } else {
+            r->route->handler(r);
+            if (!r->responded)
+                reply_detail(r, 500, "handler produced no response");
+        }
     }
     if (!r->responded)
         reply_detail(r, 500, "no response");
     return MHD_YES;
 }
-
 /* MHD access callback: the request handling above, with the connection marked
- * busy while our code runs and the body bytes counted for min_body_rate. */
+ * busy while our code runs or a job it waits for does (a suspended connection
+ * stays busy), the body bytes counted for min_body_rate, and the answer a
+ * handler left queued here, on the loop. */
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                       const char *method, const char *version,
                                       const char *upload_data, size_t *upload_data_size,
                                       void **con_cls)
 {
     (void)version;
-    rku_thread_c_locale(); /* once per connection thread: cheap json-c parses */
+    rku_thread_c_locale(); /* once per event thread: cheap json-c parses */
     struct rk_app *app = cls;
     struct conn_track *t = rk_track_of(conn);
     struct rk_req *r = *con_cls;
     if (r && !r->call)
         rk_track_phase(app->http, t, PH_BODY);
     size_t n = *upload_data_size;
-    rk_track_busy(app->http, t, 1, 0);
+    if (!r || !r->suspended)
+        rk_track_busy(app->http, t, 1, 0);
+    if (r)
+        r->suspended = 0; /* resumed (or never suspended) */
     enum MHD_Result res =
         handle_request(app, conn, url, method, upload_data, upload_data_size, con_cls);
-    rk_track_busy(app->http, t, 0, n);
-    /* A WebSocket route has upgraded (or answered): no deadline from here. */
-    if (r && r->route && r->route->websocket)
-        rk_track_phase(app->http, t, PH_HANDLER);
+    if (r && r->suspended)
+        return res; /* a job or the route's consumer resumes it */
+    rk_track_busy(app->http, t, 0, n - *upload_data_size);
+    /* A job still running owns the answer: the next call takes it. */
+    if (r && r->job == JOB_NONE) {
+        flush_reply(r);
+        /* A WebSocket route has upgraded (or answered): no deadline from here. */
+        if (r->route && r->route->websocket && r->responded)
+            rk_track_phase(app->http, t, PH_HANDLER);
+    }
     return res;
 }
 
@@ -380,15 +490,56 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
     struct conn_track *t = rk_track_of(conn);
     if (t && t->phase != PH_KEEPALIVE && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         rk_track_phase(hs, t, PH_KEEPALIVE);
+    if (r->reply_resp)
+        MHD_destroy_response(r->reply_resp);
     if (r->route_ctx_free)
         r->route_ctx_free(r);
-    rk_req_deferral_free(r);
     rk_call_free(r->call);
     free(r->body);
     free(r->param_buf);
     free(r->raw_uri);
     free(r->raw_path);
     free(r);
+}
+
+/* Metrics collector: the worker pool's load and its refusals. */
+static void workers_collect(void *arg, struct rk_buf *out)
+{
+    struct rk_app *app = arg;
+    struct http_state *hs = app->http;
+    int queued = 0, running = 0;
+    if (!hs || !hs->workers)
+        return;
+    rk_workers_load(hs->workers, &queued, &running);
+    rk_metrics_family(out, "rock_admin_worker_queue_depth", "gauge",
+                      "Jobs waiting for a worker (bounded by server.worker_queue).");
+    rk_buf_printf(out, "rock_admin_worker_queue_depth %d\n", queued);
+    rk_metrics_family(out, "rock_admin_workers_busy", "gauge",
+                      "Workers running a job (of server.workers).");
+    rk_buf_printf(out, "rock_admin_workers_busy %d\n", running);
+    rk_metrics_family(out, "rock_admin_worker_queue_full_total", "counter",
+                      "Requests answered busy because the worker queue was full.");
+    rk_buf_printf(out, "rock_admin_worker_queue_full_total %lld\n",
+                  (long long)atomic_load(&hs->refused));
+}
+
+/* MHD accept policy: enforce server.max_connections over all event threads.
+ * libmicrohttpd splits its own limit between the threads and, at the limit,
+ * stops accepting (new connections would wait in the listen backlog); the
+ * engine gives it room and closes the connections over the limit at once
+ * instead, as the thread-per-connection engine did, so a client sees a
+ * refusal it can retry. The count is given back in rk_track_notify_cb. */
+static enum MHD_Result accept_policy_cb(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)addr;
+    (void)addrlen;
+    struct rk_app *app = cls;
+    struct http_state *hs = app->http;
+    if (atomic_fetch_add(&hs->open, 1) >= hs->conn_limit) {
+        atomic_fetch_sub(&hs->open, 1);
+        return MHD_NO;
+    }
+    return MHD_YES;
 }
 
 /* Route libmicrohttpd's own diagnostics into our log. */
@@ -419,8 +570,8 @@ int rk_http_start(struct rk_app *app)
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_ALLOW_UPGRADE | MHD_USE_ITC;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
+                     MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG;
     const char *host = cfg->server.host;
     struct MHD_OptionItem tls_opts[3];
     rk_tls_mhd_options(tls_opts, 3);
@@ -446,6 +597,13 @@ int rk_http_start(struct rk_app *app)
     }
 
     rk_budget_init(cfg->server.max_buffered_bytes, cfg->server.max_spool_bytes);
+    if (cfg->server.thread_stack_kib_set)
+        rk_warn("server.thread_stack_kib is deprecated and ignored: connections no longer "
+                "have a thread (see server.event_threads and server.workers)");
+    hs->workers = rk_workers_new(cfg->server.workers, cfg->server.worker_queue);
+    if (!hs->workers)
+        return -1;
+    rk_metrics_collector_add("workers", workers_collect, app);
     hs->conn_limit = cfg->server.max_connections;
     hs->data_limit = cfg->server.max_connections - cfg->server.reserved_connections;
     if (hs->data_limit < 1)
@@ -455,17 +613,20 @@ int rk_http_start(struct rk_app *app)
     if (per_ip < 0)
         per_ip = cfg->server.max_connections / 4 > 0 ? cfg->server.max_connections / 4 : 1;
 
+    /* libmicrohttpd's own limit, split between the event threads, never
+     * binds: accept_policy_cb enforces server.max_connections. */
+    long long want = ((long long)cfg->server.max_connections + 1) * cfg->server.event_threads;
+    unsigned mhd_limit = want > 0x3fffffff ? 0x3fffffffu : (unsigned)want;
     hs->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->server.port, NULL, NULL, access_handler, app,
+        flags, (uint16_t)cfg->server.port, accept_policy_cb, app, access_handler, app,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->server.max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)cfg->server.connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)cfg->server.max_header_bytes, MHD_OPTION_THREAD_STACK_SIZE,
-        (size_t)cfg->server.thread_stack_kib * 1024, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-        MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app, MHD_OPTION_NOTIFY_COMPLETED, completed_cb,
-        app, MHD_OPTION_NOTIFY_CONNECTION, rk_track_notify_cb, app, MHD_OPTION_ARRAY, tls_opts,
-        MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->server.connection_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->server.max_header_bytes,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->server.event_threads,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app,
+        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, app, MHD_OPTION_NOTIFY_CONNECTION,
+        rk_track_notify_cb, app, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!hs->daemon) {
         rk_err("cannot listen on %s:%d (address in use or not permitted)", host, cfg->server.port);
         return -1;
@@ -515,8 +676,26 @@ void rk_http_stop(struct rk_app *app)
         pthread_mutex_unlock(&hs->mu);
         pthread_join(hs->watchdog, NULL);
     }
+    /* Let the workers finish what they run and what is queued: every job
+     * resumes its connection at its end. The event loops still run; what
+     * they queue from now on is answered busy. */
+    if (hs->workers)
+        rk_workers_stop(hs->workers);
+    /* libmicrohttpd refuses to stop with suspended connections: give the
+     * resumes and deferred requests (plugins' own loops) a bounded time. */
+    int64_t until = rk_now_ms() + 5000;
+    while (atomic_load(&hs->suspended) > 0 && rk_now_ms() < until) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (atomic_load(&hs->suspended) > 0) {
+        rk_warn("%d request(s) still suspended at shutdown: the HTTP server is left running",
+                atomic_load(&hs->suspended));
+        return;
+    }
     if (hs->daemon)
         MHD_stop_daemon(hs->daemon);
+    rk_workers_free(hs->workers);
     pthread_mutex_destroy(&hs->mu);
     pthread_cond_destroy(&hs->cv);
     free(hs);

@@ -1,19 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The HTTP front end (libmicrohttpd, one thread per connection).
+ * The HTTP front end (libmicrohttpd in epoll mode: server.event_threads event
+ * loops that never block, and a worker pool for everything that may).
  *
  * Each request gets a struct rk_req (request.h). Routes are matched when the
  * headers are complete; JSON routes get their body buffered (bounded by
- * server.max_body_bytes) and run their handler on the connection thread;
- * streaming routes receive body chunks as they arrive. Admission checks
- * registered from above (admission.h) run at fixed points.
+ * server.max_body_bytes) and their handler queued on the worker pool
+ * (workers.h) while the connection is suspended; streaming routes receive
+ * body chunks on the loop as they arrive. Admission checks registered from
+ * above (admission.h) run at fixed points.
  *
  * Limits (docs/operations.md "Limits"): headers must arrive within
  * server.header_timeout, bodies must average server.min_body_rate bytes/s
  * (time spent in our own handlers does not count), a per-address connection
  * limit, server.reserved_connections slots that only /livez, /readyz and
- * /metrics may use, and buffered JSON bodies and responses are charged to the
- * global memory budget (budget.h).
+ * /metrics may use, server.worker_queue jobs waiting for a worker, and
+ * buffered JSON bodies and responses are charged to the global memory budget
+ * (budget.h).
  */
 #ifndef RK_HTTP_SERVER_H
 #define RK_HTTP_SERVER_H

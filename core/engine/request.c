@@ -3,14 +3,16 @@
 #include "engine/request.h"
 
 #include <microhttpd.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/budget.h"
 #include "engine/admission.h"
+#include "base/app.h"
+#include "engine/engine_internal.h"
 #include "engine/envelope.h"
+#include "engine/workers.h"
 #include "obs/log.h"
 
 const char *rk_req_header(struct rk_req *r, const char *name)
@@ -116,75 +118,6 @@ static void add_common_headers(struct rk_req *r, struct MHD_Response *resp)
     rk_admission_decorate(r, resp);
 }
 
-/* ---- deferred answers ----------------------------------------------------------
- * SHIM for the thread-per-connection engine; the event-driven engine (MHD
- * suspend/resume on its loops) replaces this block, rk_req_await_deferred and
- * the held response with its own rk_req_defer/rk_req_finish. Here the
- * connection's thread, after its handler returned deferred, sleeps on the
- * request's condition variable until rk_req_finish, then queues the answer
- * that was held for it: libmicrohttpd accepts a response only from the
- * connection's own thread. */
-
-struct rk_req_deferral {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int finished;              /* guarded by mu */
-    struct MHD_Response *held; /* the answer, queued by the connection's thread */
-    unsigned held_status;
-};
-
-void rk_req_defer(struct rk_req *r)
-{
-    if (r->deferral)
-        return;
-    struct rk_req_deferral *d = calloc(1, sizeof *d);
-    if (!d)
-        abort();
-    pthread_mutex_init(&d->mu, NULL);
-    pthread_cond_init(&d->cv, NULL);
-    r->deferral = d;
-}
-
-void rk_req_finish(struct rk_req *r)
-{
-    struct rk_req_deferral *d = r->deferral;
-    pthread_mutex_lock(&d->mu);
-    d->finished = 1;
-    pthread_cond_signal(&d->cv); /* under the lock: the waiter frees d once it has it */
-    pthread_mutex_unlock(&d->mu);
-}
-
-void rk_req_await_deferred(struct rk_req *r)
-{
-    struct rk_req_deferral *d = r->deferral;
-    if (!d)
-        return;
-    pthread_mutex_lock(&d->mu);
-    while (!d->finished)
-        pthread_cond_wait(&d->cv, &d->mu);
-    pthread_mutex_unlock(&d->mu);
-    if (d->held) {
-        if (MHD_queue_response(r->conn, d->held_status, d->held) != MHD_YES)
-            rk_warn("request %s: cannot queue the response", r->request_id);
-        MHD_destroy_response(d->held);
-        d->held = NULL;
-    }
-    rk_req_deferral_free(r); /* answers from here on go straight to MHD */
-}
-
-void rk_req_deferral_free(struct rk_req *r)
-{
-    struct rk_req_deferral *d = r->deferral;
-    if (!d)
-        return;
-    if (d->held)
-        MHD_destroy_response(d->held);
-    pthread_mutex_destroy(&d->mu);
-    pthread_cond_destroy(&d->cv);
-    free(d);
-    r->deferral = NULL;
-}
-
 void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp)
 {
     if (r->responded) {
@@ -198,15 +131,63 @@ void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Respons
         r->outcome = http_status < 400   ? "success"
                      : http_status < 500 ? "client_error"
                                          : "server_error";
-    if (r->deferral) {
-        /* Possibly on another thread: the connection's thread queues it. */
-        r->deferral->held = resp;
-        r->deferral->held_status = http_status;
+    /* Queued by the event loop (rk_http_flush_reply): MHD_queue_response is
+     * only valid on the connection's own thread. */
+    r->reply_resp = resp;
+}
+
+void rk_req_suspend(struct rk_req *r)
+{
+    struct http_state *hs = r->app->http;
+    r->suspended = 1;
+    atomic_fetch_add(&hs->suspended, 1);
+    MHD_suspend_connection(r->conn);
+}
+
+void rk_req_resume(struct rk_req *r)
+{
+    struct http_state *hs = r->app->http;
+    struct MHD_Connection *conn = r->conn;
+    /* Nothing of r is touched after the resume: the loop may finish it at once. */
+    atomic_fetch_sub(&hs->suspended, 1);
+    MHD_resume_connection(conn);
+}
+
+int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg)
+{
+    struct http_state *hs = r->app->http;
+    return rk_workers_submit(hs->workers, fn, arg);
+}
+
+void rk_req_defer(struct rk_req *r)
+{
+    r->deferred = 1;
+    atomic_fetch_add(&r->holds, 1);
+}
+
+void rk_req_finish(struct rk_req *r)
+{
+    if (atomic_fetch_sub(&r->holds, 1) != 1)
         return;
-    }
-    if (MHD_queue_response(r->conn, http_status, resp) != MHD_YES)
-        rk_warn("request %s: cannot queue the response", r->request_id);
-    MHD_destroy_response(resp);
+    /* The last hold: the job is done. Resume only a connection the loop has
+     * suspended for it; otherwise the loop finds it done when it calls again.
+     * Nothing of r is touched after the exchange unless we resume. */
+    if (atomic_exchange(&r->job_state, RK_JOB_DONE) == RK_JOB_WAITING)
+        rk_req_resume(r);
+}
+
+int rk_req_wait_job(struct rk_req *r)
+{
+    if (atomic_load(&r->job_state) == RK_JOB_DONE)
+        return 0;
+    /* Suspended before the state says so, so the job's resume never comes
+     * before the suspension. If the job ended in between, nobody else will
+     * resume: resume at once and take the answer on the next call. */
+    rk_req_suspend(r);
+    int running = RK_JOB_RUNNING;
+    if (!atomic_compare_exchange_strong(&r->job_state, &running, RK_JOB_WAITING))
+        rk_req_resume(r);
+    return 1;
 }
 
 /* Responses up to this size are not charged to the memory budget: they are

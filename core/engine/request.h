@@ -5,11 +5,18 @@
  * answers with rk_req_reply_json() or installs its own libmicrohttpd response
  * with rk_req_reply_mhd(); every response carries X-Request-ID and the
  * headers the admission checks add.
+ *
+ * Threads: handlers run on a worker (engine/workers.h) while the connection
+ * is suspended; the reply functions only keep the answer in the request, and
+ * the event loop queues it once the connection is resumed. A handler that
+ * answers later from another thread calls rk_req_defer() and, after the
+ * reply, rk_req_finish().
  */
 #ifndef RK_REQUEST_H
 #define RK_REQUEST_H
 
 #include <json-c/json.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +31,10 @@ struct MHD_Connection;
 
 /** Size of rk_req.auth_name (token names are at most 63 characters). */
 #define RK_AUTH_NAME_MAX 64
+
+/** rk_req.job_state: a job runs; the loop suspended the connection for it;
+ *  it is done (the holds are gone). */
+enum { RK_JOB_RUNNING = 0, RK_JOB_WAITING = 1, RK_JOB_DONE = 2 };
 
 /** One in-flight HTTP request. */
 struct rk_req {
@@ -63,8 +74,16 @@ struct rk_req {
     int auth_refused; /* 401 owed once the body is drained: 1 no token, 2 a wrong one */
     /* a refusal an admission check owes once the body is drained (rk_req_refuse_after_body) */
     void (*refusal)(struct rk_req *r);
-    /* deferred answers (rk_req_defer / rk_req_finish); the thread-per-connection shim's state */
-    struct rk_req_deferral *deferral;
+    /* the event engine (http_server.c): the answer waiting for the loop, what
+     * the suspended connection waits for, and the holds that keep it suspended
+     * (the worker running its job, a deferral); the last one released resumes */
+    struct MHD_Response *reply_resp;
+    int job;          /* 0, or the job the connection waits for (http_server.c) */
+    int suspended;    /* suspended by rk_req_suspend, not yet resumed (loop only) */
+    int deferred;     /* rk_req_defer was called */
+    size_t body_kept; /* body bytes a stream route left for later (see router.h) */
+    atomic_int holds;
+    atomic_int job_state; /* RK_JOB_RUNNING, _WAITING (the loop suspended for it), _DONE */
 };
 
 /** From an admission check: answer the request with refuse(r) once its
@@ -96,27 +115,30 @@ void rk_req_set_sandbox(struct rk_req *r, const char *sandbox_id);
 /** Answer 503 with a 5000 envelope "admin is busy: <why>" (a limit was reached). */
 void rk_req_reply_busy(struct rk_req *r, const char *why);
 
-/**
- * From a handler: the request will be answered later, from another thread
- * (e.g. when a plugin reports an asynchronous command's end). The handler
- * returns without a reply; whoever answers calls one of the rk_req_reply_*
- * functions and then rk_req_finish(), exactly once. After rk_req_defer the
- * handler's thread must not touch r once the answering side may have run.
- */
-void rk_req_defer(struct rk_req *r);
-/** Hand a deferred request's answer to the connection: called exactly once,
- *  from any thread, after an rk_req_reply_* function answered it. r may be
- *  freed as soon as this is entered. */
-void rk_req_finish(struct rk_req *r);
-/** Engine side (http_server.c): after the handler returned, wait until a
- *  deferred request was finished and queue its answer. No-op otherwise. */
-void rk_req_await_deferred(struct rk_req *r);
-/** Engine side: release a deferral's state (when the request ends). */
-void rk_req_deferral_free(struct rk_req *r);
-
 /** Answer with a JSON body (takes ownership of body). */
 void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body);
-/** Answer with a prepared libmicrohttpd response (takes ownership). */
+/** Answer with a prepared libmicrohttpd response (takes ownership). Any
+ *  thread that owns the request: the response is kept and queued by the
+ *  event loop (never MHD_queue_response off the loop). */
 void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp);
+
+/** Called by a handler running on a worker: the request will be answered
+ *  later from another thread. The handler returns without a reply and the
+ *  worker leaves the connection suspended until rk_req_finish(). */
+void rk_req_defer(struct rk_req *r);
+/** Called exactly once, from any thread, after one of the rk_req_reply_*
+ *  functions answered a deferred request: hands the reply to the event loop
+ *  (resumes the connection). The request stays valid until then. */
+void rk_req_finish(struct rk_req *r);
+
+/** Suspend the request's connection. Only on the event loop, inside one of
+ *  the connection's libmicrohttpd callbacks (access handler, content reader);
+ *  every suspension is ended by exactly one rk_req_resume(). */
+void rk_req_suspend(struct rk_req *r);
+/** Resume a connection suspended by rk_req_suspend (any thread). */
+void rk_req_resume(struct rk_req *r);
+/** Run fn(arg) on the worker pool (engine/workers.h); 0, or -1 when its
+ *  queue (server.worker_queue) is full or the server stops. */
+int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg);
 
 #endif /* RK_REQUEST_H */

@@ -39,13 +39,21 @@ struct rk_route {
     const char *pattern; /* e.g. RK_API_PREFIX "/sandboxes/{id}/restart" */
     const char *name;    /* metrics label, e.g. "start_async" */
     enum rk_body_mode body_mode;
-    /** Called once headers are complete (stream routes; optional). Return 0 to
-     *  continue; non-zero means the route already replied. */
+    /** Called once headers are complete (stream routes; optional), on a
+     *  worker (it may block). Return 0 to continue; non-zero means the route
+     *  already replied. */
     int (*begin)(struct rk_req *r);
-    /** Called for every chunk of body (stream routes). Return 0 to continue;
-     *  non-zero stops reading (the route replies in handler()). */
+    /** Called for every chunk of body (stream routes), on the event loop: it
+     *  must not block. Return 0 to continue; non-zero stops reading (the
+     *  route replies in handler()). A route that cannot take all len bytes
+     *  yet calls rk_req_suspend(), sets r->body_kept to the bytes it did not
+     *  take, and calls rk_req_resume() once it can take more (they are handed
+     *  again). Called once more with (NULL, 0) on the loop when the body is
+     *  complete, before handler(). */
     int (*body)(struct rk_req *r, const char *data, size_t len);
-    /** Produces the response. */
+    /** Produces the response: on a worker, unless the route is
+     *  RK_ROUTE_INLINE; a WebSocket route's handler (gate, upstream set-up,
+     *  101 answer) runs on a worker at the headers. */
     void (*handler)(struct rk_req *r);
     int websocket;            /* 1: matched only for Upgrade: websocket requests */
     const char *fail_message; /* route "message" on failures, e.g. "execute command failed" */
@@ -58,6 +66,7 @@ struct rk_route {
 #define RK_ROUTE_PORT_PATH 0x2u     /* /proxy/{id}/port/{port}/...: sub-path starts at "port/" */
 #define RK_ROUTE_HEALTH 0x4u        /* probes and metrics: always admitted, even at the limits */
 #define RK_ROUTE_SANDBOX_PARAM 0x8u /* the first path parameter is a sandbox id */
+#define RK_ROUTE_INLINE 0x10u       /* answers from memory: the handler runs on the event loop */
 
 /** Result of matching a request line. */
 enum rk_match {

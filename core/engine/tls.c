@@ -7,7 +7,7 @@
  * its own GnuTLS credentials at start and offers no way to replace them; a
  * second daemon would have to bind the same port (a window where connections
  * are refused, or SO_REUSEPORT load-sharing with the old daemon) and the old
- * daemon's thread-per-connection requests would be cut when it stops.
+ * daemon's in-flight requests would be cut when it stops.
  * MHD_OPTION_HTTPS_CERT_CALLBACK (GnuTLS retrieve_function2) instead lets
  * every handshake pick up the current pair. GnuTLS does not copy what the
  * callback returns, so every loaded generation stays allocated until

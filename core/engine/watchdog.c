@@ -80,6 +80,7 @@ void rk_track_notify_cb(void *cls, struct MHD_Connection *conn, void **socket_co
         *socket_context = t;
         return;
     }
+    atomic_fetch_sub(&hs->open, 1); /* counted by the accept policy */
     struct conn_track *t = *socket_context;
     if (!t)
         return;

@@ -13,15 +13,24 @@
  *   /apis/envs/sandbox/v1/sandboxes/{id}/vnc[/{path}]
  *       the same relay to port 8006 without port selection
  *
- * Streaming design: begin() resolves the target and starts a worker thread
- * running one libcurl transfer. The client body goes connection thread ->
- * bounded rk_bytepipe -> curl read callback (body() blocks while the pipe is
- * full: backpressure). The upstream answer goes curl write callback ->
- * bounded rk_bytepipe -> the MHD content reader of a MHD_SIZE_UNKNOWN (or
- * Content-Length sized) response; each chunk is handed to MHD as soon as it
- * arrives, so server-sent events are not delayed. Memory per request is two
- * 256 KiB rings whatever the body size. The shared state is reference counted
- * (request, worker, response).
+ * Streaming design: begin() (on a worker: the gate and the endpoint
+ * resolution may block) resolves the target and hands one libcurl transfer
+ * to the relay transfer loop (relay_http_loop.c: one thread, one curl multi on
+ * epoll for every relayed request). The client body goes event loop ->
+ * bounded rk_bytepipe -> curl read callback; when the pipe is full, body()
+ * keeps the rest and suspends the connection until the transfer drained it,
+ * and when it is empty the transfer pauses until body() wrote (backpressure
+ * both ways, nothing waits). The handler (on a
+ * worker) answers as soon as the response head is there, or defers the
+ * request and the transfer thread answers it when the head arrives. The
+ * upstream answer goes curl write callback -> bounded rk_bytepipe -> the MHD
+ * content reader of a MHD_SIZE_UNKNOWN (or Content-Length sized) response,
+ * which never waits: with nothing to send it suspends the connection until
+ * the transfer writes; with no room the transfer pauses until the reader
+ * drained the pipe. Each chunk is handed to MHD as soon as it arrives, so
+ * server-sent events are not delayed. Memory per request is two 256 KiB rings
+ * whatever the body size. The shared state is reference counted (request,
+ * transfer, response).
  *
  * Deadlines: proxy.connect_timeout_s for the connection, then
  * proxy.timeout_s of upstream inactivity (nothing sent or received) ends the
@@ -54,6 +63,7 @@
 #include "relay/proxy_guard.h"
 #include "relay/relay.h"
 #include "relay/relay_common.h"
+#include "relay/relay_http_loop.h"
 #include "relay/relay_pool.h"
 
 #include "relay/relay_http_internal.h"
@@ -293,6 +303,7 @@ int rk_relay_http_begin(struct rk_req *r)
     px->app = app;
     px->port = port;
     px->client_fd = rk_req_client_fd(r);
+    px->owner = r;
     px->timeout_ms = app->cfg->proxy.timeout_s * 1000;
     snprintf(px->sandbox_id, sizeof px->sandbox_id, "%s", r->params[0]);
     size_t plen = (size_t)(fwd - raw_path);
@@ -370,28 +381,15 @@ int rk_relay_http_begin(struct rk_req *r)
             rk_reply_error(r, RK_E_NOMEM, "out of memory");
             goto replied;
         }
-    } else {
-        /* No request body: this connection thread drives the transfer itself (no worker
-         * thread, no cross-thread hand-offs); see rk_px_sync_step. */
-        px->multi = rk_px_thread_multi();
-        px->sbuf = px->multi ? malloc(PX_SYNC_BUF_BYTES) : NULL;
-        if (px->sbuf && curl_multi_add_handle(px->multi, px->curl) == CURLM_OK) {
-            px->sync = 1;
-            rk_px_touch(px);
-            rk_ep_free(&cached);
-            free(raw_path);
-            return 0;
-        }
-        free(px->sbuf);
-        px->sbuf = NULL;
     }
 
     px->refs++;
     rk_relay_enter();
-    if (rk_relay_run(rk_px_worker, px, PX_WORKER_STACK) != 0) {
+    rk_px_touch(px);
+    if (rk_http_loop_submit(px) != 0) {
         px->refs--;
         rk_relay_leave();
-        rk_reply_error(r, RK_E_INTERNAL, "cannot start the proxy worker thread");
+        rk_reply_error(r, RK_E_INTERNAL, "the relay transfer loop is not available");
         goto replied;
     }
     rk_ep_free(&cached);
@@ -404,47 +402,54 @@ replied:
     return 1;
 }
 
-/* One chunk of client body: into the request pipe (blocks while it is full). Once the
- * upstream answered early, the rest of the body is read and dropped so the answer can be
- * relayed on this connection. */
+/* The request pipe has room again (the transfer thread): resume the client. */
+static void px_room_cb(void *ctx)
+{
+    rk_req_resume(ctx);
+}
+
+/* One chunk of client body (on the event loop): into the request pipe as far
+ * as it has room; the rest is kept and the connection suspended until the
+ * transfer drained the pipe. Once the upstream answered early, the rest of the
+ * body is read and dropped so the answer can be relayed on this connection.
+ * (NULL, 0): the end of the body. */
 int rk_relay_http_body(struct rk_req *r, const char *data, size_t len)
 {
     struct px_http *px = r->route_ctx;
     if (!px || !px->req)
         return 0;
+    if (!data) {
+        rk_bytepipe_close(px->req);
+        return 0;
+    }
     pthread_mutex_lock(&px->mu);
     int discard = px->discard_body;
     pthread_mutex_unlock(&px->mu);
     if (discard)
         return 0;
-    if (rk_bytepipe_write(px->req, data, len) == 0)
-        return 0;
-    pthread_mutex_lock(&px->mu);
-    discard = px->discard_body;
-    pthread_mutex_unlock(&px->mu);
-    return discard ? 0 : 1;
-}
-
-/* Wait for the response head, the end of the transfer, or a reason to stop. */
-static void px_wait_head(struct px_http *px)
-{
-    pthread_mutex_lock(&px->mu);
-    while (!px->head_done && !px->finished) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&px->cv, &px->mu, &ts);
-        if (px->head_done || px->finished)
-            break;
-        pthread_mutex_unlock(&px->mu);
-        int stop = px->app->stopping || rk_relay_peer_gone(px->client_fd);
+    /* One writer: the room only grows until we write, so this never waits. */
+    size_t take = rk_bytepipe_room(px->req);
+    if (take > len)
+        take = len;
+    if (take == 0 && rk_bytepipe_aborted(px->req)) {
         pthread_mutex_lock(&px->mu);
-        if (stop) {
-            px->cancel = 1;
-            break;
-        }
+        discard = px->discard_body;
+        pthread_mutex_unlock(&px->mu);
+        return discard ? 0 : 1;
     }
-    pthread_mutex_unlock(&px->mu);
+    if (take > 0 && rk_bytepipe_write(px->req, data, take) != 0) {
+        pthread_mutex_lock(&px->mu);
+        discard = px->discard_body;
+        pthread_mutex_unlock(&px->mu);
+        return discard ? 0 : 1;
+    }
+    if (take < len) {
+        r->body_kept = len - take;
+        rk_req_suspend(r);
+        if (rk_bytepipe_notify_room(px->req, PX_PIPE_BYTES / 4, px_room_cb, r))
+            rk_req_resume(r);
+    }
+    return 0;
 }
 
 /* Answer 502/504 for a transfer that produced no response head. */
@@ -477,7 +482,8 @@ static int px_bodyless(long status)
     return status < 200 || status == 204 || status == 304;
 }
 
-/* Body complete: wait for the upstream head and stream the answer back. */
+/* Body complete (on a worker): answer as soon as the upstream head is there;
+ * until then the request is deferred and the transfer thread answers it. */
 void rk_relay_http_handler(struct rk_req *r)
 {
     struct px_http *px = r->route_ctx;
@@ -485,14 +491,19 @@ void rk_relay_http_handler(struct rk_req *r)
         return;
     if (px->req)
         rk_bytepipe_close(px->req);
-    if (px->sync) {
-        while (!px->head_done && !px->finished)
-            if (rk_px_sync_step(px, 200) != 0)
-                break;
-    } else {
-        px_wait_head(px);
+    pthread_mutex_lock(&px->mu);
+    int ready = px->head_done || px->finished || px->cancel;
+    if (!ready) {
+        rk_req_defer(r); /* before the transfer thread can see the waiter */
+        px->waiter = r;
     }
+    pthread_mutex_unlock(&px->mu);
+    if (ready)
+        rk_px_answer(r, px);
+}
 
+void rk_px_answer(struct rk_req *r, struct px_http *px)
+{
     pthread_mutex_lock(&px->mu);
     int head = px->head_done && !px->head_too_big;
     int cancelled = px->cancel;
@@ -511,7 +522,7 @@ void rk_relay_http_handler(struct rk_req *r)
         return;
     }
 
-    /* The worker no longer touches the head once head_done is set. */
+    /* The transfer no longer touches the head once head_done is set. */
     const char *conn_hdr = NULL;
     long long clen = -1;
     for (size_t i = 0; i < px->nh; i++) {
@@ -529,36 +540,15 @@ void rk_relay_http_handler(struct rk_req *r)
         size = 0;
     else if (clen >= 0 && !has_te)
         size = (uint64_t)clen;
-    /* Synchronous mode, a small body of known length: finish the exchange first and answer
-     * from one buffer, so the head and the body leave in one send (libmicrohttpd writes a
-     * callback response's head and body separately: one more syscall and TCP segment, and
-     * often one more wake-up of the client, per request). Anything else streams. */
-    struct MHD_Response *resp = NULL;
-    if (px->sync && size != MHD_SIZE_UNKNOWN && size <= PX_SYNC_BUF_BYTES) {
-        while (!px->finished && px->slen - px->soff < size)
-            if (rk_px_sync_step(px, 200) != 0)
-                break;
-        if (px->finished && px->result == CURLE_OK && px->slen - px->soff == size) {
-            resp = MHD_create_response_from_buffer((size_t)size, px->sbuf + px->soff,
-                                                   MHD_RESPMEM_MUST_COPY);
-            if (!resp) {
-                rk_reply_detail(r, 500, "out of memory");
-                return;
-            }
-            px->soff = px->slen = 0;
-        }
-    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(size, 32 * 1024, rk_px_reader, px, rk_px_response_free);
     if (!resp) {
-        resp = MHD_create_response_from_callback(size, 32 * 1024, rk_px_reader, px,
-                                                 rk_px_response_free);
-        if (!resp) {
-            rk_reply_detail(r, 500, "out of memory");
-            return;
-        }
-        pthread_mutex_lock(&px->mu);
-        px->refs++;
-        pthread_mutex_unlock(&px->mu);
+        rk_reply_detail(r, 500, "out of memory");
+        return;
     }
+    pthread_mutex_lock(&px->mu);
+    px->refs++;
+    pthread_mutex_unlock(&px->mu);
     int redirect = px->status == 301 || px->status == 302 || px->status == 303 ||
                    px->status == 307 || px->status == 308;
     for (size_t i = 0; i < px->nh; i++) {

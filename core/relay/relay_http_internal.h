@@ -2,7 +2,7 @@
 /*
  * Private to the HTTP relay's files: relay_http.c (routes, request set-up,
  * answers) and relay_http_transfer.c (the upstream transfer: libcurl
- * callbacks, the worker and the synchronous mode, the MHD content reader).
+ * callbacks, the transfer thread, the MHD content reader).
  */
 #ifndef RK_RELAY_HTTP_INTERNAL_H
 #define RK_RELAY_HTTP_INTERNAL_H
@@ -16,15 +16,12 @@
 #include "base/bytepipe.h"
 
 struct rk_app;
+struct rk_req;
 
 /** Ring sizes of the two body pipes. */
 #define PX_PIPE_BYTES (256 * 1024)
 /** Upper bound of the upstream response head we keep. */
 #define PX_MAX_HEAD_BYTES (64 * 1024)
-/** Staging buffer of the synchronous mode (requests without a body). */
-#define PX_SYNC_BUF_BYTES (64 * 1024)
-/** Stack of the worker thread (libcurl + TLS handshake). */
-#define PX_WORKER_STACK (512 * 1024)
 
 /* One response header line from upstream. */
 struct px_header {
@@ -32,7 +29,8 @@ struct px_header {
     char *value;
 };
 
-/* State shared by the connection thread, the worker and the MHD response. */
+/* State shared by the request (on the event loop and the workers), the transfer
+ * thread and the MHD response. */
 struct px_http {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -60,17 +58,22 @@ struct px_http {
     int finished;
     CURLcode result;
     int timed_out;
-    int cancel;       /* the request side gave up */
-    int discard_body; /* the upstream answered early: the rest of the client body is dropped */
-    /* Synchronous mode (requests without a body): the connection thread drives the
-     * transfer itself through its own curl multi handle; no worker thread, no pipe. The
-     * answer is staged in sbuf and the transfer is paused while sbuf is full. */
-    int sync;
-    CURLM *multi;
-    char *sbuf;
-    size_t slen, soff;
-    int paused;
+    int cancel;          /* the request side gave up */
+    int discard_body;    /* the upstream answered early: the rest of the client body is dropped */
     int reader_attached; /* the client response is being produced */
+    /* the event engine: the request (its connection is suspended while the
+     * content reader or the body wait for the pipes), and the deferred request
+     * waiting for the response head (answered by the transfer thread) */
+    struct rk_req *owner;
+    struct rk_req *waiter;
+    int64_t peer_checked_ms; /* last client-gone check */
+    /* the relay transfer loop (relay_http_loop.c; loop thread only unless noted) */
+    struct px_http *lnext, *lprev; /* submitted / active list */
+    struct px_http *unext;         /* unpause list (under the loop's lock) */
+    int unpause_queued;            /* under the loop's lock */
+    int in_loop;                   /* added to the multi */
+    int paused_recv;               /* the response pipe was full */
+    int paused_send;               /* the request pipe was empty */
     int64_t last_io_ms;
     int64_t wait_start_ms;
     curl_off_t last_dl, last_ul;
@@ -84,25 +87,32 @@ size_t rk_px_header_cb(char *line, size_t size, size_t n, void *ud);
 /** libcurl progress callback: cancellation and the inactivity limit. */
 int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                       curl_off_t ulnow);
-/** libcurl read callback: the client body from the request pipe. */
+/** libcurl read callback: the client body from the request pipe (pauses while
+ *  it is empty). */
 size_t rk_px_read_cb(char *buf, size_t size, size_t n, void *ud);
-/** The MHD content reader: the upstream body as it arrives. */
+/** The transfer ended: the handle back to the pool (kept with its connection
+ *  when reusable), the result published, the waiter answered. */
+void rk_px_finish(struct px_http *px, CURLcode res, int reusable);
+/** 1 when the transfer must stop now: cancelled, the daemon stops, the client
+ *  left, or upstream inactivity over proxy.timeout_s (then timed_out is set). */
+int rk_px_should_abort(struct px_http *px, int64_t now);
+/** The MHD content reader: the upstream body as it arrives; never waits (with
+ *  nothing to send it suspends the connection until the transfer writes). */
 ssize_t rk_px_reader(void *cls, uint64_t pos, char *buf, size_t max);
 /** The MHD response is gone: stop the worker and drop its reference. */
 void rk_px_response_free(void *cls);
-/** Synchronous mode: drive the transfer for at most wait_ms (progress, completion, the
- * inactivity limit via the progress callback). Returns -1 when the client left or the
- * daemon stops (the transfer is then cancelled), else 0. */
-int rk_px_sync_step(struct px_http *px, int wait_ms);
-/** This thread's multi handle (created on first use), or NULL. */
-CURLM *rk_px_thread_multi(void);
+/** Answer the request from the response head, or with the transfer's error
+ *  (relay_http.c; a worker or the transfer thread). */
+void rk_px_answer(struct rk_req *r, struct px_http *px);
+/** The head arrived or the transfer ended: answer the deferred request
+ *  waiting for it, if any. Not under px->mu. */
+void rk_px_wake_waiter(struct px_http *px);
 /** Note upstream activity. */
 void rk_px_touch(struct px_http *px);
 /** Drop one reference; the last one frees everything. */
 void rk_px_unref(struct px_http *px);
-/** Worker (a cached relay thread): run the transfer, then publish the result. The handle goes
- * back to the per-origin pool with its keep-alive connection after a complete exchange. */
-void rk_px_worker(void *arg);
+/** libcurl write callback: the upstream body into the response pipe (pauses
+ *  while it has no room). */
 size_t rk_px_write_cb(char *data, size_t size, size_t n, void *ud);
 
 #endif /* RK_RELAY_HTTP_INTERNAL_H */

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The HTTP relay's upstream transfer (see relay_http.c for the design): the
- * shared state's references, the libcurl callbacks, the worker thread, the
- * synchronous mode on the connection thread's own curl multi handle, and the
- * MHD content reader that hands the answer to the client.
+ * shared state's references, the libcurl callbacks (run on the relay transfer
+ * loop, relay_http_loop.c; they pause the transfer instead of waiting), and the MHD
+ * content reader that hands the answer to the client without ever waiting on
+ * the event loop.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* POLLRDHUP, getrandom */
@@ -26,11 +27,13 @@
 #include "domain/endpoint_cache.h"
 #include "engine/envelope.h"
 #include "engine/http_server.h"
+#include "engine/request.h"
 #include "engine/reply.h"
 #include "obs/log.h"
 #include "relay/proxy_guard.h"
 #include "relay/relay.h"
 #include "relay/relay_common.h"
+#include "relay/relay_http_loop.h"
 #include "relay/relay_pool.h"
 
 #include "relay/relay_http_internal.h"
@@ -43,11 +46,8 @@ void rk_px_unref(struct px_http *px)
     pthread_mutex_unlock(&px->mu);
     if (left > 0)
         return;
-    if (px->curl && px->sync && px->multi)
-        curl_multi_remove_handle(px->multi, px->curl);
     if (px->curl)
         curl_easy_cleanup(px->curl); /* the transfer never ran or did not complete */
-    free(px->sbuf);
     curl_slist_free_all(px->hdrs);
     free(px->url);
     if (px->req)
@@ -172,95 +172,98 @@ size_t rk_px_header_cb(char *line, size_t size, size_t n, void *ud)
         px->discard_body = 1;
         pthread_mutex_unlock(&px->mu);
         rk_bytepipe_abort(px->req);
+        rk_px_wake_waiter(px);
         return len;
     }
     pthread_mutex_unlock(&px->mu);
+    rk_px_wake_waiter(px);
     return len;
 }
 
-/* libcurl write callback: push the body into the response pipe. Blocks while
- * the client is slow; before the client response exists it waits at most the
- * inactivity limit (an upstream answering before it read the whole request
- * would otherwise deadlock with the request pipe). */
-
-/* Synchronous mode: stage the chunk, or pause the transfer until the client took what is
- * staged (libcurl then hands the same chunk again). */
-static size_t px_sync_write(struct px_http *px, const char *data, size_t len)
+void rk_px_wake_waiter(struct px_http *px)
 {
-    if (!px->head_done) {
-        pthread_mutex_lock(&px->mu);
-        px->head_done = 1;
-        pthread_mutex_unlock(&px->mu);
+    pthread_mutex_lock(&px->mu);
+    struct rk_req *w = px->waiter;
+    px->waiter = NULL;
+    pthread_mutex_unlock(&px->mu);
+    if (w) {
+        rk_px_answer(w, px);
+        rk_req_finish(w);
     }
-    if (px->soff > 0 && px->soff == px->slen)
-        px->soff = px->slen = 0;
-    if (PX_SYNC_BUF_BYTES - px->slen < len && px->soff > 0) {
-        memmove(px->sbuf, px->sbuf + px->soff, px->slen - px->soff);
-        px->slen -= px->soff;
-        px->soff = 0;
-    }
-    if (PX_SYNC_BUF_BYTES - px->slen < len) {
-        px->paused = 1;
-        return CURL_WRITEFUNC_PAUSE;
-    }
-    memcpy(px->sbuf + px->slen, data, len);
-    px->slen += len;
-    px->last_io_ms = rk_now_ms();
-    return len;
+}
+
+/* A pipe the transfer waits for has room or data again (another thread). */
+static void px_unpause_cb(void *ctx)
+{
+    rk_http_loop_unpause(ctx);
 }
 
 size_t rk_px_write_cb(char *data, size_t size, size_t n, void *ud)
 {
     struct px_http *px = ud;
     size_t len = size * n;
-    size_t off = 0;
-    if (px->sync)
-        return px_sync_write(px, data, len);
     rk_px_touch(px);
     pthread_mutex_lock(&px->mu);
-    if (!px->head_done) {
+    int first = !px->head_done;
+    if (first) {
         px->head_done = 1;
         pthread_cond_broadcast(&px->cv);
     }
+    int stop = px->cancel;
     pthread_mutex_unlock(&px->mu);
-    int64_t start = rk_now_ms();
-    while (off < len) {
-        size_t w = 0;
-        int rc = rk_bytepipe_write_timed(px->resp, data + off, len - off, 1000, &w);
-        off += w;
-        if (rc == 0)
-            break;
-        if (rc < 0 || px_should_stop(px))
-            return 0;
-        pthread_mutex_lock(&px->mu);
-        int attached = px->reader_attached;
-        pthread_mutex_unlock(&px->mu);
-        if (w > 0)
-            start = rk_now_ms();
-        if (!attached && rk_now_ms() - start > px->timeout_ms) {
-            pthread_mutex_lock(&px->mu);
-            px->timed_out = 1;
-            pthread_mutex_unlock(&px->mu);
-            return 0;
-        }
-    }
-    rk_px_touch(px);
-    return len;
+    if (first)
+        rk_px_wake_waiter(px);
+    if (stop)
+        return 0;
+    /* One writer: the room only grows until we write, so this never waits. */
+    if (rk_bytepipe_room(px->resp) >= len || rk_bytepipe_aborted(px->resp))
+        return rk_bytepipe_write(px->resp, data, len) == 0 ? len : 0;
+    /* The client is slower: pause until the content reader made room. */
+    px->paused_recv = 1;
+    if (rk_bytepipe_notify_room(px->resp, len, px_unpause_cb, px))
+        rk_http_loop_unpause(px);
+    return CURL_WRITEFUNC_PAUSE;
 }
 
-/* libcurl read callback: the client body from the request pipe. */
 size_t rk_px_read_cb(char *buf, size_t size, size_t n, void *ud)
 {
     struct px_http *px = ud;
-    for (;;) {
-        ssize_t got = rk_bytepipe_read(px->req, buf, size * n, 1000);
-        if (got >= 0) {
-            rk_px_touch(px);
-            return (size_t)got;
-        }
-        if (rk_bytepipe_aborted(px->req) || px_should_stop(px))
-            return CURL_READFUNC_ABORT;
+    ssize_t got = rk_bytepipe_try_read(px->req, buf, size * n);
+    if (got >= 0) {
+        rk_px_touch(px);
+        return (size_t)got;
     }
+    if (got == -1)
+        return CURL_READFUNC_ABORT;
+    /* Nothing from the client yet: pause until the body callback wrote. */
+    px->paused_send = 1;
+    if (rk_bytepipe_notify_data(px->req, px_unpause_cb, px))
+        rk_http_loop_unpause(px);
+    return CURL_READFUNC_PAUSE;
+}
+
+int rk_px_should_abort(struct px_http *px, int64_t now)
+{
+    if (px_should_stop(px))
+        return 1;
+    /* The client left (its connection is suspended, so libmicrohttpd does not
+     * see it): checked once a second. */
+    if (now - px->peer_checked_ms >= 1000) {
+        px->peer_checked_ms = now;
+        if (rk_relay_peer_gone(px->client_fd)) {
+            rk_px_cancel(px);
+            return 1;
+        }
+    }
+    pthread_mutex_lock(&px->mu);
+    /* Waiting for the client (its body, or room for the answer it reads) is
+     * not upstream inactivity; an answer nobody reads yet is. */
+    int waiting_client = px->paused_send || (px->paused_recv && px->reader_attached);
+    int idle = !waiting_client && now - px->last_io_ms > px->timeout_ms;
+    if (idle)
+        px->timed_out = 1;
+    pthread_mutex_unlock(&px->mu);
+    return idle;
 }
 
 /* libcurl progress callback: cancellation and the inactivity limit. */
@@ -270,8 +273,6 @@ int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
     (void)dltotal;
     (void)ultotal;
     struct px_http *px = ud;
-    if (px_should_stop(px))
-        return 1;
     int64_t now = rk_now_ms();
     pthread_mutex_lock(&px->mu);
     if (dlnow != px->last_dl || ulnow != px->last_ul) {
@@ -279,16 +280,11 @@ int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
         px->last_ul = ulnow;
         px->last_io_ms = now;
     }
-    int idle = now - px->last_io_ms > px->timeout_ms;
-    if (idle)
-        px->timed_out = 1;
     pthread_mutex_unlock(&px->mu);
-    return idle;
+    return rk_px_should_abort(px, now);
 }
 
-/* The transfer ended: the handle goes back to the pool (kept when reusable), then the result is
- * published to the waiters. */
-static void px_finish(struct px_http *px, CURLcode res, int reusable)
+void rk_px_finish(struct px_http *px, CURLcode res, int reusable)
 {
     rk_relay_curl_put(px->url, px->curl, reusable);
     px->curl = NULL;
@@ -297,173 +293,51 @@ static void px_finish(struct px_http *px, CURLcode res, int reusable)
     px->result = res;
     pthread_cond_broadcast(&px->cv);
     pthread_mutex_unlock(&px->mu);
+    rk_px_wake_waiter(px);
 }
 
-/* Worker (a cached relay thread): run the transfer, then publish the result. The handle goes
- * back to the per-origin pool with its keep-alive connection after a complete exchange. */
-void rk_px_worker(void *arg)
+/* New bytes (or the end) in the response pipe: resume the client connection. */
+static void px_data_cb(void *ctx)
 {
-    struct px_http *px = arg;
-    rk_px_touch(px);
-    CURLcode res = curl_easy_perform(px->curl);
-    pthread_mutex_lock(&px->mu);
-    int complete = res == CURLE_OK && !px->cancel && !px->discard_body;
-    pthread_mutex_unlock(&px->mu);
-    px_finish(px, res, complete);
-    if (px->req)
-        rk_bytepipe_abort(px->req); /* body() stops feeding a finished transfer */
-    rk_bytepipe_close(px->resp);
-    rk_px_unref(px);
-    rk_relay_leave();
+    struct px_http *px = ctx;
+    rk_req_resume(px->owner);
 }
 
-/* Per-thread multi handle of the synchronous mode (freed when the connection thread ends). */
-static pthread_key_t px_multi_key;
-static pthread_once_t px_multi_once = PTHREAD_ONCE_INIT;
-
-static void px_multi_free(void *m)
-{
-    curl_multi_cleanup(m);
-}
-
-static void px_multi_key_init(void)
-{
-    pthread_key_create(&px_multi_key, px_multi_free);
-}
-
-/* This thread's multi handle (created on first use), or NULL. */
-CURLM *rk_px_thread_multi(void)
-{
-    pthread_once(&px_multi_once, px_multi_key_init);
-    CURLM *m = pthread_getspecific(px_multi_key);
-    if (!m) {
-        m = curl_multi_init();
-        if (m && pthread_setspecific(px_multi_key, m) != 0) {
-            curl_multi_cleanup(m);
-            m = NULL;
-        }
-    }
-    return m;
-}
-
-/* Synchronous mode: note a finished transfer; the handle goes back to the pool. */
-static void px_sync_collect(struct px_http *px)
-{
-    int left = 0;
-    CURLMsg *msg;
-    while ((msg = curl_multi_info_read(px->multi, &left))) {
-        if (msg->msg != CURLMSG_DONE || msg->easy_handle != px->curl)
-            continue;
-        CURLcode res = msg->data.result;
-        curl_multi_remove_handle(px->multi, px->curl);
-        px_finish(px, res, res == CURLE_OK && !px->cancel);
-        return;
-    }
-}
-
-/* Synchronous mode: drive the transfer for at most wait_ms (progress, completion, the
- * inactivity limit via the progress callback). Returns -1 when the client left or the
- * daemon stops (the transfer is then cancelled), else 0. */
-int rk_px_sync_step(struct px_http *px, int wait_ms)
-{
-    int running = 0;
-    if (!px->curl)
-        return 0;
-    size_t staged = px->slen;
-    int head = px->head_done;
-    curl_multi_perform(px->multi, &running);
-    px_sync_collect(px);
-    /* Something for the caller already (answer head, staged bytes, a full buffer): do not
-     * wait; a paused transfer would never wake the poll below. */
-    if (!px->curl || px->slen != staged || px->head_done != head || px->paused)
-        return 0;
-    int fds = 0;
-    curl_multi_poll(px->multi, NULL, 0, wait_ms, &fds);
-    curl_multi_perform(px->multi, &running);
-    px_sync_collect(px);
-    if (px->curl && fds == 0 && (px->app->stopping || rk_relay_peer_gone(px->client_fd))) {
-        pthread_mutex_lock(&px->mu);
-        px->cancel = 1;
-        pthread_mutex_unlock(&px->mu);
-        return -1;
-    }
-    return 0;
-}
-
-/* Synchronous mode content reader: staged bytes, else drive the transfer. */
-static ssize_t px_sync_reader(struct px_http *px, char *buf, size_t max)
-{
-    for (;;) {
-        if (px->slen > px->soff) {
-            size_t n = px->slen - px->soff;
-            if (n > max)
-                n = max;
-            memcpy(buf, px->sbuf + px->soff, n);
-            px->soff += n;
-            if (px->soff == px->slen)
-                px->soff = px->slen = 0;
-            if (px->paused && px->curl) {
-                px->paused = 0;
-                rk_px_touch(px); /* time spent waiting for the client is not upstream inactivity */
-                curl_easy_pause(px->curl, CURLPAUSE_CONT);
-            }
-            return (ssize_t)n;
-        }
-        if (px->finished) {
-            int ok = px->result == CURLE_OK;
-            if (!ok)
-                rk_info("http proxy to sandbox %s port %d: upstream body cut", px->sandbox_id,
-                        px->port);
-            return ok ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (px->paused && px->curl) {
-            px->paused = 0;
-            rk_px_touch(px);
-            curl_easy_pause(px->curl, CURLPAUSE_CONT);
-        }
-        if (rk_px_sync_step(px, 200) != 0)
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-    }
-}
-
-/* The MHD content reader: the upstream body as it arrives. */
+/* The MHD content reader: the upstream body as it arrives. With nothing to
+ * send it suspends the connection (the transfer resumes it when it writes)
+ * and returns 0: the event loop never waits here. */
 ssize_t rk_px_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct px_http *px = cls;
-    if (px->sync)
-        return px_sync_reader(px, buf, max);
-    for (;;) {
-        ssize_t n = rk_bytepipe_read(px->resp, buf, max, 1000);
-        if (n > 0)
-            return n;
-        if (n == 0) {
-            pthread_mutex_lock(&px->mu);
-            int ok = px->finished && px->result == CURLE_OK;
-            pthread_mutex_unlock(&px->mu);
-            if (!ok)
-                rk_info("http proxy to sandbox %s port %d: upstream body cut", px->sandbox_id,
-                        px->port);
-            return ok ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-        if (n == -1 || px->app->stopping || rk_relay_peer_gone(px->client_fd)) {
-            rk_px_cancel(px);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
+    ssize_t n = rk_bytepipe_try_read(px->resp, buf, max);
+    if (n > 0)
+        return n;
+    if (n == 0) {
+        pthread_mutex_lock(&px->mu);
+        int ok = px->finished && px->result == CURLE_OK;
+        pthread_mutex_unlock(&px->mu);
+        if (!ok)
+            rk_info("http proxy to sandbox %s port %d: upstream body cut", px->sandbox_id,
+                    px->port);
+        return ok ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
     }
+    if (n == -1 || px->app->stopping) {
+        rk_px_cancel(px);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    /* Suspended first, so the transfer's resume never comes before it. */
+    rk_req_suspend(px->owner);
+    if (rk_bytepipe_notify_data(px->resp, px_data_cb, px))
+        rk_req_resume(px->owner);
+    return 0;
 }
 
-/* The MHD response is gone: stop the worker and drop its reference. */
+/* The MHD response is gone: stop the transfer and drop its reference. */
 void rk_px_response_free(void *cls)
 {
     struct px_http *px = cls;
-    /* Synchronous mode: the client got the whole answer; let libcurl see the end of the
-     * exchange too, so the handle and its keep-alive connection go back to the pool. */
-    for (int i = 0; px->sync && px->curl && !px->finished && !px->cancel && i < 4; i++) {
-        int running = 0;
-        curl_multi_perform(px->multi, &running);
-        px_sync_collect(px);
-    }
+    rk_bytepipe_notify_cancel(px->resp);
     rk_px_cancel(px);
     rk_px_unref(px);
 }

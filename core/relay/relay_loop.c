@@ -343,6 +343,7 @@ static void loop_free(struct rk_loop *l)
 
 int rk_relay_loops_start(struct rk_app *app, int n)
 {
+    (void)app; /* the loops' threads take the default stack */
     pthread_mutex_lock(&loops_mu);
     if (loops || n < 1) {
         pthread_mutex_unlock(&loops_mu);
@@ -362,11 +363,7 @@ int rk_relay_loops_start(struct rk_app *app, int n)
             made++;
             break;
         }
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setstacksize(&attr, (size_t)app->cfg->server.thread_stack_kib * 1024);
-        int rc = pthread_create(&l->tid, &attr, loop_main, l);
-        pthread_attr_destroy(&attr);
+        int rc = pthread_create(&l->tid, NULL, loop_main, l);
         if (rc != 0) {
             made++;
             break;
