@@ -5,19 +5,16 @@ session_run_start), end to end over real sockets:
 - 1,000 concurrent /execute through opensandbox.so against the simulator all
   succeed while every one of them is held by the plugin's event loop
   (rock_admin_upstream_async_calls) and the daemon has no thread per command
-  beyond the ones that serve client connections;
+  or per connection;
 - testop's own loop completes commands, timeouts, cancellations (client gone)
   and session commands from its thread, and a command that ends inside
   exec_start;
 - plugins built for ABI 1.0 and 1.1 keep serving /execute on the blocking path.
 
-Thread accounting: today's engine has one libmicrohttpd thread per client
-connection ("MHD-connection"); while a deferred request waits, that thread
-sleeps on the request's condition variable (the shim in engine/request.c).
-The assertions count threads by name from /proc: every thread that is not a
-connection thread must fit a small constant, whatever the number of commands
-in flight. Once the event-driven engine lands there are no per-connection
-threads, the same assertion then bounds the whole process to that constant.
+Thread accounting: the engine runs its connections on a few event loops and
+a deferred request holds no thread while it waits (its connection is
+suspended). The assertions count the daemon's threads from /proc: the whole
+process must fit a constant, whatever the number of commands in flight.
 """
 import json
 import os
@@ -30,10 +27,12 @@ import time
 
 from harness import PREFIX, Admin, Redis, Sim, run, test, tmpdir, wait_until
 
-# Threads of the daemon that do not serve one client connection: main, the
-# MHD listener, the watchdog, background jobs (sweeper, reconciler), the
-# plugin's loop and helper, libcurl/redis helpers. Independent of the load.
-OTHER_THREADS_MAX = 32
+# The daemon's threads with the configuration below (WORKERS): main, the event
+# loops, the worker pool, the watchdog, the relay loops, background jobs
+# (sweeper, reconciler, create workers), the plugin's loop and helper.
+# Independent of the load.
+WORKERS = {"server": {"workers": 16, "event_threads": 2}, "proxy": {"relay_threads": 2}}
+THREADS_MAX = 48
 
 
 def threads(pid):
@@ -111,7 +110,8 @@ def thousand_in_flight_execute_through_opensandbox():
     redis = Redis()
     sim = Sim(extra=["--max-connections", str(n + 300)])
     admin = Admin(operator="opensandbox", redis=redis, config={
-        "server": {"max_connections": n + 300, "per_ip_connections": n + 300},
+        "server": dict(WORKERS["server"], max_connections=n + 300, per_ip_connections=n + 300),
+        "proxy": WORKERS["proxy"],
         "opensandbox": {"endpoint": sim.endpoint, "protocol": "http"}})
     sid = admin.start_sandbox()
     assert admin.ok("POST", "/execute", {"sandbox_id": sid, "command": "echo warm"}) == \
@@ -130,13 +130,11 @@ def thousand_in_flight_execute_through_opensandbox():
     wait_until(lambda: gauge(admin, "rock_admin_upstream_async_calls") == n, 300, 0.2,
                "%d commands held by the plugin's loop" % n)
     total, conn_threads = threads(pid)
-    other = total - conn_threads
     with open("/proc/%d/status" % pid) as f:
         rss = [l.split()[1] for l in f if l.startswith("VmRSS:")][0]
-    print("with %d commands in flight: %d threads (%d connection threads, %d others), "
-          "RSS %s KiB" % (n, total, conn_threads, other, rss))
-    assert conn_threads <= n + 2, (total, conn_threads)
-    assert other <= OTHER_THREADS_MAX, (total, conn_threads)
+    print("with %d commands in flight: %d threads (%d connection threads), RSS %s KiB"
+          % (n, total, conn_threads, rss))
+    assert conn_threads == 0 and total <= THREADS_MAX, (total, conn_threads)
     stop = threading.Event()
 
     def release():  # until every reply is in: late readers are released too
@@ -158,12 +156,12 @@ def thousand_in_flight_execute_through_opensandbox():
         assert js["result"] == {"stdout": "done %d\n" % i, "stderr": "", "exit_code": 0}, js
     assert gauge(admin, "rock_admin_upstream_async_calls") == 0
     # the threads that served the connections are gone again
-    wait_until(lambda: threads(pid)[0] <= OTHER_THREADS_MAX, 20, 0.2, "threads back to idle")
+    assert threads(pid)[0] <= THREADS_MAX
 
 
 @test
 def testop_commands_end_on_the_plugin_loop():
-    admin = Admin()
+    admin = Admin(config=WORKERS)
     sid = admin.start_sandbox()
     pid = admin.proc.pid
     n = 200
@@ -171,7 +169,7 @@ def testop_commands_end_on_the_plugin_loop():
     wait_until(lambda: gauge(admin, "rock_admin_upstream_async_calls") == n, 30, 0.1,
                "%d commands on testop's loop" % n)
     total, conn_threads = threads(pid)
-    assert total - conn_threads <= OTHER_THREADS_MAX, (total, conn_threads)
+    assert conn_threads == 0 and total <= THREADS_MAX, (total, conn_threads)
     for status, js in read_all(socks, 60):
         assert status == 200 and js["result"]["stdout"] == "waited\n", js
     # the end reported from inside exec_start (before it returned)

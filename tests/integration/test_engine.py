@@ -49,7 +49,9 @@ def execute_in_thread(a, sid, command, out):
 
 @test
 def full_queue_answers_busy_and_changes_nothing():
-    a = Admin(config={"server": {"workers": 1, "worker_queue": 1}})
+    # testop_v11 is built for ABI 1.1: its commands are blocking calls that
+    # hold a worker (the 1.2 testop runs them on its own loop, holding none).
+    a = Admin(operator="testop_v11", config={"server": {"workers": 1, "worker_queue": 1}})
     sid = a.start_sandbox()
     first, second = [], []
     # one command holds the only worker, a second one waits in the queue
@@ -117,7 +119,8 @@ def read_response(s):
 def idle_connections_and_queued_requests_cost_no_thread():
     limit = raise_fd_limit(4096)
     assert limit >= 1700, "the test needs 1,700 descriptors (have %d)" % limit
-    a = Admin(config={"server": {"workers": 32, "max_connections": 3000,
+    a = Admin(operator="testop_v11",  # blocking commands: they queue for the pool
+              config={"server": {"workers": 32, "max_connections": 3000,
                                  "per_ip_connections": 0}})
     pid = a.proc.pid
     sid = a.start_sandbox()
