@@ -15,6 +15,7 @@
 
 #include "base/ident.h"
 #include "engine/router.h"
+#include "rock-admin/operator.h"
 
 struct rk_app;
 struct rk_route;
@@ -96,6 +97,15 @@ void rk_req_reply_busy(struct rk_req *r, const char *why);
 
 /** Answer with a JSON body (takes ownership of body). */
 void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body);
+/** Answer with a JSON body and extra response headers (takes ownership of
+ *  body; headers are copied). */
+void rk_req_reply_json_headers(struct rk_req *r, unsigned http_status, json_object *body,
+                               const struct rk_kv *headers, size_t n_headers);
+/** Answer with len bytes of data (copied) of the given Content-Type. */
+void rk_req_reply_bytes(struct rk_req *r, unsigned http_status, const char *content_type,
+                        const void *data, size_t len);
+/** Answer with an empty body (204 and the like). */
+void rk_req_reply_empty(struct rk_req *r, unsigned http_status);
 /** Answer with a prepared libmicrohttpd response (takes ownership). */
 void rk_req_reply_mhd(struct rk_req *r, unsigned http_status, struct MHD_Response *resp);
 

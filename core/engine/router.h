@@ -58,6 +58,8 @@ struct rk_route {
 #define RK_ROUTE_PORT_PATH 0x2u     /* /proxy/{id}/port/{port}/...: sub-path starts at "port/" */
 #define RK_ROUTE_HEALTH 0x4u        /* probes and metrics: always admitted, even at the limits */
 #define RK_ROUTE_SANDBOX_PARAM 0x8u /* the first path parameter is a sandbox id */
+#define RK_ROUTE_API_KEY 0x10u      /* E2B: X-API-Key may carry the bearer token too */
+#define RK_ROUTE_OWN_AUTH 0x20u     /* E2B envd: the handler checks a per-sandbox token */
 
 /** Result of matching a request line. */
 enum rk_match {

@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Streamed responses fed from other threads (stream_reply.h). */
+#include "engine/stream_reply.h"
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* POLLRDHUP */
+#endif
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/app.h"
+#include "base/util.h"
+#include "engine/http_server.h"
+#include "obs/log.h"
+
+/* How long the reader waits at a time before it looks at the daemon's state again. */
+#define WAIT_SLICE_MS 500
+
+struct rk_outstream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    char *buf; /* ring of cap bytes */
+    size_t cap, head, len;
+    int closed;   /* no more pushes: end once drained */
+    int finished; /* the response ended */
+    int64_t idle_ms;
+    rk_stream_idle_fn idle;
+    void *idle_ctx;
+    /* the response's side */
+    struct rk_app *app;
+    int client_fd; /* probed for a hang-up while the reader waits */
+    rk_stream_gone_fn gone;
+    void *gone_ctx;
+};
+
+struct rk_outstream *rk_stream_new(size_t cap, int64_t idle_ms, rk_stream_idle_fn idle,
+                                   void *idle_ctx)
+{
+    struct rk_outstream *s = calloc(1, sizeof *s);
+    if (!s || !(s->buf = malloc(cap ? cap : 1))) {
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->refs = 1;
+    s->client_fd = -1;
+    s->cap = cap;
+    s->idle_ms = idle_ms;
+    s->idle = idle;
+    s->idle_ctx = idle_ctx;
+    return s;
+}
+
+void rk_stream_ref(struct rk_outstream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->refs++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void rk_stream_unref(struct rk_outstream *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    int last = --s->refs == 0;
+    pthread_mutex_unlock(&s->mu);
+    if (!last)
+        return;
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->buf);
+    free(s);
+}
+
+int rk_stream_push(struct rk_outstream *s, const void *data, size_t len, size_t keep_free)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = -1;
+    if (!s->closed && !s->finished && len <= s->cap && keep_free <= s->cap - len &&
+        s->len <= s->cap - len - keep_free) {
+        const char *p = data;
+        size_t tail = (s->head + s->len) % s->cap;
+        size_t first = s->cap - tail < len ? s->cap - tail : len;
+        memcpy(s->buf + tail, p, first);
+        memcpy(s->buf, p + first, len - first);
+        s->len += len;
+        rc = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void rk_stream_close(struct rk_outstream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->closed = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int rk_stream_finished(struct rk_outstream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int f = s->finished;
+    pthread_mutex_unlock(&s->mu);
+    return f;
+}
+
+/* Wait on the stream's condition variable for at most ms (mutex held). */
+static void wait_ms(struct rk_outstream *s, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+/* 1 when the client hung up (its socket reports RDHUP, HUP or an error). */
+static int client_gone(int fd)
+{
+    if (fd < 0)
+        return 0;
+    struct pollfd pfd = {.fd = fd, .events = POLLRDHUP};
+    return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* The MHD content reader: the queued bytes, waiting (in slices) while there are none. */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
+{
+    (void)pos;
+    struct rk_outstream *s = cls;
+    int64_t quiet_since = rk_now_ms();
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (s->len > 0) {
+            size_t n = s->len < max ? s->len : max;
+            size_t first = s->cap - s->head < n ? s->cap - s->head : n;
+            memcpy(out, s->buf + s->head, first);
+            memcpy(out + first, s->buf, n - first);
+            s->head = (s->head + n) % s->cap;
+            s->len -= n;
+            pthread_mutex_unlock(&s->mu);
+            return (ssize_t)n;
+        }
+        if (s->closed) {
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if ((s->app && s->app->stopping) || client_gone(s->client_fd)) {
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        int64_t now = rk_now_ms();
+        if (s->idle && s->idle_ms > 0 && now - quiet_since >= s->idle_ms) {
+            pthread_mutex_unlock(&s->mu);
+            s->idle(s, s->idle_ctx); /* pushes (takes the mutex) */
+            quiet_since = now;
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        wait_ms(s, WAIT_SLICE_MS);
+    }
+}
+
+/* The response is gone: tell the handler, drop the response's reference. */
+static void stream_free(void *cls)
+{
+    struct rk_outstream *s = cls;
+    pthread_mutex_lock(&s->mu);
+    s->finished = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->gone)
+        s->gone(s->gone_ctx);
+    rk_stream_unref(s);
+}
+
+void rk_req_reply_stream(struct rk_req *r, unsigned status, const char *content_type,
+                         struct rk_outstream *s, rk_stream_gone_fn gone, void *ctx)
+{
+    s->app = r->app;
+    s->client_fd = rk_req_client_fd(r);
+    s->gone = gone;
+    s->gone_ctx = ctx;
+    rk_stream_ref(s);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024,
+                                                                  stream_reader, s, stream_free);
+    if (!resp) {
+        stream_free(s);
+        rk_err("request %s: out of memory building a streamed response", r->request_id);
+        return;
+    }
+    MHD_add_response_header(resp, "Content-Type", content_type);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    rk_req_reply_mhd(r, status, resp);
+}
