@@ -7,6 +7,7 @@ for the exact status codes and shapes ROCK's E2B routes answer with. Sandboxes
 made either way are the same records: ROCK's get_status sees an E2B sandbox
 and E2B's GET sees a ROCK one.
 """
+import base64
 import json
 import os
 import subprocess
@@ -154,6 +155,79 @@ def sdk_envd_token_of_one_sandbox_cannot_drive_another():
     assert r["own"] == "ok\n", r
     o = r["other"]
     assert not o["ok"] and "envdAccessToken" in o["error"]["message"], r
+
+
+def envelopes(payload):
+    """Connect envelopes of a streamed body: [(flags, parsed JSON)]."""
+    out, i = [], 0
+    while i + 5 <= len(payload):
+        flags, n = payload[i], int.from_bytes(payload[i + 1:i + 5], "big")
+        out.append((flags, json.loads(payload[i + 5:i + 5 + n])))
+        i += 5 + n
+    assert i == len(payload), payload
+    return out
+
+
+def envelope(msg):
+    data = json.dumps(msg).encode()
+    return bytes([0]) + len(data).to_bytes(4, "big") + data
+
+
+@test
+def envd_wire_framing_deadlines_and_refusals():
+    admin, _ = stack(auth=True)
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"})
+    assert st == 201, (st, js)
+    sid, tok = js["sandboxID"], js["envdAccessToken"]
+    h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983", "X-Access-Token": tok,
+         "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+
+    def start(cmd, headers=None):
+        body = envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}})
+        st, payload, hdrs = admin.request("POST", "/process.Process/Start", body,
+                                          dict(h, **(headers or {})), raw=True)
+        assert st == 200 and hdrs.get("Content-Type") == "application/connect+json", (st, hdrs)
+        return envelopes(payload)
+
+    ev = start("echo out; echo err >&2; exit 7")
+    assert ev[0][0] == 0 and "pid" in ev[0][1]["event"]["start"], ev
+    assert ev[-1] == (2, {}), ev  # the end-of-stream message closes every stream
+    end = ev[-2][1]["event"]["end"]
+    assert end["exitCode"] == 7 and end["exited"] is True, ev
+    data = [e[1]["event"]["data"] for e in ev if e[0] == 0 and "data" in e[1]["event"]]
+    joined = {k: b"".join(base64.b64decode(d[k]) for d in data if k in d)
+              for k in ("stdout", "stderr")}
+    assert joined == {"stdout": b"out\n", "stderr": b"err\n"}, data
+    # connect-timeout-ms is the command's deadline
+    t0 = time.time()
+    ev = start("sleep 20", {"connect-timeout-ms": "800"})
+    assert time.time() - t0 < 10, ev
+    assert ev[-1][0] == 2 and ev[-1][1]["error"]["code"] == "deadline_exceeded", ev
+    # a wrong, missing or foreign token; another port; a PTY: refused as stream errors
+    for extra, code in ((({"X-Access-Token": "0" * 32}), "unauthenticated"),
+                        (({"E2b-Sandbox-Port": "8080"}), "unimplemented")):
+        ev = start("echo no", extra)
+        assert len(ev) == 1 and ev[0][0] == 2 and ev[0][1]["error"]["code"] == code, ev
+    # unary RPCs: JSON errors with Connect's HTTP statuses
+    uh = dict(h, **{"Content-Type": "application/json"})
+    st, err = admin.request("POST", "/process.Process/Update", {}, uh)
+    assert st == 501 and err["code"] == "unimplemented" and "not emulated" in err["message"], err
+    st, err = admin.request("POST", "/filesystem.Filesystem/Stat", {"path": "/no/such/path"}, uh)
+    assert st == 404 and err["code"] == "not_found", (st, err)
+    st, err = admin.request("POST", "/process.Process/SendSignal",
+                            {"process": {"pid": 4242}, "signal": "SIGNAL_SIGKILL"}, uh)
+    assert st == 404 and err["code"] == "not_found", (st, err)
+    st, err = admin.request("POST", "/process.Process/List", {},
+                            dict(uh, **{"E2b-Sandbox-Id": "nope"}))
+    assert st == 503 and err["code"] == "unavailable", (st, err)
+    st, err = admin.request("POST", "/process.Process/List", {},
+                            {k: v for k, v in uh.items() if k != "X-Access-Token"})
+    assert st == 401 and err["code"] == "unauthenticated", (st, err)
+    # the token is the sandbox's, not an API key: the API key does not open envd
+    st, err = admin.request("POST", "/process.Process/List", {},
+                            dict(uh, **{"X-Access-Token": TOKEN}))
+    assert st == 401, (st, err)
+    assert tok not in admin.output()
 
 
 @test
