@@ -198,6 +198,10 @@ def envd_wire_framing_deadlines_and_refusals():
     joined = {k: b"".join(base64.b64decode(d[k]) for d in data if k in d)
               for k in ("stdout", "stderr")}
     assert joined == {"stdout": b"out\n", "stderr": b"err\n"}, data
+    # a silent command gets keep-alive events at the client's interval
+    ev = start("sleep 2.5; echo late", {"Keepalive-Ping-Interval": "1"})
+    kinds = [list(e[1]["event"])[0] for e in ev if e[0] == 0]
+    assert kinds.count("keepalive") >= 2 and kinds[-1] == "end", kinds
     # connect-timeout-ms is the command's deadline
     t0 = time.time()
     ev = start("sleep 20", {"connect-timeout-ms": "800"})
