@@ -41,7 +41,7 @@
 #define EXIT_NOT_FOUND 3
 #define EXIT_NOT_DIR 4
 #define EXIT_EXISTS 5
-/* Deadline of a filesystem script. */
+/* Deadline of a filesystem script (a shorter connect-timeout-ms wins). */
 #define SCRIPT_TIMEOUT_MS 60000
 /* Most files one POST /files carries. */
 #define MAX_FILES 64
@@ -51,7 +51,10 @@
 static rk_status run_script(struct rk_req *r, struct rk_target *t, const char *script,
                             struct rk_collector *col, int *code)
 {
-    struct rk_exec_req req = {.command = script, .timeout_ms = SCRIPT_TIMEOUT_MS};
+    int64_t asked = rk_envd_timeout_ms(r); /* the client's deadline, when shorter */
+    struct rk_exec_req req = {.command = script,
+                              .timeout_ms =
+                                  asked && asked < SCRIPT_TIMEOUT_MS ? asked : SCRIPT_TIMEOUT_MS};
     struct rk_sink sink = rk_collector_sink(col);
     struct rk_exec_res res = {0};
     rk_command_deadline(r, req.timeout_ms);
@@ -341,6 +344,8 @@ void rk_envd_files_get(struct rk_req *r)
     struct rk_target t;
     if (rk_envd_target(r, RK_OP_FILE_READ, 0, &t) != 0)
         return;
+    if (rk_envd_timeout_ms(r))
+        rk_call_set_deadline(r->call, rk_now_ms() + rk_envd_timeout_ms(r));
     struct rk_collector col;
     rk_collector_init(&col, r->call, r->app->cfg->server.max_read_bytes, "file",
                       "server.max_read_bytes");
@@ -522,6 +527,8 @@ void rk_envd_files_post(struct rk_req *r)
     struct rk_target t;
     if (rk_envd_target(r, RK_OP_FILE_WRITE, 0, &t) != 0)
         return;
+    if (rk_envd_timeout_ms(r))
+        rk_call_set_deadline(r->call, rk_now_ms() + rk_envd_timeout_ms(r));
     const struct rk_plugin *pl = r->app->plugin;
     json_object *written = json_object_new_array();
     rk_status st = RK_OK;

@@ -8,6 +8,7 @@ made either way are the same records: ROCK's get_status sees an E2B sandbox
 and E2B's GET sees a ROCK one.
 """
 import base64
+import http.client
 import json
 import os
 import subprocess
@@ -207,13 +208,25 @@ def envd_wire_framing_deadlines_and_refusals():
     ev = start("sleep 20", {"connect-timeout-ms": "800"})
     assert time.time() - t0 < 10, ev
     assert ev[-1][0] == 2 and ev[-1][1]["error"]["code"] == "deadline_exceeded", ev
+    # a client that leaves cancels its command: it is gone from List within seconds
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
+    conn.request("POST", "/process.Process/Start",
+                 envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 60"]}}), h)
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.read(5)[0] == 0
+    uh = dict(h, **{"Content-Type": "application/json"})
+    st, lst = admin.request("POST", "/process.Process/List", {}, uh)
+    assert st == 200 and len(lst["processes"]) == 1, lst
+    assert lst["processes"][0]["config"]["args"][-1] == "sleep 60", lst
+    conn.close()
+    harness.wait_until(lambda: admin.request("POST", "/process.Process/List", {}, uh)[1] ==
+                       {"processes": []}, 10, 0.2, "the left command cancelled")
     # a wrong, missing or foreign token; another port; a PTY: refused as stream errors
     for extra, code in ((({"X-Access-Token": "0" * 32}), "unauthenticated"),
                         (({"E2b-Sandbox-Port": "8080"}), "unimplemented")):
         ev = start("echo no", extra)
         assert len(ev) == 1 and ev[0][0] == 2 and ev[0][1]["error"]["code"] == code, ev
     # unary RPCs: JSON errors with Connect's HTTP statuses
-    uh = dict(h, **{"Content-Type": "application/json"})
     st, err = admin.request("POST", "/process.Process/Update", {}, uh)
     assert st == 501 and err["code"] == "unimplemented" and "not emulated" in err["message"], err
     st, err = admin.request("POST", "/filesystem.Filesystem/Stat", {"path": "/no/such/path"}, uh)
