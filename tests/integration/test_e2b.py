@@ -20,6 +20,10 @@ from harness import Admin, Redis, Sim, run, test, tmpdir
 os.environ.pop("OPEN_SANDBOX_API_KEY", None)
 SIM_KEY = "sim-key-1"
 TOKEN = "e2b-test-token-7f3c9a1e5b2d"
+# The same flow against a real OpenSandbox deployment when these are set (e.g. a CI stage):
+# ROCK_E2B_OPENSANDBOX=<host:port of the lifecycle server>, ROCK_E2B_OPENSANDBOX_KEY, and
+# ROCK_E2B_OPENSANDBOX_PROTOCOL (http or https, default https). Otherwise the simulator.
+REAL_ENDPOINT = os.environ.get("ROCK_E2B_OPENSANDBOX", "")
 FLOW_JS = os.path.join(os.environ.get("ROCK_SRCDIR", "."), "tests", "integration",
                        "e2b-sdk-flow.js")
 
@@ -27,9 +31,15 @@ FLOW_JS = os.path.join(os.environ.get("ROCK_SRCDIR", "."), "tests", "integration
 def stack(auth=False, admin_cfg=None):
     """redis + sim + rock-admin (opensandbox); with auth a token file holding TOKEN."""
     redis = Redis()
-    sim = Sim(api_key=SIM_KEY)
-    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": SIM_KEY,
-                           "use_server_proxy": False}}
+    if REAL_ENDPOINT:
+        sim = None
+        cfg = {"opensandbox": {"endpoint": REAL_ENDPOINT,
+                               "protocol": os.environ.get("ROCK_E2B_OPENSANDBOX_PROTOCOL", "https"),
+                               "api_key": os.environ.get("ROCK_E2B_OPENSANDBOX_KEY", "")}}
+    else:
+        sim = Sim(api_key=SIM_KEY)
+        cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": SIM_KEY,
+                               "use_server_proxy": False}}
     if auth:
         path = os.path.join(tmpdir("rock-e2b-"), "tokens")
         with open(path, "w") as f:
@@ -37,7 +47,9 @@ def stack(auth=False, admin_cfg=None):
         os.chmod(path, 0o600)
         cfg["server"] = {"auth_tokens_file": path}
     cfg.update(admin_cfg or {})
-    return Admin(operator="opensandbox", config=cfg, redis=redis), sim
+    admin = Admin(operator="opensandbox", config=cfg, redis=redis)
+    admin.redis = redis
+    return admin, sim
 
 
 def sdk(admin, step, api_key=TOKEN, tag="t", timeout=120):
@@ -312,11 +324,8 @@ def parity_status_codes_and_shapes():
 
 @test
 def parity_backend_tag_rule_fails_closed():
-    redis = Redis()
-    sim = Sim(api_key=SIM_KEY)
-    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": SIM_KEY,
-                           "use_server_proxy": False}}
-    admin = Admin(operator="opensandbox", config=cfg, redis=redis)
+    admin, _ = stack()
+    redis = admin.redis
     st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"}, key=None)
     assert st == 201, (st, js)
     sid = js["sandboxID"]
