@@ -13,19 +13,22 @@
 #include <time.h>
 
 #include "base/app.h"
+#include "base/budget.h"
 #include "base/util.h"
 #include "engine/http_server.h"
 #include "obs/log.h"
 
 /* How long the reader waits at a time before it looks at the daemon's state again. */
 #define WAIT_SLICE_MS 500
+/* The ring's first size; it doubles up to the capacity as the client falls behind. */
+#define FIRST_ALLOC (64u * 1024)
 
 struct rk_outstream {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;
-    char *buf; /* ring of cap bytes */
-    size_t cap, head, len;
+    char *buf; /* ring of alloc bytes (<= cap), charged to rk_mem_budget */
+    size_t cap, alloc, head, len;
     int closed;   /* no more pushes: end once drained */
     int finished; /* the response ended */
     int64_t idle_ms;
@@ -42,10 +45,8 @@ struct rk_outstream *rk_stream_new(size_t cap, int64_t idle_ms, rk_stream_idle_f
                                    void *idle_ctx)
 {
     struct rk_outstream *s = calloc(1, sizeof *s);
-    if (!s || !(s->buf = malloc(cap ? cap : 1))) {
-        free(s);
+    if (!s)
         return NULL;
-    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -79,8 +80,40 @@ void rk_stream_unref(struct rk_outstream *s)
         return;
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    rk_budget_give(&rk_mem_budget, (int64_t)s->alloc);
     free(s->buf);
     free(s);
+}
+
+/* Make room for need queued bytes (mutex held): grow the ring by doubling, up to the
+ * capacity, charging the growth to the memory budget. 0, or -1 when it cannot. */
+static int grow(struct rk_outstream *s, size_t need)
+{
+    if (need <= s->alloc)
+        return 0;
+    size_t n = s->alloc ? s->alloc : FIRST_ALLOC;
+    while (n < need)
+        n *= 2;
+    if (n > s->cap)
+        n = s->cap;
+    if (n < need || rk_budget_take(&rk_mem_budget, (int64_t)(n - s->alloc)) != 0)
+        return -1;
+    char *nb = malloc(n);
+    if (!nb) {
+        rk_budget_give(&rk_mem_budget, (int64_t)(n - s->alloc));
+        return -1;
+    }
+    /* the queued bytes, unwrapped */
+    size_t first = s->alloc - s->head < s->len ? s->alloc - s->head : s->len;
+    if (s->len) {
+        memcpy(nb, s->buf + s->head, first);
+        memcpy(nb + first, s->buf, s->len - first);
+    }
+    free(s->buf);
+    s->buf = nb;
+    s->alloc = n;
+    s->head = 0;
+    return 0;
 }
 
 int rk_stream_push(struct rk_outstream *s, const void *data, size_t len, size_t keep_free)
@@ -88,13 +121,15 @@ int rk_stream_push(struct rk_outstream *s, const void *data, size_t len, size_t 
     pthread_mutex_lock(&s->mu);
     int rc = -1;
     if (!s->closed && !s->finished && len <= s->cap && keep_free <= s->cap - len &&
-        s->len <= s->cap - len - keep_free) {
-        const char *p = data;
-        size_t tail = (s->head + s->len) % s->cap;
-        size_t first = s->cap - tail < len ? s->cap - tail : len;
-        memcpy(s->buf + tail, p, first);
-        memcpy(s->buf, p + first, len - first);
-        s->len += len;
+        s->len <= s->cap - len - keep_free && grow(s, s->len + len) == 0) {
+        if (len) {
+            const char *p = data;
+            size_t tail = (s->head + s->len) % s->alloc;
+            size_t first = s->alloc - tail < len ? s->alloc - tail : len;
+            memcpy(s->buf + tail, p, first);
+            memcpy(s->buf, p + first, len - first);
+            s->len += len;
+        }
         rc = 0;
         pthread_cond_broadcast(&s->cv);
     }
@@ -151,10 +186,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
     for (;;) {
         if (s->len > 0) {
             size_t n = s->len < max ? s->len : max;
-            size_t first = s->cap - s->head < n ? s->cap - s->head : n;
+            size_t first = s->alloc - s->head < n ? s->alloc - s->head : n;
             memcpy(out, s->buf + s->head, first);
             memcpy(out + first, s->buf, n - first);
-            s->head = (s->head + n) % s->cap;
+            s->head = (s->head + n) % s->alloc;
             s->len -= n;
             pthread_mutex_unlock(&s->mu);
             return (ssize_t)n;

@@ -9,8 +9,10 @@
  * so handlers only push, close and react to the client leaving.
  *
  * Bounded: a push that would take the queue over its capacity is refused
- * (the producer decides: fail the work, or drop). Memory per stream is the
- * capacity at most.
+ * (the producer decides: fail the work, or drop). The queue starts small and
+ * doubles while the client falls behind, up to the capacity, charged to the
+ * memory budget (server.max_buffered_bytes); a push the budget refuses fails
+ * like a full queue.
  */
 #ifndef RK_STREAM_REPLY_H
 #define RK_STREAM_REPLY_H

@@ -576,6 +576,16 @@ static void test_e2b_mapping_secret_stream(void **state)
     assert_int_equal(rk_stream_push(s, "", 0, 0), -1); /* closed */
     assert_false(rk_stream_finished(s));
     rk_stream_unref(s);
+
+    /* a stream grows past its first allocation up to its capacity, not beyond */
+    s = rk_stream_new(1 << 20, 0, NULL, NULL);
+    char chunk[1000];
+    for (int i = 0; i < 300; i++) {
+        memset(chunk, 'a' + i % 26, sizeof chunk);
+        assert_int_equal(rk_stream_push(s, chunk, sizeof chunk, 0), 0);
+    }
+    assert_int_equal(rk_stream_push(s, chunk, 1 << 20, 0), -1); /* over the capacity */
+    rk_stream_unref(s);
 }
 
 int main(void)
