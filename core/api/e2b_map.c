@@ -81,7 +81,7 @@ json_object *rk_e2b_detail(json_object *status)
     if (!started)
         started = member_str(status, "create_time");
     const char *end = member_str(status, "auto_stop_time");
-    json_object_object_add(o, "startedAt", started ? json_object_new_string(started) : NULL);
+    json_object_object_add(o, "startedAt", json_object_new_string(started ? started : ""));
     json_object_object_add(o, "endAt", json_object_new_string(end ? end : started ? started : ""));
     json_object *cpus = NULL;
     double c = 0;
