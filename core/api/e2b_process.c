@@ -34,8 +34,9 @@
 #include "host/plugin_loader.h"
 #include "obs/log.h"
 
-/* Bytes one command's stream may hold while the client reads. */
-#define STREAM_BYTES (4u << 20)
+/* Bytes one command's stream may hold while the client reads: server.max_output_bytes, or
+ * this when that is 0 (unlimited for collected output, but a stream keeps a bound). */
+#define STREAM_BYTES_UNLIMITED (64ll << 20)
 /* Room kept for the end event and the end-of-stream message. */
 #define END_ROOM (64u * 1024)
 /* Keep-alive when the command is silent and the client asked for none. */
@@ -311,7 +312,9 @@ void rk_envd_process_start(struct rk_req *r)
     j->config = strdup(json_object_to_json_string_ext(proc, JSON_C_TO_STRING_PLAIN));
     const char *ka = rk_req_header(r, "Keepalive-Ping-Interval");
     int64_t keepalive_ms = ka && atoi(ka) > 0 ? (int64_t)atoi(ka) * 1000 : DEFAULT_KEEPALIVE_MS;
-    j->stream = rk_stream_new(STREAM_BYTES, keepalive_ms, proc_idle, NULL);
+    int64_t cap = r->app->cfg->server.max_output_bytes;
+    j->stream = rk_stream_new((size_t)(cap > 0 ? cap : STREAM_BYTES_UNLIMITED) + END_ROOM,
+                              keepalive_ms, proc_idle, NULL);
     if (!j->stream || !j->config) {
         rk_target_release(&t);
         j->refs = 1;

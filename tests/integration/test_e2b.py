@@ -260,6 +260,26 @@ def envd_wire_framing_deadlines_and_refusals():
 
 
 @test
+def envd_output_outrunning_its_client_is_bounded():
+    # The plugin's sinks never wait, so a client that does not read gets resource_exhausted once
+    # server.max_output_bytes are in flight, and rock-admin keeps serving.
+    admin, _ = stack(admin_cfg={"server": {"max_output_bytes": 65536}})
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"}, key=None)
+    assert st == 201, (st, js)
+    h = {"E2b-Sandbox-Id": js["sandboxID"], "Content-Type": "application/connect+json"}
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=60)
+    conn.request("POST", "/process.Process/Start", envelope(
+        {"process": {"cmd": "/bin/bash", "args": ["-c", "head -c 30000000 /dev/zero"]}}), h)
+    time.sleep(3)  # read nothing while the command writes 30 MB
+    resp = conn.getresponse()
+    ev = envelopes(resp.read())
+    conn.close()
+    assert ev[-1][0] == 2 and ev[-1][1]["error"]["code"] == "resource_exhausted", ev[-1]
+    st, _ = e2b(admin, "GET", "/sandboxes/" + js["sandboxID"], key=None)
+    assert st == 200
+
+
+@test
 def parity_status_codes_and_shapes():
     admin, _ = stack(auth=True)
     # 201 with E2B's Sandbox object
