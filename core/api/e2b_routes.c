@@ -116,6 +116,7 @@ void rk_e2b_create(struct rk_req *r)
         .memory = "8g",
         .disk = "50G",
         .cpus = 2.0,
+        .startup_timeout_s = 600.0, /* ROCK's default */
         .auto_clear_minutes =
             has_timeout ? rk_e2b_timeout_minutes(timeout) : cfg->runtime.default_auto_clear_minutes,
         .user_id = "default",
