@@ -325,6 +325,64 @@ def sandbox_port_other_than_envd_goes_to_the_http_proxy():
     assert st in (401, 501), (st, err)
 
 
+WS_ECHO_APP = """
+const { WebSocketServer } = require(process.argv[3]);
+new WebSocketServer({ host: '127.0.0.1', port: Number(process.argv[2]) })
+  .on('connection', (ws, req) => ws.on('message', (m) => ws.send(req.url + ' ' + m)));
+"""
+WS_CLIENT = """
+const WebSocket = require(process.argv[4]);
+const ws = new WebSocket(process.argv[2], { headers: JSON.parse(process.argv[3]) });
+const out = (o) => { console.log(JSON.stringify(o)); process.exit(0); };
+ws.on('open', () => ws.send('ping'));
+ws.on('message', (m) => { ws.close(1000); out({ echo: m.toString() }); });
+ws.on('unexpected-response', (req, res) => out({ http: res.statusCode }));
+ws.on('close', (code, reason) => out({ code, reason: reason.toString() }));
+ws.on('error', (e) => out({ error: String(e) }));
+"""
+
+
+@test
+def sandbox_port_websocket_goes_to_the_websocket_proxy():
+    assert harness.node_available(), "node and tests/js/node_modules are required"
+    admin, _ = stack(auth=True)
+    bearer = {"Authorization": "Bearer " + TOKEN}
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"})
+    assert st == 201, (st, js)
+    sid = js["sandboxID"]
+    d = tmpdir("rock-e2b-ws-")
+    app, client, pidfile = (os.path.join(d, n) for n in ("app.js", "client.js", "pid"))
+    with open(app, "w") as f:  # the simulator's paths are host paths
+        f.write(WS_ECHO_APP)
+    with open(client, "w") as f:
+        f.write(WS_CLIENT)
+    port = harness.free_port()
+    ws_mod = os.path.join(harness.NODE_MODULES, "ws")
+    st, res = admin.api("POST", "/execute", {
+        "sandbox_id": sid, "timeout": 30,
+        "command": "nohup node %s %d %s >/dev/null 2>&1 & echo $! > %s" % (app, port, ws_mod,
+                                                                           pidfile)},
+        headers=bearer)
+    assert res["status"] == "Success", res
+    harness.wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 10, 0.1)
+    pid = int(open(pidfile).read())
+    harness._cleanups.append(lambda: os.kill(pid, 9))
+
+    def ws(headers):
+        out = subprocess.run(["node", client, "ws://127.0.0.1:%d/chat/room1" % admin.port,
+                              json.dumps(headers), ws_mod], capture_output=True, text=True,
+                             timeout=60)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    h = dict(bearer, **{"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(port)})
+    harness.wait_until(lambda: "echo" in ws(h), 15, 0.3, "the WebSocket app in the sandbox")
+    r = ws(h)
+    assert r == {"echo": "/chat/room1 ping"}, r  # the whole path reaches the app
+    # without the token: refused before the upgrade; a port the WebSocket rules refuse: 1008
+    assert ws({k: v for k, v in h.items() if k != "Authorization"}) == {"http": 401}
+    r = ws(dict(h, **{"E2b-Sandbox-Port": "22"}))
+    assert r.get("code") == 1008 and "not allowed" in r.get("reason", ""), r
+
+
 @test
 def parity_status_codes_and_shapes():
     admin, _ = stack(auth=True)
