@@ -21,6 +21,7 @@
 #include "host/plugin_loader.h"
 #include "relay/relay.h"
 #include "api/routes.h"
+#include "api/e2b.h"
 #include "engine/router.h"
 #include "obs/metrics.h"
 #include "store/store.h"
@@ -388,6 +389,7 @@ int main(int argc, char **argv)
      * form wins over the API's /proxy/{id}/{*} stub). */
     rk_router_use(rk_relay_routes);
     rk_router_use(rk_api_routes);
+    rk_router_use(rk_e2b_routes);
     rk_metrics_set_operator(pl->desc->name, pl->desc->version);
     rk_metrics_collector_add("store", rk_store_metrics_collect, app.store);
     rk_access_install();

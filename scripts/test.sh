@@ -114,7 +114,9 @@ summary="$summary; sanitizers: $sp passed, $sf failed"
 # disconnects), test_opensandbox and test_proxy_opensandbox (the libcurl
 # plugin under concurrent requests), test_security and test_tls (SIGHUP
 # reloads in a serving daemon, TLS relay threads), test_lifecycle_opensandbox
-# (archive/restore job threads, the reconciler, two admins on one Redis).
+# (archive/restore job threads, the reconciler, two admins on one Redis),
+# test_e2b (envd command streams: a worker thread per command feeding the
+# response queue from the plugin's transfer thread, kills from other requests).
 # Left out as single-threaded
 # API conformance: test_api, test_cli, test_abi. The harness fails a test when
 # the daemon's output has a ThreadSanitizer report.
@@ -122,7 +124,7 @@ TSAN_TESTS="unit/test_config unit/test_store unit/test_decode unit/test_loader u
 unit/test_relay unit/test_rkutil integration/test_multiprocess.py integration/test_ops.py \
 integration/test_sessions.py integration/test_proxy.py integration/test_opensandbox.py \
 integration/test_proxy_opensandbox.py integration/test_security.py integration/test_tls.py \
-integration/test_lifecycle_opensandbox.py unit/test_security"
+integration/test_lifecycle_opensandbox.py integration/test_e2b.py unit/test_security"
 TSAN_CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer"
 export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1"
 # Why setarch -R: ThreadSanitizer reserves its shadow memory at fixed

@@ -23,6 +23,7 @@
 #include "engine/envelope.h"
 #include "engine/reply.h"
 #include "engine/http_server.h"
+#include "engine/router.h"
 #include "obs/log.h"
 #include "base/util.h"
 
@@ -299,15 +300,16 @@ static const char *bearer_token(const char *value)
 }
 
 /*
- * Look a presented token up. Every stored digest is compared in full with no
+ * Look a presented token (the bare secret) up. Every stored digest is compared in full with no
  * early exit, so the time taken does not depend on which token (if any)
  * matched or how many leading bytes agreed. Copies the name on a match.
  */
-static int token_matches(const char *value, char name[RK_AUTH_NAME_MAX])
+static int token_matches_raw(const char *tok, char name[RK_AUTH_NAME_MAX])
 {
-    const char *tok = bearer_token(value);
     if (!tok)
         return 0;
+    while (*tok == ' ' || *tok == '\t')
+        tok++;
     size_t len = strlen(tok);
     while (len && (tok[len - 1] == ' ' || tok[len - 1] == '\t'))
         len--;
@@ -329,6 +331,12 @@ static int token_matches(const char *value, char name[RK_AUTH_NAME_MAX])
     pthread_rwlock_unlock(&g_lock);
     wipe(d, sizeof d);
     return found;
+}
+
+/* token_matches_raw on the token of an "Authorization: Bearer <t>" value. */
+static int token_matches(const char *value, char name[RK_AUTH_NAME_MAX])
+{
+    return token_matches_raw(bearer_token(value), name);
 }
 
 /* Count an accepted request under the token's name (bounded table). */
@@ -386,7 +394,17 @@ static void reply_unauthorized(struct rk_req *r, int presented)
     const char *error = presented ? "invalid bearer token"
                                   : "authentication required: send \"Authorization: Bearer "
                                     "<token>\" or \"XRL-Authorization: Bearer <token>\"";
-    json_object *body = rk_envelope_failure("unauthorized", error, 0, RK_SHAPE_NULL);
+    json_object *body;
+    if (r->route && (r->route->flags & RK_ROUTE_API_KEY)) { /* E2B's error object */
+        body = json_object_new_object();
+        json_object_object_add(body, "code", json_object_new_int(401));
+        json_object_object_add(body, "message",
+                               json_object_new_string(presented ? "invalid API key"
+                                                                : "authentication required: send "
+                                                                  "X-API-Key: <token>"));
+    } else {
+        body = rk_envelope_failure("unauthorized", error, 0, RK_SHAPE_NULL);
+    }
     size_t len = 0;
     const char *text = json_object_to_json_string_length(
         body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
@@ -410,20 +428,28 @@ int rk_auth_gate(struct rk_req *r)
     snprintf(r->auth_name, sizeof r->auth_name, "-");
     if (!rk_auth_enabled() || is_public(r))
         return 0;
+    /* E2B envd routes: the handler checks the sandbox's own access token. */
+    if (r->route && (r->route->flags & RK_ROUTE_OWN_AUTH))
+        return 0;
     const char *authz = rk_req_header(r, "Authorization");
     const char *xrl = rk_req_header(r, "XRL-Authorization");
+    const char *api_key =
+        r->route && (r->route->flags & RK_ROUTE_API_KEY) ? rk_req_header(r, "X-API-Key") : NULL;
     char name[RK_AUTH_NAME_MAX];
     int ok = 0;
     if (authz && token_matches(authz, name))
         ok = r->auth_via_authorization = 1;
     else if (xrl && token_matches(xrl, name))
         ok = 1;
+    else if (api_key && *api_key && token_matches_raw(api_key, name))
+        ok = 1;
     if (ok) {
         memcpy(r->auth_name, name, sizeof r->auth_name);
         count_accepted(name);
         return 0;
     }
-    int presented = bearer_token(authz) != NULL || bearer_token(xrl) != NULL;
+    int presented =
+        bearer_token(authz) != NULL || bearer_token(xrl) != NULL || (api_key && *api_key);
     pthread_mutex_lock(&g_count_mu);
     if (presented)
         g_invalid++;

@@ -5,12 +5,11 @@
  * pending record, and hand the backend create to a background thread
  * (lifecycle.c). /start then waits until the sandbox runs.
  */
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "api/route_path.h"
 #include "api/routes.h"
+#include "api/start_submit.h"
 #include "base/app.h"
 #include "base/util.h"
 #include "config/config.h"
@@ -27,44 +26,12 @@ static const char *header_or(struct rk_req *r, const char *name, const char *def
     return v ? v : def;
 }
 
-/* Format a number like Python prints a float or int the user gave. */
-static void num_text(double v, char out[64])
-{
-    if (v == floor(v) && fabs(v) < 1e15)
-        snprintf(out, 64, "%.0f", v);
-    else
-        rk_py_float(v, out);
-}
-
-/* A size ("8g") normalized into norm and checked against the configured
- * maximum max (a maximum that does not parse is no limit); a 4000 naming
- * what is replied and -1 returned when it is invalid or too large. */
-static int check_size(struct rk_req *r, const char *what, const char *value, const char *max,
-                      char norm[32])
-{
-    char max_norm[32];
-    double bytes = 0, max_bytes = 0;
-    if (rk_memory_normalize(value, norm, &bytes) != 0) {
-        rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call, "Invalid %s size: %s", what, value));
-        return -1;
-    }
-    if (rk_memory_normalize(max, max_norm, &max_bytes) == 0 && bytes > max_bytes) {
-        rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call, "Requested %s %s exceed the maximum allowed %s",
-                                       what, value, max));
-        return -1;
-    }
-    return 0;
-}
-
-/* Validate the start request and create the pending record; on success
- * *id_out is the sandbox id (arena) and *disk_out the disk value. Replies on
- * failure and returns -1. */
+/* Validate the start request and start the sandbox (start_submit.h); on
+ * success *id_out is the sandbox id (arena) and *disk_out the disk value.
+ * Replies on failure and returns -1. */
 static int do_start(struct rk_req *r, int read_headers, const char **id_out, const char **disk_out)
 {
-    struct rk_app *app = r->app;
-    const struct rk_config *cfg = app->cfg;
+    const struct rk_config *cfg = r->app->cfg;
     struct rk_route_path p;
     rk_path_body(&p, r);
     struct rk_v *v = &p.v;
@@ -75,10 +42,9 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
     double cpus = rk_v_num(v, body, "cpus", 0, 2.0, NULL);
     double limit_cpus = rk_v_num(v, body, "limit_cpus", 0, 0.0, NULL);
     const char *req_id = rk_v_str(v, body, "sandbox_id", RK_V_SANDBOX_ID, NULL);
-    int has_acm = 0;
     int64_t acm =
         rk_v_int_in(v, body, "auto_clear_time_minutes", 0, cfg->runtime.default_auto_clear_minutes,
-                    INT64_MIN, RK_MAX_MINUTES, &has_acm);
+                    INT64_MIN, RK_MAX_MINUTES, NULL);
     int has_st = 0;
     double startup_timeout =
         rk_v_num_in(v, body, "startup_timeout", 0, 600.0, -RK_MAX_SECONDS, RK_MAX_SECONDS, &has_st);
@@ -101,133 +67,40 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
         rk_v_problem(v, "auto_delete_seconds", "Input should be greater than or equal to 0");
     if (pull && strcmp(pull, "never") && strcmp(pull, "always") && strcmp(pull, "missing"))
         rk_v_problem(v, "pull", "Input should be 'never', 'always' or 'missing'");
-    if (rk_path_valid(&p) != 0)
-        goto fail;
-
-    /* Business validation: 4000 with the start object shape. */
-    char mem_norm[32], disk_norm[32];
-    char a[64], b[64];
-    if (check_size(r, "memory", memory, cfg->runtime.max_memory, mem_norm) != 0)
-        goto fail;
-    if (cpus <= 0 || limit_cpus < 0) {
-        num_text(cpus, a);
-        rk_reply_error(r, RK_E_INVALID, rk_arena_printf(r->call, "Invalid cpus: %s", a));
-        goto fail;
+    if (rk_path_valid(&p) != 0) {
+        rk_path_end(&p);
+        return -1;
     }
-    if (cpus > cfg->runtime.max_cpus || limit_cpus > cfg->runtime.max_cpus) {
-        num_text(cpus > cfg->runtime.max_cpus ? cpus : limit_cpus, a);
-        num_text(cfg->runtime.max_cpus, b);
-        rk_reply_error(
-            r, RK_E_INVALID,
-            rk_arena_printf(r->call, "Requested CPUs %s exceed the maximum allowed %s", a, b));
-        goto fail;
-    }
-    if (disk && check_size(r, "disk", disk, cfg->runtime.max_disk, disk_norm) != 0)
-        goto fail;
     if (acm <= 0)
         acm = cfg->runtime.default_auto_clear_minutes;
-    (void)has_acm;
-    (void)image_os;
-
-    char idbuf[40];
-    const char *id = req_id;
-    if (!id || !*id) {
-        rk_random_hex(idbuf, 32);
-        id = rk_arena_strdup(r->call, idbuf);
-    }
-    if (req_id && *req_id) {
-        /* RK_CAP_RESTORE: starting an archived id restores it. */
-        int restored = 0;
-        if (rk_lifecycle_restore(app, r->call, id, &restored) != RK_OK) {
-            rk_reply_call_error(r);
-            goto fail;
-        }
-        if (restored) {
-            *id_out = id;
-            *disk_out = disk ? rk_arena_strdup(r->call, disk) : NULL;
-            rk_path_end(&p);
-            return 0;
-        }
-    }
-    const char *user = read_headers ? header_or(r, "X-User-Id", "default") : "default";
-    const char *exp = read_headers ? header_or(r, "X-Experiment-Id", "default") : "default";
-    const char *ns = read_headers ? header_or(r, "X-Namespace", "default") : "default";
-    const char *cluster = read_headers ? header_or(r, "X-Cluster", "default") : "default";
-
-    /* The pending record exists before the answer (Pitfall 8). Another
-     * process may poll it; until create_deadline a missing backend sandbox
-     * means "create still running", not "failed". */
-    int64_t now = rk_epoch_s();
-    struct rk_rec_start rs = {
-        .sandbox_id = id,
+    struct rk_start_req s = {
+        .sandbox_id = req_id,
         .image = image,
         .image_os = image_os,
-        .memory = mem_norm,
-        .memory_requested = memory,
+        .memory = memory,
         .disk = disk,
         .accelerator_type = accel,
-        .user_id = user,
-        .experiment_id = exp,
-        .namespace_name = ns,
-        .cluster_name = cluster,
-        .backend_tag = app->plugin->desc->backend_tag,
         .cpus = cpus,
         .limit_cpus = limit_cpus,
         .has_gpus = has_gpus,
         .num_gpus = num_gpus,
-        .now_s = now,
         .auto_clear_minutes = acm,
-        .create_deadline_s = now + (int64_t)(has_st ? startup_timeout : 600.0) + 120,
+        .has_startup_timeout = has_st,
+        .startup_timeout_s = startup_timeout,
+        .user_id = read_headers ? header_or(r, "X-User-Id", "default") : "default",
+        .experiment_id = read_headers ? header_or(r, "X-Experiment-Id", "default") : "default",
+        .namespace_name = read_headers ? header_or(r, "X-Namespace", "default") : "default",
+        .cluster_name = read_headers ? header_or(r, "X-Cluster", "default") : "default",
     };
-    json_object *rec = rk_rec_new_pending(&rs);
-
-    char err[RK_STORE_ERRLEN];
-    rk_store_rc rc = rk_store_create(app->store, id, rec, now + acm * 60, err, sizeof err);
-    json_object_put(rec);
-    if (rc == RK_STORE_EXISTS) {
-        rk_reply_error(r, RK_E_INVALID, rk_arena_printf(r->call, "Sandbox %s already exists", id));
-        goto fail;
+    int rc = -1;
+    if (rk_start_submit(r, &s, id_out) != RK_OK) {
+        rk_reply_call_error(r);
+    } else {
+        *disk_out = disk ? rk_arena_strdup(r->call, disk) : NULL;
+        rc = 0;
     }
-    if (rc != RK_STORE_OK) {
-        rk_reply_store_error(r, err);
-        goto fail;
-    }
-
-    /* What the backend create needs: the request as given (the record keeps the normalized
-     * values for the status object). */
-    struct rk_create_spec spec = {.sandbox_id = id,
-                                  .image = image,
-                                  .cpus = cpus,
-                                  .limit_cpus = limit_cpus,
-                                  .memory = memory,
-                                  .user_id = user,
-                                  .experiment_id = exp,
-                                  .namespace_name = ns,
-                                  .idle_timeout_s = acm * 60,
-                                  .startup_timeout_s = (int64_t)startup_timeout};
-    if (rk_lifecycle_create_async(app, r->call, &spec) != RK_OK) {
-        const char *why = rk_call_error_text(r->call);
-        json_object *gone = NULL;
-        /* Nothing was sent upstream: drop the record again. */
-        rk_store_get(app->store, id, &gone, err, sizeof err);
-        if (gone) {
-            rk_lifecycle_delete(app, r->call, gone, "submit_failed");
-            json_object_put(gone);
-        }
-        rk_reply_error(r, RK_E_INTERNAL,
-                       rk_arena_printf(r->call,
-                                       "Sandbox %s submission failed and has been marked for "
-                                       "immediate deletion: %s",
-                                       id, why));
-        goto fail;
-    }
-    *id_out = id;
-    *disk_out = disk ? rk_arena_strdup(r->call, disk) : NULL;
     rk_path_end(&p);
-    return 0;
-fail:
-    rk_path_end(&p);
-    return -1;
+    return rc;
 }
 
 /* POST /start_async: the start object as soon as the create is submitted. */

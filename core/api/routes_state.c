@@ -9,6 +9,7 @@
 
 #include "api/route_path.h"
 #include "api/routes.h"
+#include "api/sandbox_ops.h"
 #include "base/app.h"
 #include "base/util.h"
 #include "config/config.h"
@@ -18,61 +19,57 @@
 #include "host/plugin_loader.h"
 #include "store/store.h"
 
-/* Delete through the gate; shared by /delete and /stop in stop_as_delete mode. */
-static int delete_sandbox(struct rk_req *r, const char *id)
+rk_status rk_sandbox_delete(struct rk_req *r, const char *id)
 {
     struct rk_app *app = r->app;
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
     rk_store_rc rc = rk_store_get(app->store, id, &rec, err, sizeof err);
-    if (rc == RK_STORE_ERROR) {
-        rk_reply_store_error(r, err);
-        return -1;
-    }
+    if (rc == RK_STORE_ERROR)
+        return rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
     /* Unknown or already deleted: nothing to do (§5.13). */
     if (rc == RK_STORE_NOT_FOUND || rk_rec_state(rec) == RK_STATE_DELETED) {
         json_object_put(rec);
-        return 0;
+        return RK_OK;
     }
     struct rk_target t;
-    if (rk_dispatch_record(app, r->call, RK_OP_DELETE, id, rec, &t) != RK_OK) {
-        rk_reply_call_error(r);
-        return -1;
-    }
-    enum rk_state st = t.ref.state;
-    const char *event = st == RK_STATE_RUNNING ? "delete_running" : "delete";
-    if (st == RK_STATE_ARCHIVING) {
-        rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call,
-                                       "Sandbox %s cannot be deleted: current state is "
-                                       "'archiving', must be stopped or archived first",
-                                       id));
-        rk_target_release(&t);
-        return -1;
-    }
-    if (st == RK_STATE_ARCHIVED && rk_archive_delete_snapshot(app, r->call, t.rec) != RK_OK) {
-        rk_reply_call_error(r); /* the record keeps its snapshot id for a retry */
-        rk_target_release(&t);
-        return -1;
-    }
-    /* Pending is deleted like running (a deliberate deviation, §5.13) unless
-     * the plugin says it cannot. */
-    if (st == RK_STATE_PENDING && !(app->plugin->caps & RK_CAP_DELETE_PENDING)) {
-        rk_reply_error(r, RK_E_INVALID,
-                       rk_arena_printf(r->call,
-                                       "Sandbox %s cannot be deleted: current state is 'pending', "
-                                       "must be stopped or archived first",
-                                       id));
-        rk_target_release(&t);
-        return -1;
-    }
-    if (rk_lifecycle_delete(app, r->call, t.rec, event) != RK_OK) {
-        rk_reply_call_error(r);
-        rk_target_release(&t);
-        return -1;
+    rk_status st = rk_dispatch_record(app, r->call, RK_OP_DELETE, id, rec, &t);
+    if (st != RK_OK)
+        return st;
+    enum rk_state from = t.ref.state;
+    const char *event = from == RK_STATE_RUNNING ? "delete_running" : "delete";
+    if (from == RK_STATE_ARCHIVING) {
+        st = rk_call_set_error(r->call, RK_E_INVALID,
+                               "Sandbox %s cannot be deleted: current state is "
+                               "'archiving', must be stopped or archived first",
+                               id);
+    } else if (from == RK_STATE_ARCHIVED &&
+               rk_archive_delete_snapshot(app, r->call, t.rec) != RK_OK) {
+        st = rk_call_error_code(r->call); /* the record keeps its snapshot id for a retry */
+    } else if (from == RK_STATE_PENDING && !(app->plugin->caps & RK_CAP_DELETE_PENDING)) {
+        /* Pending is deleted like running (a deliberate deviation, §5.13) unless
+         * the plugin says it cannot. */
+        st = rk_call_set_error(r->call, RK_E_INVALID,
+                               "Sandbox %s cannot be deleted: current state is 'pending', "
+                               "must be stopped or archived first",
+                               id);
+    } else {
+        st = rk_lifecycle_delete(app, r->call, t.rec, event);
     }
     rk_target_release(&t);
-    return 0;
+    return st == RK_OK || rk_call_error_code(r->call) != RK_OK
+               ? st
+               : rk_call_set_error(r->call, st, "delete failed");
+}
+
+/* Delete through the gate, replying on failure; shared by /delete and /stop in
+ * stop_as_delete mode. */
+static int delete_sandbox(struct rk_req *r, const char *id)
+{
+    if (rk_sandbox_delete(r, id) == RK_OK)
+        return 0;
+    rk_reply_call_error(r);
+    return -1;
 }
 
 /* POST /delete (§5.13). */

@@ -12,6 +12,7 @@
 
 #include "api/route_path.h"
 #include "api/routes.h"
+#include "api/sandbox_ops.h"
 #include "base/app.h"
 #include "base/util.h"
 #include "domain/activity.h"
@@ -81,9 +82,7 @@ static rk_status status_from_store(struct rk_req *r, const char *id, int include
     return RK_OK;
 }
 
-/* Look up the record for a status-style query and compute what to show.
- * On success *out is a new status object; on failure the error is on r->call. */
-static rk_status status_of(struct rk_req *r, const char *id, int include_all, json_object **out)
+rk_status rk_sandbox_status(struct rk_req *r, const char *id, int include_all, json_object **out)
 {
     struct rk_app *app = r->app;
     char err[RK_STORE_ERRLEN];
@@ -131,7 +130,7 @@ void rk_route_get_status(struct rk_req *r)
         rk_v_qstr(&p.v, r, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID);
     int include_all = rk_v_qbool(&p.v, r, "include_all_states", 0);
     json_object *st = NULL;
-    if (rk_path_valid(&p) == 0 && status_of(r, id, include_all, &st) != RK_OK)
+    if (rk_path_valid(&p) == 0 && rk_sandbox_status(r, id, include_all, &st) != RK_OK)
         rk_reply_call_error(r);
     else if (st)
         rk_reply_ok(r, st);
@@ -146,7 +145,7 @@ void rk_route_is_alive(struct rk_req *r)
     rk_req_set_sandbox(r, id); /* kept only when it follows the identifier rule */
     json_object *st = NULL;
     json_object *o = json_object_new_object();
-    if (id && *id && rk_id_valid(id, strlen(id)) && status_of(r, id, 0, &st) == RK_OK) {
+    if (id && *id && rk_id_valid(id, strlen(id)) && rk_sandbox_status(r, id, 0, &st) == RK_OK) {
         json_object *alive = NULL, *host = NULL;
         json_object_object_get_ex(st, "is_alive", &alive);
         json_object_object_get_ex(st, "host_name", &host);

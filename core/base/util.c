@@ -61,6 +61,27 @@ void rk_random_hex(char *out, size_t nchars)
 
 /* ---- buffers ------------------------------------------------------------- */
 
+int rk_buf_base64(struct rk_buf *b, const void *data, size_t len)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = data;
+    char q[4];
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned v = (unsigned)p[i] << 16;
+        if (i + 1 < len)
+            v |= (unsigned)p[i + 1] << 8;
+        if (i + 2 < len)
+            v |= p[i + 2];
+        q[0] = abc[(v >> 18) & 63];
+        q[1] = abc[(v >> 12) & 63];
+        q[2] = i + 1 < len ? abc[(v >> 6) & 63] : '=';
+        q[3] = i + 2 < len ? abc[v & 63] : '=';
+        if (rk_buf_append(b, q, 4) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 int rk_buf_append(struct rk_buf *b, const void *data, size_t len)
 {
     if (b->cap && b->len + len > b->cap)

@@ -29,6 +29,8 @@ struct rk_buf {
 };
 /** Append bytes; returns -1 when the cap would be exceeded or on OOM. */
 int rk_buf_append(struct rk_buf *b, const void *data, size_t len);
+/** Append the standard base64 (with padding) of len bytes; -1 like rk_buf_append. */
+int rk_buf_base64(struct rk_buf *b, const void *data, size_t len);
 /** Append a formatted string. */
 int rk_buf_printf(struct rk_buf *b, const char *fmt, ...) RK_PRINTF(2, 3);
 /** NUL-terminate (not counted in len) and return data ("" if empty). */

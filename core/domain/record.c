@@ -280,8 +280,15 @@ json_object *rk_rec_new_pending(const struct rk_rec_start *s)
     rk_rec_set_str(rec, "experiment_id", s->experiment_id);
     rk_rec_set_str(rec, "namespace", s->namespace_name);
     rk_rec_set_str(rec, "cluster_name", s->cluster_name);
-    json_object_object_add(rec, "env", json_object_new_object());
-    json_object_object_add(rec, "metadata", json_object_new_object());
+    json_object *env = NULL, *md = NULL;
+    if (s->env)
+        json_object_deep_copy(s->env, &env, NULL);
+    if (s->metadata)
+        json_object_deep_copy(s->metadata, &md, NULL);
+    json_object_object_add(rec, "env", env ? env : json_object_new_object());
+    json_object_object_add(rec, "metadata", md ? md : json_object_new_object());
+    if (s->envd_token_digest)
+        rk_rec_set_str(rec, "envd_token_sha256", s->envd_token_digest);
     rk_rec_set_str(rec, "create_time", iso);
     json_object_object_add(rec, "auto_clear_time", json_object_new_int64(s->auto_clear_minutes));
     json_object_object_add(rec, "state_history", json_object_new_array());

@@ -8,7 +8,9 @@
  * host_name, create_time/start_time/stop_time/delete_time/archive_time (ISO),
  * auto_clear_time (minutes), expire_time (epoch, from the idle index),
  * state_history (<= 100 entries), failure {phase, message} when the backend
- * reported a failure.
+ * reported a failure, envd_token_sha256 (hex digest of the E2B envd access
+ * token, only for sandboxes POST /sandboxes made with authentication on;
+ * never shown).
  */
 #ifndef RK_RECORD_H
 #define RK_RECORD_H
@@ -52,9 +54,12 @@ struct rk_rec_start {
     double cpus, limit_cpus; /* limit_cpus 0 = unset */
     int has_gpus;
     double num_gpus;
-    int64_t now_s;              /* creation time (epoch seconds) */
-    int64_t auto_clear_minutes; /* idle timeout */
-    int64_t create_deadline_s;  /* until then a missing backend sandbox is "still creating" */
+    int64_t now_s;                 /* creation time (epoch seconds) */
+    int64_t auto_clear_minutes;    /* idle timeout */
+    int64_t create_deadline_s;     /* until then a missing backend sandbox is "still creating" */
+    json_object *env;              /* object of strings or NULL (copied): the sandbox environment */
+    json_object *metadata;         /* object of strings or NULL (copied): the client's metadata */
+    const char *envd_token_digest; /* hex SHA-256 of the E2B envd access token, or NULL */
 };
 
 /** The stored record of a sandbox that start/start_async just accepted

@@ -45,6 +45,12 @@
 #define RK_BODY_CHARGE 3
 
 /* Answer a refusal that waited for the body (once; nothing if answered). */
+/* rk_router_header_fn over a request. */
+static const char *router_header(void *ctx, const char *name)
+{
+    return rk_req_header(ctx, name);
+}
+
 static void answer_refusal(struct rk_req *r)
 {
     if (r->refusal && !r->responded)
@@ -287,7 +293,8 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         if (rk_admission_run(r, RK_ADMIT_BEFORE_ROUTE))
             return MHD_YES;
         struct rk_params params = {.v = r->params, .buf = &r->param_buf};
-        enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), &r->route, &params);
+        enum rk_match m = rk_router_match(method, url, is_websocket_upgrade(r), router_header, r,
+                                          &r->route, &params);
         if (m != RK_MATCH_OK)
             r->route = NULL;
         else if (r->route->flags & RK_ROUTE_SANDBOX_PARAM)

@@ -196,6 +196,36 @@ int rk_req_wait_job(struct rk_req *r)
 
 void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body)
 {
+    rk_req_reply_json_headers(r, http_status, body, NULL, 0);
+}
+
+void rk_req_reply_bytes(struct rk_req *r, unsigned http_status, const char *content_type,
+                        const void *data, size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)(len ? data : ""), MHD_RESPMEM_MUST_COPY);
+    if (!resp) {
+        rk_err("request %s: out of memory building a response", r->request_id);
+        return;
+    }
+    MHD_add_response_header(resp, "Content-Type", content_type);
+    rk_req_reply_mhd(r, http_status, resp);
+}
+
+void rk_req_reply_empty(struct rk_req *r, unsigned http_status)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        rk_err("request %s: out of memory building a response", r->request_id);
+        return;
+    }
+    rk_req_reply_mhd(r, http_status, resp);
+}
+
+void rk_req_reply_json_headers(struct rk_req *r, unsigned http_status, json_object *body,
+                               const struct rk_kv *headers, size_t n_headers)
+{
     size_t len = 0;
     const char *text = json_object_to_json_string_length(
         body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
@@ -217,6 +247,8 @@ void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body
         return;
     }
     MHD_add_response_header(resp, "Content-Type", "application/json");
+    for (size_t i = 0; i < n_headers; i++)
+        MHD_add_response_header(resp, headers[i].key, headers[i].value);
     rk_req_reply_mhd(r, http_status, resp);
 }
 

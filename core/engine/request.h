@@ -22,6 +22,7 @@
 
 #include "base/ident.h"
 #include "engine/router.h"
+#include "rock-admin/operator.h"
 
 struct rk_app;
 struct rk_route;
@@ -117,6 +118,15 @@ void rk_req_reply_busy(struct rk_req *r, const char *why);
 
 /** Answer with a JSON body (takes ownership of body). */
 void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body);
+/** Answer with a JSON body and extra response headers (takes ownership of
+ *  body; headers are copied). */
+void rk_req_reply_json_headers(struct rk_req *r, unsigned http_status, json_object *body,
+                               const struct rk_kv *headers, size_t n_headers);
+/** Answer with len bytes of data (copied) of the given Content-Type. */
+void rk_req_reply_bytes(struct rk_req *r, unsigned http_status, const char *content_type,
+                        const void *data, size_t len);
+/** Answer with an empty body (204 and the like). */
+void rk_req_reply_empty(struct rk_req *r, unsigned http_status);
 /** Answer with a prepared libmicrohttpd response (takes ownership). Any
  *  thread that owns the request: the response is kept and queued by the
  *  event loop (never MHD_queue_response off the loop). */

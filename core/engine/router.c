@@ -89,7 +89,7 @@ static int match_tables(const char *method, const char *path, size_t len, int is
     int path_seen = 0;
     for (int t = 0; t < ntables; t++) {
         for (const struct rk_route *rt = tables[t]; rt->pattern; rt++) {
-            if (rt->websocket != is_ws)
+            if (rt->websocket != is_ws || rt->select_header)
                 continue;
             struct span caps[RK_MAX_PARAMS];
             int m = match_pattern(rt->pattern, path, len, caps);
@@ -109,10 +109,41 @@ static int match_tables(const char *method, const char *path, size_t len, int is
     return path_seen ? 2 : 0;
 }
 
+/* The first select_header route the request's headers choose (1), or 0. */
+static int match_selected(const char *method, const char *path, size_t len, int is_ws,
+                          rk_router_header_fn header, void *hctx, const struct rk_route **out,
+                          struct rk_params *params)
+{
+    for (int t = 0; t < ntables; t++) {
+        for (const struct rk_route *rt = tables[t]; rt->pattern; rt++) {
+            if (!rt->select_header || rt->websocket != is_ws)
+                continue;
+            const char *v = header(hctx, rt->select_header);
+            if (!v || (rt->select_not && strcmp(v, rt->select_not) == 0))
+                continue;
+            if (strcmp(rt->method, "*") != 0 && strcmp(rt->method, method) != 0)
+                continue;
+            struct span caps[RK_MAX_PARAMS];
+            int m = match_pattern(rt->pattern, path, len, caps);
+            if (!m)
+                continue;
+            if (params && keep_params(params, caps, m - 1) != 0)
+                return 0;
+            *out = rt;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 enum rk_match rk_router_match(const char *method, const char *path, int is_websocket,
+                              rk_router_header_fn header, void *hctx,
                               const struct rk_route **route_out, struct rk_params *params)
 {
     size_t n = strlen(path);
+    if (header &&
+        match_selected(method, path, n, is_websocket, header, hctx, route_out, params) == 1)
+        return RK_MATCH_OK;
     int a = match_tables(method, path, n, is_websocket, route_out, params);
     if (a == 1)
         return RK_MATCH_OK;

@@ -59,6 +59,12 @@ struct rk_route {
     const char *fail_message; /* route "message" on failures, e.g. "execute command failed" */
     int shape;                /* enum rk_shape: result object on 4000/5000 failures */
     unsigned flags;           /* RK_ROUTE_* facts handlers branch on (never the name) */
+    /** When set, the route is chosen by this request header rather than by its
+     *  path: it is tried before every path route and matches (its pattern is
+     *  then "/{*}", any path) when the request carries the header with a value
+     *  other than select_not (NULL: any value). */
+    const char *select_header;
+    const char *select_not;
 };
 
 /* Route flags. */
@@ -67,6 +73,9 @@ struct rk_route {
 #define RK_ROUTE_HEALTH 0x4u        /* probes and metrics: always admitted, even at the limits */
 #define RK_ROUTE_SANDBOX_PARAM 0x8u /* the first path parameter is a sandbox id */
 #define RK_ROUTE_INLINE 0x10u       /* answers from memory: the handler runs on the event loop */
+#define RK_ROUTE_API_KEY 0x20u      /* E2B: X-API-Key may carry the bearer token too */
+#define RK_ROUTE_OWN_AUTH 0x40u     /* E2B envd: the handler checks a per-sandbox token */
+#define RK_ROUTE_E2B_PORT 0x80u     /* E2B sandbox port: id and port from E2b-Sandbox-Id/-Port */
 
 /** Result of matching a request line. */
 enum rk_match {
@@ -76,9 +85,15 @@ enum rk_match {
     RK_MATCH_REDIRECT = 3, /* trailing slash: redirect to the path without it */
 };
 
-/** Find the route for method+decoded path. With params, the matched route's
- *  path parameters are copied there. */
+/** A request header by name (case-insensitive), or NULL: how the router sees
+ *  the headers that select_header routes are chosen by. */
+typedef const char *(*rk_router_header_fn)(void *ctx, const char *name);
+
+/** Find the route for method+decoded path (and, through header(hctx, name)
+ *  when header is set, the select_header routes). With params, the matched
+ *  route's path parameters are copied there. */
 enum rk_match rk_router_match(const char *method, const char *path, int is_websocket,
+                              rk_router_header_fn header, void *hctx,
                               const struct rk_route **route_out, struct rk_params *params);
 
 /** Maximum number of route tables the router holds. */

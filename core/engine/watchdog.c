@@ -14,6 +14,7 @@
 #include "base/util.h"
 #include "config/config.h"
 #include "engine/engine_internal.h"
+#include "engine/stream_reply.h"
 #include "obs/log.h"
 
 /* The tracker of conn (set when MHD reported the connection). */
@@ -160,6 +161,13 @@ void *rk_watchdog_main(void *arg)
     pthread_mutex_lock(&hs->mu);
     while (!hs->stop) {
         watchdog_pass(hs, app->cfg, rk_now_ms());
+        /* Streamed responses waiting for data (outside our lock: a resume
+         * needs no lock of ours). */
+        pthread_mutex_unlock(&hs->mu);
+        rk_stream_tick(rk_now_ms());
+        pthread_mutex_lock(&hs->mu);
+        if (hs->stop)
+            break;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += 250 * 1000 * 1000;

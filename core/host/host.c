@@ -32,6 +32,7 @@ struct rk_call {
     /* ABI 1.2: who hears the end of an operation started asynchronously */
     rk_call_done_fn done_fn;
     void *done_ctx;
+    _Atomic int cancel_requested; /* rk_call_cancel, from any thread */
 };
 
 static _Atomic int host_shutdown; /* set once by the main thread, read by all */
@@ -237,9 +238,14 @@ int rk_call_deadline_passed(const struct rk_call *call)
     return call->deadline_ms && rk_now_ms() >= call->deadline_ms;
 }
 
+void rk_call_cancel(struct rk_call *call)
+{
+    call->cancel_requested = 1;
+}
+
 int rk_call_cancelled(const struct rk_call *call)
 {
-    if (host_shutdown)
+    if (host_shutdown || call->cancel_requested)
         return 1;
     struct rk_call *c = (struct rk_call *)call;
     if (c->client_gone)

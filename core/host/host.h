@@ -57,7 +57,12 @@ rk_status rk_call_error_code(const struct rk_call *call);
 const char *rk_call_error_text(const struct rk_call *call);
 /** Forget the recorded error. */
 void rk_call_clear_error(struct rk_call *call);
-/** Non-zero when the client left, the deadline passed or the daemon stops. */
+/** Cancel a call from any thread (its work is no longer wanted: the client of
+ *  a streamed answer left, or the work was killed): rk_call_cancelled reports
+ *  it from then on. */
+void rk_call_cancel(struct rk_call *call);
+/** Non-zero when the client left, the deadline passed, the call was
+ *  cancelled or the daemon stops. */
 int rk_call_cancelled(const struct rk_call *call);
 /** Non-zero when the call has a deadline and it has passed. */
 int rk_call_deadline_passed(const struct rk_call *call);

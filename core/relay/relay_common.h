@@ -62,6 +62,15 @@ int rk_relay_check_port_http(long long port, char *err, size_t errlen);
  *  messages. Returns 0, or -1 with the close reason in err. */
 int rk_relay_check_port_ws(long long port, char *err, size_t errlen);
 
+/**
+ * The sandbox and port of an E2B sandbox-port request (RK_ROUTE_E2B_PORT):
+ * the sandbox from E2b-Sandbox-Id (identifier rule; becomes r->params[0] and
+ * is noted on the request), the port from E2b-Sandbox-Port (a decimal
+ * integer; the caller applies its range check). The forwarded sub-path is the
+ * whole request path. Returns 0, or -1 with a message in err.
+ */
+int rk_relay_e2b_target(struct rk_req *r, long long *port, char *err, size_t errlen);
+
 /* ---- paths (relay_policy.c) ----------------------------------------------- */
 
 /** Number of '/'-separated segments of a route pattern, not counting a

@@ -191,6 +191,18 @@ static void px_setup_method(struct px_http *px, struct rk_req *r, int *stream_bo
 static int px_route_port(struct rk_req *r, struct px_route_kind k, const char **fwd, int *port,
                          const char *raw_path)
 {
+    if (r->route->flags & RK_ROUTE_E2B_PORT) { /* the sandbox and port come from headers */
+        char err[256];
+        long long p = 0;
+        if (rk_relay_e2b_target(r, &p, err, sizeof err) != 0 ||
+            rk_relay_check_port_http(p, err, sizeof err) != 0) {
+            rk_reply_detail(r, 400, err);
+            return -1;
+        }
+        *fwd = raw_path[0] == '/' ? raw_path + 1 : raw_path;
+        *port = (int)p;
+        return 0;
+    }
     /* The doc form's sub-path starts at its "port/N" segments. */
     int nseg = rk_relay_pattern_segments(r->route->pattern) - (k.doc_form ? 2 : 0);
     const char *rest = rk_relay_raw_rest(raw_path, nseg);
@@ -607,5 +619,29 @@ const struct rk_route rk_relay_routes[] = {
                    "vnc websocket proxy failed", RK_ROUTE_VNC),
     WS_RELAY_ROUTE(P "/sandboxes/{id}/portforward", "portforward", rk_relay_portforward_handler,
                    "portforward failed", 0),
+    /* E2B: a sandbox port other than envd's named by E2b-Sandbox-Id/-Port, on any path
+     * (docs/e2b.md); chosen by the header before every path route. */
+    {.method = "*",
+     .pattern = "/{*}",
+     .name = "e2b_port_http",
+     .body_mode = RK_BODY_STREAM,
+     .begin = rk_relay_http_begin,
+     .body = rk_relay_http_body,
+     .handler = rk_relay_http_handler,
+     .fail_message = "http proxy failed",
+     .shape = RK_SHAPE_SANDBOX_RESPONSE,
+     .flags = RK_ROUTE_E2B_PORT,
+     .select_header = "E2b-Sandbox-Port",
+     .select_not = "49983"},
+    {.method = "GET",
+     .pattern = "/{*}",
+     .name = "e2b_port_ws",
+     .handler = rk_relay_ws_handler,
+     .websocket = 1,
+     .fail_message = "websocket proxy failed",
+     .shape = RK_SHAPE_SANDBOX_RESPONSE,
+     .flags = RK_ROUTE_E2B_PORT,
+     .select_header = "E2b-Sandbox-Port",
+     .select_not = "49983"},
     {.pattern = NULL},
 };

@@ -148,6 +148,23 @@ int rk_relay_check_port_http(long long port, char *err, size_t errlen)
     return -1;
 }
 
+int rk_relay_e2b_target(struct rk_req *r, long long *port, char *err, size_t errlen)
+{
+    const char *id = rk_req_header(r, "E2b-Sandbox-Id");
+    const char *p = rk_req_header(r, "E2b-Sandbox-Port");
+    if (!id || !*id || !rk_id_valid(id, strlen(id))) {
+        snprintf(err, errlen, "the E2b-Sandbox-Id header names no sandbox");
+        return -1;
+    }
+    if (!p || rk_relay_parse_int(p, port) != 0) {
+        snprintf(err, errlen, "Invalid target port in E2b-Sandbox-Port: expected an integer");
+        return -1;
+    }
+    r->params[0] = id;
+    rk_req_set_sandbox(r, id);
+    return 0;
+}
+
 /* The original's WebSocket/portforward policy, 22 first. */
 int rk_relay_check_port_ws(long long port, char *err, size_t errlen)
 {

@@ -474,9 +474,23 @@ static int ws_port(struct rk_req *r, struct ws_relay *ws, int vnc, const char **
     size_t plen = strcspn(raw_full, "?");
     char *raw_path = rk_strdup_printf("%.*s", (int)plen, raw_full);
     const char *rest = rk_relay_raw_rest(raw_path, rk_relay_pattern_segments(r->route->pattern));
+    if (r->route->flags & RK_ROUTE_E2B_PORT) /* the whole path; sandbox and port from headers */
+        rest = raw_path[0] == '/' ? raw_path + 1 : raw_path;
     /* rest points into raw_path; keep the copy in the arena. */
     *fwd = rk_arena_strdup(r->call, rest ? rest : "");
     free(raw_path);
+    if (r->route->flags & RK_ROUTE_E2B_PORT) {
+        char err[256];
+        long long p = 0;
+        if (rk_relay_e2b_target(r, &p, err, sizeof err) != 0 ||
+            rk_relay_check_port_ws(p, err, sizeof err) != 0) {
+            rk_upgrade_fail(&ws->up, 1008, "%s", err);
+            return -1;
+        }
+        snprintf(ws->up.sandbox_id, sizeof ws->up.sandbox_id, "%s", r->params[0]);
+        ws->port = (int)p;
+        return 0;
+    }
     if (vnc) {
         ws->port = RK_RELAY_VNC_PORT;
         return 0;

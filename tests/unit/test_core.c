@@ -27,6 +27,9 @@
 #include "base/util.h"
 #include "config/config.h"
 #include "api/validate.h"
+#include "api/e2b_map.h"
+#include "access/secret.h"
+#include "engine/stream_reply.h"
 
 static const char *js(json_object *o)
 {
@@ -516,6 +519,75 @@ static void test_log_repeats_rate_limited(void **state)
     assert_true(other); /* the next different line is written (after the repeat count) */
 }
 
+/* E2B mapping: timeout rounding, state names, the detail shape; secrets; base64; the
+ * stream queue's bound and the room a producer keeps for its last message. */
+static void test_e2b_mapping_secret_stream(void **state)
+{
+    (void)state;
+    assert_int_equal(rk_e2b_timeout_minutes(0), 1);
+    assert_int_equal(rk_e2b_timeout_minutes(60), 1);
+    assert_int_equal(rk_e2b_timeout_minutes(61), 2);
+    assert_int_equal(rk_e2b_timeout_minutes(120), 2);
+    assert_int_equal(rk_e2b_timeout_minutes(121), 3);
+    assert_string_equal(rk_e2b_state("pending"), "running");
+    assert_string_equal(rk_e2b_state("stopped"), "paused");
+    assert_string_equal(rk_e2b_state("archived"), "paused");
+    assert_null(rk_e2b_state("deleted"));
+    assert_int_equal(rk_e2b_http_status(RK_E_NOT_FOUND), 404);
+    assert_int_equal(rk_e2b_http_status(RK_E_INVALID), 400);
+    assert_int_equal(rk_e2b_http_status(RK_E_INTERNAL), 500);
+    json_object *st = json_tokener_parse(
+        "{\"sandbox_id\":\"s1\",\"image\":\"img\",\"state\":\"running\",\"cpus\":1.5,"
+        "\"memory\":\"2.00g\",\"disk\":\"50G\",\"create_time\":\"2026-01-01T00:00:00+08:00\","
+        "\"auto_stop_time\":\"2026-01-01T00:05:00+08:00\",\"metadata\":{\"k\":\"v\"}}");
+    json_object *d = rk_e2b_detail(st);
+    assert_string_equal(js(d),
+                        "{\"sandboxID\":\"s1\",\"templateID\":\"img\",\"clientID\":"
+                        "\"rock-admin\",\"state\":\"running\",\"startedAt\":"
+                        "\"2026-01-01T00:00:00+08:00\",\"endAt\":\"2026-01-01T00:05:00+08:00\","
+                        "\"cpuCount\":2,\"memoryMB\":2048,\"diskSizeMB\":51200,\"metadata\":"
+                        "{\"k\":\"v\"},\"envdVersion\":\"" RK_E2B_ENVD_VERSION "\"}");
+    json_object_put(d);
+    json_object_put(st);
+
+    char tok[33], digest[RK_SECRET_DIGEST_HEX], other[33], od[RK_SECRET_DIGEST_HEX];
+    assert_int_equal(rk_secret_issue(tok, digest), 0);
+    assert_int_equal(rk_secret_issue(other, od), 0);
+    assert_int_equal(strlen(tok), 32);
+    assert_string_not_equal(tok, other);
+    assert_true(rk_secret_matches(digest, tok));
+    assert_false(rk_secret_matches(digest, other));
+    assert_false(rk_secret_matches(digest, NULL));
+    assert_false(rk_secret_matches(NULL, tok));
+    assert_false(rk_secret_matches("abc", tok));
+
+    struct rk_buf b = {0};
+    rk_buf_base64(&b, "\x00\x01\x02\xff", 4);
+    rk_buf_base64(&b, "hi\n", 3);
+    assert_string_equal(rk_buf_cstr(&b), "AAEC/w==aGkK");
+    rk_buf_free(&b);
+
+    struct rk_outstream *s = rk_stream_new(10, 0, NULL, NULL);
+    assert_int_equal(rk_stream_push(s, "12345", 5, 4), 0);
+    assert_int_equal(rk_stream_push(s, "12", 2, 4), -1); /* would eat the kept room */
+    assert_int_equal(rk_stream_push(s, "12345", 5, 0), 0);
+    assert_int_equal(rk_stream_push(s, "x", 1, 0), -1); /* full */
+    rk_stream_close(s);
+    assert_int_equal(rk_stream_push(s, "", 0, 0), -1); /* closed */
+    assert_false(rk_stream_finished(s));
+    rk_stream_unref(s);
+
+    /* a stream grows past its first allocation up to its capacity, not beyond */
+    s = rk_stream_new(1 << 20, 0, NULL, NULL);
+    char chunk[1000];
+    for (int i = 0; i < 300; i++) {
+        memset(chunk, 'a' + i % 26, sizeof chunk);
+        assert_int_equal(rk_stream_push(s, chunk, sizeof chunk, 0), 0);
+    }
+    assert_int_equal(rk_stream_push(s, chunk, 1 << 20, 0), -1); /* over the capacity */
+    rk_stream_unref(s);
+}
+
 int main(void)
 {
     rk_time_init();
@@ -531,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_scheduler_cap_reserved),
         cmocka_unit_test(test_bytepipe_streams_bounded),
         cmocka_unit_test(test_identifiers_ranges_budget),
+        cmocka_unit_test(test_e2b_mapping_secret_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

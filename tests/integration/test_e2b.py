@@ -1,0 +1,471 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The E2B-compatible API (docs/e2b.md) end to end: redis-server, the
+OpenSandbox simulator and rock-admin on 127.0.0.1, driven by the unmodified
+E2B JavaScript SDK (npm `e2b`, tests/integration/e2b-sdk-flow.js) pointed at
+rock-admin with E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY, and by raw HTTP
+for the exact status codes and shapes ROCK's E2B routes answer with. Sandboxes
+made either way are the same records: ROCK's get_status sees an E2B sandbox
+and E2B's GET sees a ROCK one.
+"""
+import base64
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+
+import harness
+from harness import Admin, Redis, Sim, run, test, tmpdir
+
+os.environ.pop("OPEN_SANDBOX_API_KEY", None)
+SIM_KEY = "sim-key-1"
+TOKEN = "e2b-test-token-7f3c9a1e5b2d"
+# The same flow against a real OpenSandbox deployment when these are set (e.g. a CI stage):
+# ROCK_E2B_OPENSANDBOX=<host:port of the lifecycle server>, ROCK_E2B_OPENSANDBOX_KEY, and
+# ROCK_E2B_OPENSANDBOX_PROTOCOL (http or https, default https). Otherwise the simulator.
+REAL_ENDPOINT = os.environ.get("ROCK_E2B_OPENSANDBOX", "")
+FLOW_JS = os.path.join(os.environ.get("ROCK_SRCDIR", "."), "tests", "integration",
+                       "e2b-sdk-flow.js")
+
+
+def stack(auth=False, admin_cfg=None):
+    """redis + sim + rock-admin (opensandbox); with auth a token file holding TOKEN."""
+    redis = Redis()
+    if REAL_ENDPOINT:
+        sim = None
+        cfg = {"opensandbox": {"endpoint": REAL_ENDPOINT,
+                               "protocol": os.environ.get("ROCK_E2B_OPENSANDBOX_PROTOCOL", "https"),
+                               "api_key": os.environ.get("ROCK_E2B_OPENSANDBOX_KEY", "")}}
+    else:
+        sim = Sim(api_key=SIM_KEY)
+        cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": SIM_KEY,
+                               "use_server_proxy": False}}
+    if auth:
+        path = os.path.join(tmpdir("rock-e2b-"), "tokens")
+        with open(path, "w") as f:
+            f.write("%s e2b\n" % TOKEN)
+        os.chmod(path, 0o600)
+        cfg["server"] = {"auth_tokens_file": path}
+    cfg.update(admin_cfg or {})
+    admin = Admin(operator="opensandbox", config=cfg, redis=redis)
+    admin.redis = redis
+    return admin, sim
+
+
+def sdk(admin, step, api_key=TOKEN, tag="t", timeout=120):
+    """Run one step of e2b-sdk-flow.js against admin; its JSON answer."""
+    assert harness.node_available(), \
+        "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
+    env = dict(os.environ)
+    base = "http://127.0.0.1:%d" % admin.port
+    env.update({"NODE_PATH": harness.NODE_MODULES, "E2B_API_URL": base, "E2B_SANDBOX_URL": base,
+                "E2B_API_KEY": api_key, "E2B_TEST_TAG": tag})
+    out = subprocess.run(["node", FLOW_JS, step], capture_output=True, text=True, env=env,
+                         timeout=timeout)
+    assert out.stdout.strip(), (out.returncode, out.stderr[-3000:])
+    js = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "crashed" not in js, js
+    return js
+
+
+def e2b(admin, method, path, body=None, key=TOKEN):
+    h = {"X-API-Key": key} if key else {}
+    return admin.request(method, path, body, h)
+
+
+@test
+def sdk_lifecycle_create_list_info_kill():
+    admin, _ = stack(auth=True)
+    r = sdk(admin, "lifecycle", tag="life")
+    sid = r["sandboxId"]
+    assert r["hasToken"], r  # auth on: a per-sandbox envd access token
+    assert [x["id"] for x in r["listed"]] == [sid], r
+    assert r["listed"][0]["state"] == "running", r
+    assert r["listed"][0]["metadata"] == {"suite": "life", "with space": "a b&c"}, r
+    assert r["listedOther"] == 0, r
+    info = r["info"]
+    assert info["id"] == sid and info["template"] == "python:3.11", info
+    assert info["state"] == "running" and info["cpuCount"] == 2 and info["memoryMB"] == 8192, info
+    assert info["metadata"] == {"suite": "life", "with space": "a b&c"}, info
+    # timeout 61 s -> idle lifetime rounded up to 2 minutes
+    left = (info["endAt"] - info["now"]) / 1000.0
+    assert 60 < left <= 125, info
+    assert r["kill"] is True and r["killAgain"] is False, r
+    assert not r["afterKill"]["ok"] and r["afterKill"]["error"]["sandboxNotFound"], r
+    # The ROCK API sees the same record, deleted.
+    st, js = admin.api("GET", "/get_status", query={"sandbox_id": sid,
+                                                    "include_all_states": "True"},
+                       headers={"Authorization": "Bearer " + TOKEN})
+    assert js["status"] == "Success" and js["result"]["state"] == "deleted", js
+
+
+@test
+def sdk_errors_not_found_and_bad_template():
+    admin, _ = stack(auth=True)
+    r = sdk(admin, "errors")
+    ui = r["unknownInfo"]
+    assert not ui["ok"] and ui["error"]["sandboxNotFound"] and ui["error"]["notFound"], r
+    assert r["unknownKill"] == {"ok": True, "value": False}, r
+    bt = r["badTemplate"]
+    assert not bt["ok"] and bt["error"]["sandboxError"] and bt["error"]["statusCode"] == 400, r
+    assert "templateID" in bt["error"]["message"], r
+    bad = sdk(admin, "auth", api_key="wrong-key-000000000000")
+    assert not bad["create"]["ok"] and bad["create"]["error"]["auth"], bad
+
+
+@test
+def sdk_list_pages_with_next_token():
+    admin, _ = stack()
+    r = sdk(admin, "page", api_key="unused-without-auth", tag="pg")
+    assert [len(p) for p in r["pages"]] == [2, 1], r
+    assert sorted(sum(r["pages"], [])) == sorted(r["ids"]), r
+
+
+@test
+def sdk_commands_and_files_through_envd_emulation():
+    admin, _ = stack(auth=True)
+    r = sdk(admin, "envd", tag="envd")
+    assert r["hi"] == {"stdout": "hi\n", "stderr": "", "exitCode": 0}, r
+    assert r["env"] == {"stdout": "hello there\n/tmp\n", "stderr": "err\n"}, r
+    fail = r["fail"]
+    assert not fail["ok"] and fail["error"]["exit"] and fail["error"]["exitCode"] == 3, r
+    st = r["stream"]
+    assert st["stdout"] == "".join("line%d\n" % i for i in range(1, 6)), r
+    # streamed, not buffered: the first line arrives long before the command ends
+    assert st["chunks"] >= 3 and st["firstAt"] < st["total"] - 1000, st
+    to = r["timeout"]
+    assert not to["ok"] and to["error"]["timeout"], r
+    assert r["bgListed"] is True, r
+    assert r["bg"] == {"stdout": "done\n", "exitCode": 0}, r
+    assert r["killed"] is True and r["killUnknown"] is False, r
+    v = r["victim"]
+    assert not v["ok"] and v["error"]["exit"] and v["error"]["exitCode"] == -1, r
+    assert r["write"] == {"name": "a.txt", "path": r["dir"] + "/a.txt", "type": "file"}, r
+    assert r["read"] == "hello file\n", r
+    assert r["readBytes"] == [0, 1, 2, 255, 254, 10], r
+    assert r["exists"] == [True, False] and r["mkdir"] == [True, False], r
+    assert r["list"] == [{"name": "a.txt", "type": "file", "size": 11},
+                         {"name": "b.bin", "type": "file", "size": 6},
+                         {"name": "sub", "type": "dir", "size": r["list"][2]["size"]}], r
+    assert r["info"] == {"name": "a.txt", "type": "file", "size": 11, "mtime": True}, r
+    assert r["afterRemove"] is False, r
+    rm = r["readMissing"]
+    assert not rm["ok"] and rm["error"]["notFound"], r
+    w = r["watch"]
+    assert not w["ok"] and "not emulated" in w["error"]["message"], r
+    assert r["running"] is True and r["dirGone"] is True, r
+    ak = r["afterKill"]
+    assert not ak["ok"] and ak["error"]["sandboxNotFound"], r
+    # secrets never reach the log: the API key, the envd token, env values
+    log = admin.output()
+    assert r["token"] and r["token"] not in log and TOKEN not in log and "hello" not in log, log[-3000:]
+
+
+@test
+def sdk_envd_token_of_one_sandbox_cannot_drive_another():
+    admin, _ = stack(auth=True)
+    r = sdk(admin, "envdAuth")
+    assert r["own"] == "ok\n", r
+    o = r["other"]
+    assert not o["ok"] and "envdAccessToken" in o["error"]["message"], r
+
+
+def envelopes(payload):
+    """Connect envelopes of a streamed body: [(flags, parsed JSON)]."""
+    out, i = [], 0
+    while i + 5 <= len(payload):
+        flags, n = payload[i], int.from_bytes(payload[i + 1:i + 5], "big")
+        out.append((flags, json.loads(payload[i + 5:i + 5 + n])))
+        i += 5 + n
+    assert i == len(payload), payload
+    return out
+
+
+def envelope(msg):
+    data = json.dumps(msg).encode()
+    return bytes([0]) + len(data).to_bytes(4, "big") + data
+
+
+@test
+def envd_wire_framing_deadlines_and_refusals():
+    admin, _ = stack(auth=True)
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"})
+    assert st == 201, (st, js)
+    sid, tok = js["sandboxID"], js["envdAccessToken"]
+    h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983", "X-Access-Token": tok,
+         "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+
+    def start(cmd, headers=None):
+        body = envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", cmd]}})
+        st, payload, hdrs = admin.request("POST", "/process.Process/Start", body,
+                                          dict(h, **(headers or {})), raw=True)
+        assert st == 200 and hdrs.get("Content-Type") == "application/connect+json", (st, hdrs)
+        return envelopes(payload)
+
+    ev = start("echo out; echo err >&2; exit 7")
+    assert ev[0][0] == 0 and "pid" in ev[0][1]["event"]["start"], ev
+    assert ev[-1] == (2, {}), ev  # the end-of-stream message closes every stream
+    end = ev[-2][1]["event"]["end"]
+    assert end["exitCode"] == 7 and end["exited"] is True, ev
+    data = [e[1]["event"]["data"] for e in ev if e[0] == 0 and "data" in e[1]["event"]]
+    joined = {k: b"".join(base64.b64decode(d[k]) for d in data if k in d)
+              for k in ("stdout", "stderr")}
+    assert joined == {"stdout": b"out\n", "stderr": b"err\n"}, data
+    # a silent command gets keep-alive events at the client's interval
+    ev = start("sleep 2.5; echo late", {"Keepalive-Ping-Interval": "1"})
+    kinds = [list(e[1]["event"])[0] for e in ev if e[0] == 0]
+    assert kinds.count("keepalive") >= 2 and kinds[-1] == "end", kinds
+    # connect-timeout-ms is the command's deadline
+    t0 = time.time()
+    ev = start("sleep 20", {"connect-timeout-ms": "800"})
+    assert time.time() - t0 < 10, ev
+    assert ev[-1][0] == 2 and ev[-1][1]["error"]["code"] == "deadline_exceeded", ev
+    # a client that leaves cancels its command: it is gone from List within seconds
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
+    conn.request("POST", "/process.Process/Start",
+                 envelope({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 60"]}}), h)
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.read(5)[0] == 0
+    uh = dict(h, **{"Content-Type": "application/json"})
+    st, lst = admin.request("POST", "/process.Process/List", {}, uh)
+    assert st == 200 and len(lst["processes"]) == 1, lst
+    assert lst["processes"][0]["config"]["args"][-1] == "sleep 60", lst
+    conn.close()
+    harness.wait_until(lambda: admin.request("POST", "/process.Process/List", {}, uh)[1] ==
+                       {"processes": []}, 10, 0.2, "the left command cancelled")
+    # a wrong, missing or foreign token; another port; a PTY: refused as stream errors
+    ev = start("echo no", {"X-Access-Token": "0" * 32})
+    assert len(ev) == 1 and ev[0][0] == 2 and ev[0][1]["error"]["code"] == "unauthenticated", ev
+    # unary RPCs: JSON errors with Connect's HTTP statuses
+    st, err = admin.request("POST", "/process.Process/Update", {}, uh)
+    assert st == 501 and err["code"] == "unimplemented" and "not emulated" in err["message"], err
+    st, err = admin.request("POST", "/filesystem.Filesystem/Stat", {"path": "/no/such/path"}, uh)
+    assert st == 404 and err["code"] == "not_found", (st, err)
+    st, err = admin.request("POST", "/process.Process/SendSignal",
+                            {"process": {"pid": 4242}, "signal": "SIGNAL_SIGKILL"}, uh)
+    assert st == 404 and err["code"] == "not_found", (st, err)
+    st, err = admin.request("POST", "/process.Process/List", {},
+                            dict(uh, **{"E2b-Sandbox-Id": "nope"}))
+    assert st == 503 and err["code"] == "unavailable", (st, err)
+    st, err = admin.request("POST", "/process.Process/List", {},
+                            {k: v for k, v in uh.items() if k != "X-Access-Token"})
+    assert st == 401 and err["code"] == "unauthenticated", (st, err)
+    # the token is the sandbox's, not an API key: the API key does not open envd
+    st, err = admin.request("POST", "/process.Process/List", {},
+                            dict(uh, **{"X-Access-Token": TOKEN}))
+    assert st == 401, (st, err)
+    assert tok not in admin.output()
+
+
+@test
+def envd_output_outrunning_its_client_is_bounded():
+    # The plugin's sinks never wait, so a client that does not read gets resource_exhausted once
+    # server.max_output_bytes are in flight, and rock-admin keeps serving.
+    admin, _ = stack(admin_cfg={"server": {"max_output_bytes": 65536}})
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"}, key=None)
+    assert st == 201, (st, js)
+    h = {"E2b-Sandbox-Id": js["sandboxID"], "Content-Type": "application/connect+json"}
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=60)
+    conn.request("POST", "/process.Process/Start", envelope(
+        {"process": {"cmd": "/bin/bash", "args": ["-c", "head -c 30000000 /dev/zero"]}}), h)
+    time.sleep(3)  # read nothing while the command writes 30 MB
+    resp = conn.getresponse()
+    ev = envelopes(resp.read())
+    conn.close()
+    assert ev[-1][0] == 2 and ev[-1][1]["error"]["code"] == "resource_exhausted", ev[-1]
+    st, _ = e2b(admin, "GET", "/sandboxes/" + js["sandboxID"], key=None)
+    assert st == 200
+
+
+@test
+def sandbox_port_other_than_envd_goes_to_the_http_proxy():
+    admin, _ = stack(auth=True)
+    bearer = {"Authorization": "Bearer " + TOKEN}
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"})
+    assert st == 201, (st, js)
+    sid = js["sandboxID"]
+    d = tmpdir("rock-e2b-app-")
+    with open(os.path.join(d, "hello.txt"), "w") as f:  # the simulator's paths are host paths
+        f.write("hello from the sandbox\n")
+    port = harness.free_port()
+    pidfile = os.path.join(d, "pid")
+    st, res = admin.api("POST", "/execute", {
+        "sandbox_id": sid, "timeout": 30,
+        "command": "nohup %s -m http.server %d --bind 127.0.0.1 --directory %s >/dev/null 2>&1 & "
+                   "echo $! > %s" % (sys.executable, port, d, pidfile)}, headers=bearer)
+    assert res["status"] == "Success", res
+    harness.wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 10, 0.1)
+    pid = int(open(pidfile).read())
+    harness._cleanups.append(lambda: os.kill(pid, 9))
+    h = dict(bearer, **{"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(port)})
+
+    # relayed answers are the sandbox app's own (not rock-admin's API): not recorded for the
+    # OpenAPI response check, which has no header-selected paths
+    def relay(headers, raw=True):
+        return harness.http_request("127.0.0.1", admin.port, "GET", "/hello.txt", None, headers,
+                                    raw=raw)
+
+    def get():
+        return relay(h)
+    harness.wait_until(lambda: get()[0] == 200, 15, 0.2, "the app in the sandbox")
+    st, body, _ = get()
+    assert st == 200 and body == b"hello from the sandbox\n", (st, body)
+    # the same auth as the ROCK proxy: no token, no relay
+    st, _, _ = relay({"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(port)})
+    assert st == 401
+    # the port rules: out of range or not a number; an id that cannot exist
+    for bad in ({"E2b-Sandbox-Port": "70000"}, {"E2b-Sandbox-Port": "http"},
+                {"E2b-Sandbox-Id": "../x"}):
+        st, js = relay(dict(h, **bad), raw=False)
+        assert st == 400, (bad, st, js)
+    # envd's own port is not relayed: the emulation answers
+    st, err = admin.request("POST", "/process.Process/Update", {},
+                            dict(h, **{"E2b-Sandbox-Port": "49983"}))
+    assert st in (401, 501), (st, err)
+
+
+WS_ECHO_APP = """
+const { WebSocketServer } = require(process.argv[3]);
+new WebSocketServer({ host: '127.0.0.1', port: Number(process.argv[2]) })
+  .on('connection', (ws, req) => ws.on('message', (m) => ws.send(req.url + ' ' + m)));
+"""
+WS_CLIENT = """
+const WebSocket = require(process.argv[4]);
+const ws = new WebSocket(process.argv[2], { headers: JSON.parse(process.argv[3]) });
+const out = (o) => { console.log(JSON.stringify(o)); process.exit(0); };
+ws.on('open', () => ws.send('ping'));
+ws.on('message', (m) => { ws.close(1000); out({ echo: m.toString() }); });
+ws.on('unexpected-response', (req, res) => out({ http: res.statusCode }));
+ws.on('close', (code, reason) => out({ code, reason: reason.toString() }));
+ws.on('error', (e) => out({ error: String(e) }));
+"""
+
+
+@test
+def sandbox_port_websocket_goes_to_the_websocket_proxy():
+    assert harness.node_available(), "node and tests/js/node_modules are required"
+    admin, _ = stack(auth=True)
+    bearer = {"Authorization": "Bearer " + TOKEN}
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"})
+    assert st == 201, (st, js)
+    sid = js["sandboxID"]
+    d = tmpdir("rock-e2b-ws-")
+    app, client, pidfile = (os.path.join(d, n) for n in ("app.js", "client.js", "pid"))
+    with open(app, "w") as f:  # the simulator's paths are host paths
+        f.write(WS_ECHO_APP)
+    with open(client, "w") as f:
+        f.write(WS_CLIENT)
+    port = harness.free_port()
+    ws_mod = os.path.join(harness.NODE_MODULES, "ws")
+    st, res = admin.api("POST", "/execute", {
+        "sandbox_id": sid, "timeout": 30,
+        "command": "nohup node %s %d %s >/dev/null 2>&1 & echo $! > %s" % (app, port, ws_mod,
+                                                                           pidfile)},
+        headers=bearer)
+    assert res["status"] == "Success", res
+    harness.wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 10, 0.1)
+    pid = int(open(pidfile).read())
+    harness._cleanups.append(lambda: os.kill(pid, 9))
+
+    def ws(headers):
+        out = subprocess.run(["node", client, "ws://127.0.0.1:%d/chat/room1" % admin.port,
+                              json.dumps(headers), ws_mod], capture_output=True, text=True,
+                             timeout=60)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    h = dict(bearer, **{"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(port)})
+    harness.wait_until(lambda: "echo" in ws(h), 15, 0.3, "the WebSocket app in the sandbox")
+    r = ws(h)
+    assert r == {"echo": "/chat/room1 ping"}, r  # the whole path reaches the app
+    # without the token: refused before the upgrade; a port the WebSocket rules refuse: 1008
+    assert ws({k: v for k, v in h.items() if k != "Authorization"}) == {"http": 401}
+    r = ws(dict(h, **{"E2b-Sandbox-Port": "22"}))
+    assert r.get("code") == 1008 and "not allowed" in r.get("reason", ""), r
+
+
+@test
+def parity_status_codes_and_shapes():
+    admin, _ = stack(auth=True)
+    # 201 with E2B's Sandbox object
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11", "timeout": 300,
+                                                "metadata": {"k": "v"}, "envVars": {"A": "1"}})
+    assert st == 201, (st, js)
+    assert set(js) >= {"sandboxID", "templateID", "clientID", "envdVersion", "envdAccessToken"}, js
+    assert js["templateID"] == "python:3.11" and js["clientID"] == "rock-admin", js
+    sid = js["sandboxID"]
+    # the same record through ROCK's API (auto_clear 5 min from 300 s, metadata kept)
+    hdr = {"Authorization": "Bearer " + TOKEN}
+    st, rock = admin.api("GET", "/get_status", query={"sandbox_id": sid}, headers=hdr)
+    assert rock["status"] == "Success" and rock["result"]["metadata"] == {"k": "v"}, rock
+    assert rock["result"]["image"] == "python:3.11", rock
+    assert "envd_token_sha256" not in json.dumps(rock), rock
+    # SandboxDetail
+    st, d = e2b(admin, "GET", "/sandboxes/" + sid)
+    assert st == 200 and d["state"] == "running" and d["sandboxID"] == sid, (st, d)
+    assert d["metadata"] == {"k": "v"} and d["cpuCount"] == 2 and d["memoryMB"] == 8192, d
+    # a ROCK-made sandbox is visible to E2B's GET and list
+    res = admin.ok("POST", "/start_async", {"image": "python:3.11", "memory": "2g", "cpus": 1},
+                   headers=hdr)
+    rid = res["sandbox_id"]
+    st, d2 = e2b(admin, "GET", "/sandboxes/" + rid)
+    assert st == 200 and d2["sandboxID"] == rid and d2["memoryMB"] == 2048, (st, d2)
+    st, lst = e2b(admin, "GET", "/v2/sandboxes?state=running")
+    assert st == 200 and {sid, rid} <= {x["sandboxID"] for x in lst}, (st, lst)
+    st, lst = e2b(admin, "GET", "/v2/sandboxes?metadata=k%3Dv")
+    assert st == 200 and [x["sandboxID"] for x in lst] == [sid], (st, lst)
+    st, lst = e2b(admin, "GET", "/v2/sandboxes?metadata=k:v")  # ROCK's k:v form
+    assert st == 200 and [x["sandboxID"] for x in lst] == [sid], (st, lst)
+    # validation: 400 with messages joined per field
+    st, err = e2b(admin, "POST", "/sandboxes", {"timeout": -1, "metadata": {"a": 1}})
+    assert st == 400 and err["code"] == 400, (st, err)
+    for field in ("templateID", "timeout", "metadata"):
+        assert "body.%s" % field in err["message"], err
+    st, err = e2b(admin, "GET", "/v2/sandboxes?state=frozen")
+    assert st == 400 and err["code"] == 400 and "state" in err["message"], (st, err)
+    # unknown ids: 404 with E2B's error object
+    for m in ("GET", "DELETE"):
+        st, err = e2b(admin, m, "/sandboxes/nope")
+        assert st == 404 and err == {"code": 404, "message": "Sandbox nope not found"}, (st, err)
+    # the API key: missing or wrong -> 401 in E2B's shape; the bearer header works too
+    st, err = e2b(admin, "GET", "/sandboxes/" + sid, key=None)
+    assert st == 401 and err["code"] == 401, (st, err)
+    st, err = e2b(admin, "GET", "/sandboxes/" + sid, key="wrong-key-000000000000")
+    assert st == 401 and err["code"] == 401, (st, err)
+    st, _ = admin.request("GET", "/sandboxes/" + sid, headers=hdr)
+    assert st == 200
+    # X-API-Key is E2B's header only: the ROCK routes do not take it
+    st, _ = admin.api("GET", "/get_status", query={"sandbox_id": sid},
+                      headers={"X-API-Key": TOKEN})
+    assert st == 401
+    # delete: 204 with an empty body, then 404
+    st, body = e2b(admin, "DELETE", "/sandboxes/" + sid)
+    assert st == 204 and not body, (st, body)
+    st, _ = e2b(admin, "DELETE", "/sandboxes/" + sid)
+    assert st == 404
+    st, _ = e2b(admin, "GET", "/sandboxes/" + sid)
+    assert st == 404
+
+
+@test
+def parity_backend_tag_rule_fails_closed():
+    admin, _ = stack()
+    redis = admin.redis
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"}, key=None)
+    assert st == 201, (st, js)
+    sid = js["sandboxID"]
+    assert "envdAccessToken" not in js, js  # auth off: no envd token
+    # Another operator's record (the tag rewritten in the store): refused, never listed.
+    key = "rock:sandbox:" + sid
+    rec = json.loads(redis.cli("GET", key))
+    rec["extended_params"]["backend"] = "other"
+    redis.cli("SET", key, json.dumps(rec))
+    st, err = e2b(admin, "GET", "/sandboxes/" + sid, key=None)
+    assert st == 400 and "conflicts with configured operator" in err["message"], (st, err)
+    st, lst = e2b(admin, "GET", "/v2/sandboxes", key=None)
+    assert st == 200 and sid not in [x["sandboxID"] for x in lst], lst
+    st, err = e2b(admin, "DELETE", "/sandboxes/" + sid, key=None)
+    assert st == 400 and "conflicts with configured operator" in err["message"], (st, err)
+
+
+if __name__ == "__main__":
+    run()
