@@ -2,8 +2,8 @@
 /*
  * POST /start_async and /start (wire contract §5.1): validate the request,
  * check it against the runtime limits, restore an archived id or create the
- * pending record, and hand the backend create to a background thread
- * (lifecycle.c). /start then waits until the sandbox runs.
+ * pending record, and queue its backend create (domain/create_queue.c).
+ * /start then waits until the sandbox runs.
  */
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +14,8 @@
 #include "base/app.h"
 #include "base/util.h"
 #include "config/config.h"
+#include "domain/create_queue.h"
+#include "domain/lifecycle.h"
 #include "domain/record.h"
 #include "host/host.h"
 #include "host/plugin_loader.h"
@@ -178,6 +180,8 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
         .now_s = now,
         .auto_clear_minutes = acm,
         .create_deadline_s = now + (int64_t)(has_st ? startup_timeout : 600.0) + 120,
+        .startup_timeout_s = (int64_t)startup_timeout,
+        .request_id = rk_call_request_id(r->call),
     };
     json_object *rec = rk_rec_new_pending(&rs);
 
@@ -193,27 +197,13 @@ static int do_start(struct rk_req *r, int read_headers, const char **id_out, con
         goto fail;
     }
 
-    /* What the backend create needs: the request as given (the record keeps the normalized
-     * values for the status object). */
-    struct rk_create_spec spec = {.sandbox_id = id,
-                                  .image = image,
-                                  .cpus = cpus,
-                                  .limit_cpus = limit_cpus,
-                                  .memory = memory,
-                                  .user_id = user,
-                                  .experiment_id = exp,
-                                  .namespace_name = ns,
-                                  .idle_timeout_s = acm * 60,
-                                  .startup_timeout_s = (int64_t)startup_timeout};
-    if (rk_lifecycle_create_async(app, r->call, &spec) != RK_OK) {
+    /* The backend create is queued (domain/create_queue.c): a create worker reads what it
+     * needs from the record. Only an exhausted capacity refuses it. */
+    if (rk_create_queue_submit(app, r->call, id) != RK_OK) {
         const char *why = rk_call_error_text(r->call);
-        json_object *gone = NULL;
-        /* Nothing was sent upstream: drop the record again. */
-        rk_store_get(app->store, id, &gone, err, sizeof err);
-        if (gone) {
-            rk_lifecycle_delete(app, r->call, gone, "submit_failed");
-            json_object_put(gone);
-        }
+        /* Nothing was sent upstream: the record goes straight to deleted. */
+        rk_lifecycle_transition(app, id, RK_STATE_PENDING, RK_STATE_PENDING, RK_STATE_DELETED,
+                                "submit_failed");
         rk_reply_error(r, RK_E_INTERNAL,
                        rk_arena_printf(r->call,
                                        "Sandbox %s submission failed and has been marked for "

@@ -13,6 +13,7 @@
 #include "base/util.h"
 #include "config/config.h"
 #include "domain/archive.h"
+#include "domain/create_queue.h"
 #include "domain/record.h"
 #include "host/host.h"
 #include "host/plugin_loader.h"
@@ -94,8 +95,13 @@ static int backend_move(struct rk_req *r, struct rk_target *t, enum rk_op op, en
     const char *id = rk_arena_strdup(r->call, t->ref.sandbox_id);
     enum rk_state from = t->ref.state;
     int had_upstream = t->ref.upstream_id != NULL;
-    rk_status st;
-    if (op == RK_OP_STOP)
+    rk_status st = RK_OK;
+    /* A create still queued is taken out: the backend never saw the sandbox. */
+    int dequeued = op == RK_OP_STOP && from == RK_STATE_PENDING && !had_upstream &&
+                   rk_create_queue_cancel(r->app, id) == 1;
+    if (dequeued)
+        st = RK_OK;
+    else if (op == RK_OP_STOP)
         RK_UPSTREAM(st, pl, stop, r->call, &t->ref);
     else
         RK_UPSTREAM(st, pl, restart, r->call, &t->ref);

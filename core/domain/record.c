@@ -287,5 +287,9 @@ json_object *rk_rec_new_pending(const struct rk_rec_start *s)
     json_object_object_add(rec, "state_history", json_object_new_array());
     rk_rec_set_backend(rec, s->backend_tag, NULL);
     json_object_object_add(rec, "create_deadline", json_object_new_int64(s->create_deadline_s));
+    json_object_object_add(rec, "create_startup_timeout",
+                           json_object_new_int64(s->startup_timeout_s));
+    if (s->request_id)
+        rk_rec_set_str(rec, "create_request_id", s->request_id);
     return rec;
 }

@@ -8,7 +8,9 @@
  * host_name, create_time/start_time/stop_time/delete_time/archive_time (ISO),
  * auto_clear_time (minutes), expire_time (epoch, from the idle index),
  * state_history (<= 100 entries), failure {phase, message} when the backend
- * reported a failure.
+ * reported a failure. Not shown to clients: create_deadline,
+ * create_startup_timeout, create_request_id and create_attempts (the create
+ * queue's), create_failed, backend_state.
  */
 #ifndef RK_RECORD_H
 #define RK_RECORD_H
@@ -55,6 +57,8 @@ struct rk_rec_start {
     int64_t now_s;              /* creation time (epoch seconds) */
     int64_t auto_clear_minutes; /* idle timeout */
     int64_t create_deadline_s;  /* until then a missing backend sandbox is "still creating" */
+    int64_t startup_timeout_s;  /* the create's startup timeout (the queued create reads it) */
+    const char *request_id;     /* the start request's id (the create logs under it) */
 };
 
 /** The stored record of a sandbox that start/start_async just accepted
