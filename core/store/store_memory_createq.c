@@ -170,8 +170,8 @@ rk_store_rc rkm_cq_claim(struct rk_store *st, const struct rk_createq_claim *c,
     int64_t cutoff = c->now_ms - c->steal_after_ms;
     for (struct cq_ent *e = m->cq_queued.head, *next; e && n < want; e = next) {
         next = e->next;
-        if (e->owner[0] && strcmp(e->owner, c->owner) != 0 && e->enqueued_ms > cutoff)
-            continue; /* another admin's, not waited long enough */
+        if (strcmp(e->owner, c->owner) != 0 && e->enqueued_ms > cutoff)
+            continue; /* another admin's (or nobody's), not waited long enough */
         char *id = strdup(e->id);
         if (!id)
             break;
