@@ -68,7 +68,7 @@ static struct {
     pthread_t feeder;
     struct rk_app *app;
     rk_create_run_fn run;
-    char owner[128]; /* this admin in the store: host:pid:random */
+    char owner[RK_CREATEQ_OWNER_MAX + 1]; /* this admin in the store: host:pid:random */
 } q = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Counters for /metrics. */

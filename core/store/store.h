@@ -229,6 +229,9 @@ rk_store_rc rk_store_set_mark(struct rk_store *st, const char *value, char *err,
  * a lease).
  */
 
+/** Longest owner name of the create queue (an admin's host:pid:random). */
+#define RK_CREATEQ_OWNER_MAX 127
+
 /** One claimed create: the sandbox id (malloc'd) and its enqueue time (epoch ms). */
 struct rk_createq_item {
     char *id;
@@ -237,7 +240,7 @@ struct rk_createq_item {
 
 /** What one claim may take. */
 struct rk_createq_claim {
-    const char *owner;  /* this admin (as given to push) */
+    const char *owner;  /* this admin (as given to push; <= RK_CREATEQ_OWNER_MAX bytes) */
     int64_t now_ms;     /* epoch ms */
     int lease_ms;       /* the claim holds this long unless renewed */
     size_t want;        /* at most this many items */

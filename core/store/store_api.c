@@ -392,12 +392,19 @@ rk_store_rc rk_store_lease(struct rk_store *st, const char *name, const char *ow
 
 /* ---- the create queue ---- */
 
+/* An owner name the queue can store. */
+static bool owner_ok(const char *owner)
+{
+    return !owner || strnlen(owner, RK_CREATEQ_OWNER_MAX + 1) <= RK_CREATEQ_OWNER_MAX;
+}
+
 /* Queue one create. */
 rk_store_rc rk_createq_push(struct rk_store *st, const char *id, const char *owner, int64_t now_ms,
                             long long max, char *err, size_t errlen)
 {
     err_reset(err, errlen);
-    rk_store_rc rc = check(st, max > 0, err, errlen, "sandbox id", id, "owner", owner, NULL);
+    rk_store_rc rc =
+        check(st, max > 0 && owner_ok(owner), err, errlen, "sandbox id", id, "owner", owner, NULL);
     if (rc != RK_STORE_OK)
         return rc;
     return counted(st, st->ops->cq_push(st, id, owner, now_ms, max, err, errlen));
@@ -415,8 +422,8 @@ rk_store_rc rk_createq_claim(struct rk_store *st, const struct rk_createq_claim 
         *n_out = 0;
     if (requeued_out)
         *requeued_out = 0;
-    rk_store_rc rc = check(st, c && items_out && n_out && c->lease_ms > 0, err, errlen, "owner",
-                           c ? c->owner : NULL, NULL);
+    rk_store_rc rc = check(st, c && items_out && n_out && c->lease_ms > 0 && owner_ok(c->owner),
+                           err, errlen, "owner", c ? c->owner : NULL, NULL);
     if (rc != RK_STORE_OK)
         return rc;
     return counted(st, st->ops->cq_claim(st, c, items_out, n_out, requeued_out, err, errlen));
@@ -429,7 +436,7 @@ rk_store_rc rk_createq_renew(struct rk_store *st, const char *owner, int64_t dea
     err_reset(err, errlen);
     if (n_out)
         *n_out = 0;
-    rk_store_rc rc = check(st, true, err, errlen, "owner", owner, NULL);
+    rk_store_rc rc = check(st, owner_ok(owner), err, errlen, "owner", owner, NULL);
     if (rc != RK_STORE_OK)
         return rc;
     return counted(st, st->ops->cq_renew(st, owner, deadline_ms, n_out, err, errlen));
@@ -440,7 +447,8 @@ rk_store_rc rk_createq_done(struct rk_store *st, const char *id, const char *own
                             size_t errlen)
 {
     err_reset(err, errlen);
-    rk_store_rc rc = check(st, true, err, errlen, "sandbox id", id, "owner", owner, NULL);
+    rk_store_rc rc =
+        check(st, owner_ok(owner), err, errlen, "sandbox id", id, "owner", owner, NULL);
     if (rc != RK_STORE_OK)
         return rc;
     return counted(st, st->ops->cq_done(st, id, owner, err, errlen));
@@ -451,7 +459,8 @@ rk_store_rc rk_createq_release(struct rk_store *st, const char *id, const char *
                                size_t errlen)
 {
     err_reset(err, errlen);
-    rk_store_rc rc = check(st, true, err, errlen, "sandbox id", id, "owner", owner, NULL);
+    rk_store_rc rc =
+        check(st, owner_ok(owner), err, errlen, "sandbox id", id, "owner", owner, NULL);
     if (rc != RK_STORE_OK)
         return rc;
     return counted(st, st->ops->cq_release(st, id, owner, err, errlen));

@@ -54,8 +54,8 @@ struct purge_ent {
 struct cq_ent {
     struct cq_ent *prev, *next; /* in the queue or in the claimed list */
     int64_t enqueued_ms;
-    int64_t claimed_until; /* epoch ms; 0 = queued */
-    char owner[RK_STORE_MAX_NAME + 1];
+    int64_t claimed_until;                /* epoch ms; 0 = queued */
+    char owner[RK_CREATEQ_OWNER_MAX + 1]; /* "" = nobody's (queued again) */
     char id[];
 };
 
