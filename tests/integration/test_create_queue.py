@@ -9,8 +9,8 @@ are driven from the store with bounded concurrency.
   - two admins on one Redis share the queue; SIGKILL one with creates queued
     and running, and the other completes every one of them, without creating
     any sandbox twice;
-  - deleting a sandbox whose create is still queued never reaches the
-    backend's create;
+  - deleting or stopping a sandbox whose create is still queued never
+    reaches the backend's create (a restart queues it again);
   - a full queue (runtime.create_queue_max) is the only refusal, with a
     message that names the capacity.
 
@@ -211,6 +211,29 @@ def deleting_a_queued_sandbox_never_reaches_the_backend_create():
     st = admin.ok("GET", "/get_status", query={"sandbox_id": third, "include_all_states": "true"})
     assert st["state"] == "deleted" and st["status"] == {}, st
     assert metric(admin, "rock_admin_create_wait_seconds_count") == 2
+
+
+@test
+def stopping_a_queued_sandbox_takes_it_out_and_restart_queues_it_again():
+    sim = sim_with(create_delay_ms=1500)
+    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY,
+                           "stop_mode": "pause"},
+           "runtime": {"create_concurrency": 1}}
+    admin = Admin(operator="opensandbox", config=cfg)
+    first = admin.ok("POST", "/start_async", START)["sandbox_id"]
+    second = admin.ok("POST", "/start_async", START)["sandbox_id"]
+    admin.ok("POST", "/stop", {"sandbox_id": second})  # still queued behind the first
+    st = admin.ok("GET", "/get_status", query={"sandbox_id": second, "include_all_states": "true"})
+    assert st["state"] == "stopped", st
+    admin.wait_alive(first, 30)
+    time.sleep(2)  # a create of the second would have started by now
+    assert sim_stats(sim)["creates_total"] == 1
+    assert second not in sim_rock_ids(sim)
+    # Restart: the backend never had it, so its create is queued again and it comes alive.
+    admin.ok("POST", "/restart", {"sandbox_id": second})
+    admin.wait_alive(second, 30)
+    assert sim_stats(sim)["creates_total"] == 2
+    assert sorted(sim_rock_ids(sim)) == sorted([first, second])
 
 
 @test
