@@ -27,6 +27,8 @@
 #include "store/store.h"
 #include "store/store_metrics.h"
 #include "domain/sweeper.h"
+#include "domain/create_queue.h"
+#include "domain/lifecycle.h"
 #include "domain/reconciler.h"
 #include "domain/endpoint_cache.h"
 #include "relay/relay_loop.h"
@@ -180,6 +182,10 @@ static void wait_and_drain(struct rk_app *app, sigset_t *set)
     int left = rk_http_inflight(app);
     if (left > 0)
         rk_warn("drain deadline reached: aborting %d in-flight request(s)", left);
+    /* Creates running now finish (a few seconds at most); the queued ones stay in the
+     * store for another admin (or this one after a restart). */
+    int64_t creates_until = rk_now_ms() + 3000;
+    rk_create_queue_stop(app, deadline > creates_until ? deadline : creates_until);
     app->stopping = 1;
     rk_host_shutdown();
     if (rk_app_bg_wait(rk_now_ms() + 5000) > 0)
@@ -395,6 +401,10 @@ int main(int argc, char **argv)
     rk_access_install();
     if (rk_relay_touch_start(&app) != 0 || rk_relay_loops_start(&app, relay_threads(cfg)) != 0)
         goto out;
+    if (rk_create_queue_start(&app, rk_lifecycle_create_queued) != 0) {
+        rk_err("cannot start the create queue");
+        goto out;
+    }
     if (rk_http_start(&app) != 0)
         goto out;
     if (rk_sweeper_start(&app) != 0)
@@ -411,6 +421,7 @@ int main(int argc, char **argv)
 out:
     rk_relay_loops_stop(); /* every relay still open is closed and freed */
     rk_relay_touch_stop();
+    rk_create_queue_stop(&app, rk_now_ms() + 3000);
     rk_http_stop(&app);
     /* Detached HTTP relay workers may still be inside libcurl. */
     rk_relay_wait(rk_now_ms() + 5000);

@@ -5,6 +5,7 @@
  * state it starts from, calls the plugin and persists the transition with a
  * guard (lifecycle.c), so a concurrent delete or restart is never undone.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "api/route_path.h"
@@ -14,6 +15,7 @@
 #include "base/util.h"
 #include "config/config.h"
 #include "domain/archive.h"
+#include "domain/create_queue.h"
 #include "domain/record.h"
 #include "host/host.h"
 #include "host/plugin_loader.h"
@@ -91,8 +93,13 @@ static int backend_move(struct rk_req *r, struct rk_target *t, enum rk_op op, en
     const char *id = rk_arena_strdup(r->call, t->ref.sandbox_id);
     enum rk_state from = t->ref.state;
     int had_upstream = t->ref.upstream_id != NULL;
-    rk_status st;
-    if (op == RK_OP_STOP)
+    rk_status st = RK_OK;
+    /* A create still queued is taken out: the backend never saw the sandbox. */
+    int dequeued = op == RK_OP_STOP && from == RK_STATE_PENDING && !had_upstream &&
+                   rk_create_queue_cancel(r->app, id) == 1;
+    if (dequeued)
+        st = RK_OK;
+    else if (op == RK_OP_STOP)
         RK_UPSTREAM(st, pl, stop, r->call, &t->ref);
     else
         RK_UPSTREAM(st, pl, restart, r->call, &t->ref);
@@ -195,8 +202,30 @@ static void restart(struct rk_req *r, const char *id)
         refuse_state(r, &t, "restarted");
         return;
     }
-    if (backend_move(r, &t, RK_OP_RESTART, RK_STATE_PENDING) != 0)
+    if (!t.ref.upstream_id) {
+        /* Stopped while its create was still queued: the backend never had the sandbox, so
+         * restarting it queues the create again. */
+        rk_target_release(&t);
+        char serr[RK_STORE_ERRLEN];
+        rk_store_rc rc = rk_lifecycle_transition(app, id, RK_STATE_STOPPED, RK_STATE_STOPPED,
+                                                 RK_STATE_PENDING, "restart");
+        if (rc != RK_STORE_OK) {
+            rk_reply_error(r, rc == RK_STORE_ERROR ? RK_E_UNAVAILABLE : RK_E_INVALID,
+                           rk_arena_printf(r->call, "Sandbox %s cannot be restarted: %s", id,
+                                           rc == RK_STORE_ERROR ? "sandbox store unavailable"
+                                                                : "its state changed meanwhile"));
+            return;
+        }
+        if (rk_create_queue_submit(app, r->call, id) != RK_OK) {
+            snprintf(serr, sizeof serr, "%s", rk_call_error_text(r->call));
+            rk_lifecycle_transition(app, id, RK_STATE_PENDING, RK_STATE_PENDING, RK_STATE_STOPPED,
+                                    "submit_failed");
+            rk_reply_error(r, RK_E_INTERNAL, rk_arena_strdup(r->call, serr));
+            return;
+        }
+    } else if (backend_move(r, &t, RK_OP_RESTART, RK_STATE_PENDING) != 0) {
         return;
+    }
     /* Active again: the idle timer runs from now. */
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;

@@ -15,6 +15,8 @@
 #include "base/app.h"
 #include "base/util.h"
 #include "config/config.h"
+#include "domain/create_queue.h"
+#include "domain/lifecycle.h"
 #include "domain/record.h"
 #include "host/host.h"
 #include "host/plugin_loader.h"
@@ -68,24 +70,6 @@ static rk_status check_limits(struct rk_req *r, const struct rk_start_req *s, ch
     return RK_OK;
 }
 
-/* The environment object as the create spec's key/value array (arena). */
-static const struct rk_kv *env_array(struct rk_call *call, json_object *env, size_t *n_out)
-{
-    *n_out = 0;
-    if (!env || !json_object_is_type(env, json_type_object) || json_object_object_length(env) == 0)
-        return NULL;
-    struct rk_kv *kv = rk_arena_alloc(call, (size_t)json_object_object_length(env) * sizeof *kv);
-    size_t n = 0;
-    json_object_object_foreach(env, k, val)
-    {
-        kv[n].key = rk_arena_strdup(call, k);
-        kv[n].value = rk_arena_strdup(call, json_object_get_string(val));
-        n++;
-    }
-    *n_out = n;
-    return kv;
-}
-
 rk_status rk_start_submit(struct rk_req *r, const struct rk_start_req *s, const char **id_out)
 {
     struct rk_app *app = r->app;
@@ -137,6 +121,8 @@ rk_status rk_start_submit(struct rk_req *r, const struct rk_start_req *s, const 
         .auto_clear_minutes = acm,
         .create_deadline_s =
             now + (int64_t)(s->has_startup_timeout ? s->startup_timeout_s : 600.0) + 120,
+        .startup_timeout_s = (int64_t)s->startup_timeout_s,
+        .request_id = rk_call_request_id(r->call),
         .env = s->env,
         .metadata = s->metadata,
         .envd_token_digest = s->envd_token_digest,
@@ -151,28 +137,13 @@ rk_status rk_start_submit(struct rk_req *r, const struct rk_start_req *s, const 
     if (rc != RK_STORE_OK)
         return rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
 
-    /* What the backend create needs: the request as given (the record keeps the normalized
-     * values for the status object). */
-    struct rk_create_spec spec = {.sandbox_id = id,
-                                  .image = s->image,
-                                  .cpus = s->cpus,
-                                  .limit_cpus = s->limit_cpus,
-                                  .memory = s->memory,
-                                  .user_id = s->user_id,
-                                  .experiment_id = s->experiment_id,
-                                  .namespace_name = s->namespace_name,
-                                  .idle_timeout_s = acm * 60,
-                                  .startup_timeout_s = (int64_t)s->startup_timeout_s};
-    spec.env = env_array(r->call, s->env, &spec.env_len);
-    if (rk_lifecycle_create_async(app, r->call, &spec) != RK_OK) {
+    /* The backend create is queued (domain/create_queue.c): a create worker reads what it
+     * needs from the record. Only an exhausted capacity refuses it. */
+    if (rk_create_queue_submit(app, r->call, id) != RK_OK) {
         const char *why = rk_arena_strdup(r->call, rk_call_error_text(r->call));
-        json_object *gone = NULL;
-        /* Nothing was sent upstream: drop the record again. */
-        rk_store_get(app->store, id, &gone, err, sizeof err);
-        if (gone) {
-            rk_lifecycle_delete(app, r->call, gone, "submit_failed");
-            json_object_put(gone);
-        }
+        /* Nothing was sent upstream: the record goes straight to deleted. */
+        rk_lifecycle_transition(app, id, RK_STATE_PENDING, RK_STATE_PENDING, RK_STATE_DELETED,
+                                "submit_failed");
         return rk_call_set_error(r->call, RK_E_INTERNAL,
                                  "Sandbox %s submission failed and has been marked for "
                                  "immediate deletion: %s",

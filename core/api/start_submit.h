@@ -2,7 +2,7 @@
 /*
  * Starting a sandbox once a route has read its request: the business checks
  * (memory and cpus against the runtime maximums), the pending record and the
- * hand-off of the backend create to the lifecycle's background thread. One
+ * queueing of the backend create (domain/create_queue.c). One
  * path for every way in (ROCK's /start and /start_async, E2B's POST
  * /sandboxes), so a sandbox is the same record whichever route made it.
  */

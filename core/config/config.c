@@ -144,6 +144,10 @@ const struct core_key rk_core_keys[] = {
     /* state from a reconciler; proxy endpoint cache */
     {"runtime", "reconcile_interval_ms", CT_INT, F(runtime.reconcile_interval_ms), 0, INT_MAX, 0,
      NULL},
+    /* the create queue */
+    {"runtime", "create_concurrency", CT_INT, F(runtime.create_concurrency), 1, 4096, 0, NULL},
+    {"runtime", "create_rate", CT_INT, F(runtime.create_rate), 0, 1000000, 0, NULL},
+    {"runtime", "create_queue_max", CT_I64, F(runtime.create_queue_max), 1, 100000000, 0, NULL},
     {"proxy", "endpoint_cache_ttl_ms", CT_INT, F(proxy.endpoint_cache_ttl_ms), 0, INT_MAX, 0, NULL},
     /* relay loops of the WebSocket and port-forward relays (0 = one per CPU) */
     {"proxy", "relay_threads", CT_INT, F(proxy.relay_threads), 0, 1024, 0, NULL},
@@ -220,6 +224,9 @@ struct rk_config *rk_config_defaults(void)
     c->runtime.start_wait_s = 85;
     c->runtime.command_timeout_margin_s = 30;
     c->runtime.reconcile_interval_ms = 1000;
+    c->runtime.create_concurrency = 64;
+    c->runtime.create_rate = 0;
+    c->runtime.create_queue_max = 100000;
     c->proxy.endpoint_cache_ttl_ms = 5000;
     c->redis.host = rk_config_strdup("");
     c->redis.port = 6379;

@@ -87,6 +87,10 @@ struct rk_config {
         int start_wait_s;               /* /start waits this long, default 85 */
         int command_timeout_margin_s;   /* grace after a command timeout, default 30 */
         int reconcile_interval_ms;      /* reconciler pass period, default 1000; 0 = off */
+        /* the create queue (domain/create_queue.c) */
+        int create_concurrency;   /* backend creates at once, store-wide; default 64 */
+        int create_rate;          /* backend creates started per second; 0 = no limit */
+        int64_t create_queue_max; /* queued + running creates, store-wide; default 100000 */
         /* /archive access */
         char *archive_keys; /* X-Key allow-list of /archive, comma-separated; NULL = any */
     } runtime;

@@ -13,6 +13,7 @@
 
 #include "base/app.h"
 #include "domain/archive.h"
+#include "domain/create_queue.h"
 #include "config/config.h"
 #include "domain/dispatch.h"
 #include "host/host.h"
@@ -22,9 +23,6 @@
 #include "domain/record.h"
 #include "store/store.h"
 #include "base/util.h"
-
-/* Upper bound of concurrent background creates (each holds one thread). */
-#define MAX_BG_CREATES 512
 
 /* ---- record patches --------------------------------------------------------- */
 
@@ -144,63 +142,138 @@ void rk_lifecycle_run_deferred(struct rk_app *app)
     }
 }
 
-/* ---- background create -------------------------------------------------------- */
+/* ---- the backend create of a queued record ------------------------------------- */
 
-struct create_job {
-    struct rk_app *app;
-    struct rk_create_spec spec;
-    struct rk_kv *env;
-    char request_id[40];
+/* What a claimed create needs from its record, checked and stamped in one update. */
+struct create_claim {
+    const char *tag;
+    int64_t now_s;
+    int ok;           /* out: the record still waits for its create */
+    int64_t attempts; /* out: creates started for it before this one */
 };
 
-static atomic_int bg_creates;
-
-static void job_free(struct create_job *j)
+/* rk_store_update callback: a pending record without a backend sandbox and without a
+ * failure gets a fresh create deadline (the wait in the queue does not count) and one more
+ * attempt; anything else is left alone (deleted or stopped meanwhile, or created already). */
+static int claim_record(json_object *rec, void *ctx)
 {
-    free((char *)j->spec.sandbox_id);
-    free((char *)j->spec.image);
-    free((char *)j->spec.memory);
-    free((char *)j->spec.user_id);
-    free((char *)j->spec.experiment_id);
-    free((char *)j->spec.namespace_name);
-    for (size_t i = 0; i < j->spec.env_len; i++) {
-        free((char *)j->env[i].key);
-        free((char *)j->env[i].value);
-    }
-    free(j->env);
-    free(j);
+    struct create_claim *c = ctx;
+    c->ok = 0;
+    json_object *v;
+    if (rk_rec_state(rec) != RK_STATE_PENDING || rk_rec_upstream_id(rec, c->tag) ||
+        (json_object_object_get_ex(rec, "create_failed", &v) && json_object_get_boolean(v)))
+        return 1;
+    int64_t startup = 600;
+    if (json_object_object_get_ex(rec, "create_startup_timeout", &v) && v)
+        startup = json_object_get_int64(v);
+    c->attempts = 0;
+    if (json_object_object_get_ex(rec, "create_attempts", &v) && v)
+        c->attempts = json_object_get_int64(v);
+    json_object_object_add(rec, "create_attempts", json_object_new_int64(c->attempts + 1));
+    json_object_object_add(rec, "create_deadline", json_object_new_int64(c->now_s + startup + 120));
+    c->ok = 1;
+    return 0;
 }
 
-static void *create_thread(void *arg)
+/* A string member of rec copied (NULL when absent). */
+static char *rec_dup(json_object *rec, const char *key)
 {
-    struct create_job *j = arg;
-    struct rk_app *app = j->app;
+    const char *s = rk_rec_str(rec, key);
+    return s ? rk_xstrdup(s) : NULL;
+}
+
+/* A number member of rec, or def. */
+static double rec_num(json_object *rec, const char *key, double def)
+{
+    json_object *v;
+    return json_object_object_get_ex(rec, key, &v) && v ? json_object_get_double(v) : def;
+}
+
+/* The backend answered with upstream (created, or found after a lost reply): record it, or
+ * remove the new backend sandbox when the record was deleted or created meanwhile. */
+static void record_created(struct rk_app *app, struct rk_call *call, const char *id,
+                           const struct rk_created *out)
+{
     const struct rk_plugin *pl = app->plugin;
-    struct rk_call *call = rk_call_new(j->request_id, -1, 0);
+    struct patch p = {.expect = RK_STATE_PENDING,
+                      .tag = pl->desc->backend_tag,
+                      .upstream_id = out->upstream_id,
+                      .image = out->image,
+                      .host_name = out->host_name ? out->host_name : out->upstream_id,
+                      .create_done = 1};
+    rk_store_rc rc = patch_record(app, id, &p, NULL);
+    if (rc != RK_STORE_OK) {
+        /* The record was deleted (or is gone) while we created: do not
+         * leave a sandbox that no record owns. */
+        struct rk_sandbox_ref ref = {id, out->upstream_id, pl->desc->backend_tag, RK_STATE_DELETED};
+        rk_status ds;
+        RK_UPSTREAM(ds, pl, destroy, call, &ref);
+        rk_info("sandbox %s: deleted during create; removed the new backend sandbox (%s)", id,
+                ds == RK_OK ? "ok" : rk_call_error_text(call));
+    } else {
+        rk_info("sandbox %s: created in backend", id);
+    }
+}
+
+void rk_lifecycle_create_queued(struct rk_app *app, const char *id)
+{
+    const struct rk_plugin *pl = app->plugin;
+    const char *tag = pl->desc->backend_tag;
+    char err[RK_STORE_ERRLEN];
+    struct create_claim cc = {.tag = tag, .now_s = rk_epoch_s()};
+    json_object *rec = NULL;
+    rk_store_rc rc = rk_store_update(app->store, id, claim_record, &cc, &rec, err, sizeof err);
+    if (rc == RK_STORE_ERROR)
+        rk_warn("sandbox %s: cannot read its record for the create: %s", id, err);
+    if (rc != RK_STORE_OK || !cc.ok || !rec) {
+        json_object_put(rec); /* deleted, stopped or created meanwhile: nothing to do */
+        return;
+    }
+    /* What the backend create needs, from the record start_async stored. */
+    struct rk_create_spec spec = {0};
+    spec.sandbox_id = id;
+    char *image = rec_dup(rec, "image");
+    char *memory = rec_dup(rec, "memory_requested");
+    if (!memory)
+        memory = rec_dup(rec, "memory");
+    char *user = rec_dup(rec, "user_id");
+    char *exp = rec_dup(rec, "experiment_id");
+    char *ns = rec_dup(rec, "namespace");
+    const char *rid = rk_rec_str(rec, "create_request_id");
+    spec.image = image;
+    spec.memory = memory;
+    spec.user_id = user;
+    spec.experiment_id = exp;
+    spec.namespace_name = ns;
+    spec.cpus = rec_num(rec, "cpus", 2.0);
+    spec.limit_cpus = rec_num(rec, "limit_cpus", 0);
+    spec.idle_timeout_s = (int64_t)rec_num(rec, "auto_clear_time", 0) * 60;
+    spec.startup_timeout_s = (int64_t)rec_num(rec, "create_startup_timeout", 600);
+    struct rk_call *call = rk_call_new(rid ? rid : "create", -1, 0);
+    spec.env = rk_rec_env(call, rec, &spec.env_len); /* copied into the call's arena */
+    json_object_put(rec);
+
     struct rk_created out = {0};
-    rk_status st;
-    RK_UPSTREAM(st, pl, create, call, &j->spec, &out);
-    const char *id = j->spec.sandbox_id;
-    if (st == RK_OK && out.upstream_id) {
-        struct patch p = {.expect = RK_STATE_PENDING,
-                          .tag = pl->desc->backend_tag,
-                          .upstream_id = out.upstream_id,
-                          .image = out.image,
-                          .host_name = out.host_name ? out.host_name : out.upstream_id,
-                          .create_done = 1};
-        rk_store_rc rc = patch_record(app, id, &p, NULL);
-        if (rc != RK_STORE_OK) {
-            /* The record was deleted (or is gone) while we created: do not
-             * leave a sandbox that no record owns. */
-            struct rk_sandbox_ref ref = {id, out.upstream_id, pl->desc->backend_tag,
-                                         RK_STATE_DELETED};
-            rk_status ds;
-            RK_UPSTREAM(ds, pl, destroy, call, &ref);
-            rk_info("sandbox %s: deleted during create; removed the new backend sandbox (%s)", id,
-                    ds == RK_OK ? "ok" : rk_call_error_text(call));
-        } else {
-            rk_info("sandbox %s: created in backend", id);
+    rk_status st = RK_E_NOT_FOUND;
+    if (cc.attempts > 0) {
+        /* An admin that claimed this create before died or lost its claim: the backend may
+         * have the sandbox already. Adopt it rather than create a second one. */
+        struct rk_sandbox_ref ref = {id, NULL, tag, RK_STATE_PENDING};
+        struct rk_status_info info = {0};
+        RK_UPSTREAM(st, pl, status, call, &ref, &info);
+        if (st == RK_OK && info.upstream_id && info.state != RK_STATE_DELETED) {
+            out.upstream_id = info.upstream_id;
+            out.host_name = info.upstream_id;
+            rk_info("sandbox %s: an earlier create attempt reached the backend; adopted it", id);
+            record_created(app, call, id, &out);
+            goto done;
         }
+        rk_call_clear_error(call);
+        memset(&out, 0, sizeof out);
+    }
+    RK_UPSTREAM(st, pl, create, call, &spec, &out);
+    if (st == RK_OK && out.upstream_id) {
+        record_created(app, call, id, &out);
     } else {
         if (st == RK_OK)
             rk_call_set_error(call, RK_E_UPSTREAM, "backend returned no sandbox id");
@@ -209,65 +282,22 @@ static void *create_thread(void *arg)
             rk_call_error_text(call));
         rk_warn("%s", msg);
         struct patch p = {.expect = RK_STATE_PENDING,
-                          .tag = pl->desc->backend_tag,
+                          .tag = tag,
                           .failure = msg,
                           .create_failed = 1,
                           .create_done = 1};
         patch_record(app, id, &p, NULL);
-        char err[RK_STORE_ERRLEN];
         /* Immediate deletion: the sweeper removes it on its next pass. */
         rk_store_touch(app->store, id, rk_epoch_s(), err, sizeof err);
         free(msg);
     }
+done:
     rk_call_free(call);
-    job_free(j);
-    atomic_fetch_sub(&bg_creates, 1);
-    rk_app_bg_leave();
-    return NULL;
-}
-
-/* strdup that tolerates NULL. */
-static char *dup_or_null(const char *s)
-{
-    return s ? rk_xstrdup(s) : NULL;
-}
-
-rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
-                                    const struct rk_create_spec *spec)
-{
-    if (atomic_fetch_add(&bg_creates, 1) >= MAX_BG_CREATES) {
-        atomic_fetch_sub(&bg_creates, 1);
-        return rk_call_set_error(call, RK_E_UNAVAILABLE,
-                                 "too many sandbox creations in progress (limit %d)",
-                                 MAX_BG_CREATES);
-    }
-    struct create_job *j = calloc(1, sizeof *j);
-    if (!j)
-        abort();
-    j->app = app;
-    j->spec = *spec;
-    j->spec.sandbox_id = dup_or_null(spec->sandbox_id);
-    j->spec.image = dup_or_null(spec->image);
-    j->spec.memory = dup_or_null(spec->memory);
-    j->spec.user_id = dup_or_null(spec->user_id);
-    j->spec.experiment_id = dup_or_null(spec->experiment_id);
-    j->spec.namespace_name = dup_or_null(spec->namespace_name);
-    j->env = calloc(spec->env_len ? spec->env_len : 1, sizeof *j->env);
-    if (!j->env)
-        abort();
-    for (size_t i = 0; i < spec->env_len; i++) {
-        j->env[i].key = rk_xstrdup(spec->env[i].key);
-        j->env[i].value = rk_xstrdup(spec->env[i].value);
-    }
-    j->spec.env = j->env;
-    snprintf(j->request_id, sizeof j->request_id, "%s", rk_call_request_id(call));
-
-    if (rk_app_bg_start(create_thread, j) != 0) {
-        atomic_fetch_sub(&bg_creates, 1);
-        job_free(j);
-        return rk_call_set_error(call, RK_E_INTERNAL, "cannot start the create job");
-    }
-    return RK_OK;
+    free(image);
+    free(memory);
+    free(user);
+    free(exp);
+    free(ns);
 }
 
 /* ---- status refresh ----------------------------------------------------------- */
@@ -325,6 +355,8 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
                 deadline = json_object_get_int64(dl);
             if (rk_epoch_s() < deadline)
                 return RK_OK; /* the create is still running somewhere */
+            if (rk_create_queue_pending(app, id))
+                return RK_OK; /* still waiting in the create queue (or running) */
             struct patch p = {.expect = RK_STATE_PENDING,
                               .tag = tag,
                               .failure = "sandbox creation did not complete: the backend has "
@@ -449,8 +481,12 @@ rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_obj
     const char *id = rk_rec_str(rec, "sandbox_id");
     const char *tag = pl->desc->backend_tag;
     struct rk_sandbox_ref ref = {id, rk_rec_upstream_id(rec, tag), tag, rk_rec_state(rec)};
-    rk_status st;
-    RK_UPSTREAM(st, pl, destroy, call, &ref);
+    rk_status st = RK_OK;
+    /* A create still in the queue is taken out: the backend never hears of the sandbox. */
+    int dequeued =
+        ref.state == RK_STATE_PENDING && !ref.upstream_id && rk_create_queue_cancel(app, id) == 1;
+    if (!dequeued)
+        RK_UPSTREAM(st, pl, destroy, call, &ref);
     if (st != RK_OK)
         return st; /* the record stays as it was (B40) */
     struct patch p = {.to = RK_STATE_DELETED, .event = event};

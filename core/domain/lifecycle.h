@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Lifecycle logic shared by routes and the background passes: background
- * create, status refresh (persisting pending->running, vanished->deleted,
+ * Lifecycle logic shared by routes and the background passes: the backend
+ * create of a queued record, status refresh (persisting pending->running, vanished->deleted,
  * failures), guarded state transitions, and delete (kill upstream, mark
  * deleted, clear session mappings). The session mappings of a sandbox that a
  * status read found gone are cleared by the next background pass (the
@@ -30,10 +30,14 @@
 struct rk_app;
 struct rk_call;
 
-/** Start the backend create for a stored pending record on a background
- *  thread. spec strings are copied. Returns RK_OK or an error on call. */
-rk_status rk_lifecycle_create_async(struct rk_app *app, struct rk_call *call,
-                                    const struct rk_create_spec *spec);
+/** Run the backend create of the stored pending record id (a create worker
+ *  claimed it from the create queue, create_queue.h). The record is re-read:
+ *  nothing happens when it left pending, has a backend sandbox or a failure.
+ *  Otherwise its create deadline restarts, the plugin's create() runs (after a
+ *  status() by sandbox id when an earlier attempt may have reached the
+ *  backend), and the outcome is recorded: the backend id, or the failure that
+ *  marks the record for immediate deletion. */
+void rk_lifecycle_create_queued(struct rk_app *app, const char *id);
 
 /**
  * Ask the backend for the state of an active record and persist what it

@@ -258,6 +258,25 @@ int rk_memory_normalize(const char *mem, char out[32], double *bytes_out)
     return 0;
 }
 
+const struct rk_kv *rk_rec_env(struct rk_call *call, json_object *rec, size_t *n_out)
+{
+    json_object *env = NULL;
+    *n_out = 0;
+    if (!json_object_object_get_ex(rec, "env", &env) || !json_object_is_type(env, json_type_object) ||
+        json_object_object_length(env) == 0)
+        return NULL;
+    struct rk_kv *kv = rk_arena_alloc(call, (size_t)json_object_object_length(env) * sizeof *kv);
+    size_t n = 0;
+    json_object_object_foreach(env, k, val)
+    {
+        kv[n].key = rk_arena_strdup(call, k);
+        kv[n].value = rk_arena_strdup(call, json_object_get_string(val));
+        n++;
+    }
+    *n_out = n;
+    return kv;
+}
+
 json_object *rk_rec_new_pending(const struct rk_rec_start *s)
 {
     char iso[32];
@@ -294,5 +313,9 @@ json_object *rk_rec_new_pending(const struct rk_rec_start *s)
     json_object_object_add(rec, "state_history", json_object_new_array());
     rk_rec_set_backend(rec, s->backend_tag, NULL);
     json_object_object_add(rec, "create_deadline", json_object_new_int64(s->create_deadline_s));
+    json_object_object_add(rec, "create_startup_timeout",
+                           json_object_new_int64(s->startup_timeout_s));
+    if (s->request_id)
+        rk_rec_set_str(rec, "create_request_id", s->request_id);
     return rec;
 }

@@ -10,7 +10,9 @@
  * state_history (<= 100 entries), failure {phase, message} when the backend
  * reported a failure, envd_token_sha256 (hex digest of the E2B envd access
  * token, only for sandboxes POST /sandboxes made with authentication on;
- * never shown).
+ * never shown). Not shown to clients either: create_deadline,
+ * create_startup_timeout, create_request_id and create_attempts (the create
+ * queue's), create_failed, backend_state.
  */
 #ifndef RK_RECORD_H
 #define RK_RECORD_H
@@ -57,10 +59,17 @@ struct rk_rec_start {
     int64_t now_s;                 /* creation time (epoch seconds) */
     int64_t auto_clear_minutes;    /* idle timeout */
     int64_t create_deadline_s;     /* until then a missing backend sandbox is "still creating" */
+    int64_t startup_timeout_s;     /* the create's startup timeout (the queued create reads it) */
+    const char *request_id;        /* the start request's id (the create logs under it) */
     json_object *env;              /* object of strings or NULL (copied): the sandbox environment */
     json_object *metadata;         /* object of strings or NULL (copied): the client's metadata */
     const char *envd_token_digest; /* hex SHA-256 of the E2B envd access token, or NULL */
 };
+
+/** The record's "env" (the sandbox environment a client gave at start) as a
+ *  key/value array in call's arena, for the create spec; NULL with *n_out 0
+ *  when there is none. */
+const struct rk_kv *rk_rec_env(struct rk_call *call, json_object *rec, size_t *n_out);
 
 /** The stored record of a sandbox that start/start_async just accepted
  *  (state pending, empty history, backend tag set). New reference. */

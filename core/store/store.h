@@ -27,6 +27,7 @@ typedef enum rk_store_rc {
     RK_STORE_EXISTS = 2,    /* create: an active record exists; reserve: name taken */
     RK_STORE_CONFLICT = 3,  /* commit/rollback/remove: the expected owner/value is gone */
     RK_STORE_ABORTED = 4,   /* update: the callback declined to write */
+    RK_STORE_FULL = 5,      /* create queue: its capacity is reached */
     RK_STORE_ERROR = -1,    /* store unreachable or failed; see err */
 } rk_store_rc;
 
@@ -218,5 +219,85 @@ rk_store_rc rk_store_lease(struct rk_store *st, const char *name, const char *ow
 /** Store the reconciler's mark (its last pass time and outcome), read back by
  *  rk_store_get_touch; truncated to RK_STORE_MARK_MAX - 1 bytes. */
 rk_store_rc rk_store_set_mark(struct rk_store *st, const char *value, char *err, size_t errlen);
+
+/* ---- the create queue ---------------------------------------------------- */
+/*
+ * Sandbox creates waiting for the backend, shared by every admin on the store.
+ * An entry is "queued" (ordered by its enqueue time, FIFO) until an admin
+ * claims it; it is then "claimed" by that admin under a lease, renewed while
+ * the backend create runs, until the admin marks it done. A claim whose lease
+ * ran out (its admin died) goes back to the queue with its enqueue time, so
+ * the next claim by any admin takes it first. An admin claims the entries it
+ * queued itself at once and another admin's once they have waited
+ * steal_after_ms (so a create normally runs where it was accepted, and the
+ * others take over a backlog or a dead admin's queue). Claims never let more
+ * than `concurrency` entries be claimed store-wide, nor more than `rate` be
+ * claimed in one wall-clock second (0 = no rate limit). Times are the
+ * callers' epoch milliseconds (the admins' clocks should agree to well within
+ * a lease).
+ */
+
+/** Longest owner name of the create queue (an admin's host:pid:random). */
+#define RK_CREATEQ_OWNER_MAX 127
+
+/** One claimed create: the sandbox id (malloc'd) and its enqueue time (epoch ms). */
+struct rk_createq_item {
+    char *id;
+    int64_t enqueued_ms;
+};
+
+/** What one claim may take. */
+struct rk_createq_claim {
+    const char *owner;  /* this admin (as given to push; <= RK_CREATEQ_OWNER_MAX bytes) */
+    int64_t now_ms;     /* epoch ms */
+    int lease_ms;       /* the claim holds this long unless renewed */
+    size_t want;        /* at most this many items */
+    int concurrency;    /* store-wide bound of claimed entries */
+    int rate;           /* store-wide claims per wall-clock second; 0 = unbounded */
+    int steal_after_ms; /* another admin's entries are taken after waiting this long */
+};
+
+/** Queue a create for sandbox id at now_ms, owned by owner, unless queued and claimed
+ *  entries already number max (RK_STORE_FULL). Queuing an id already queued or claimed
+ *  is RK_STORE_OK and changes nothing. */
+rk_store_rc rk_createq_push(struct rk_store *st, const char *id, const char *owner, int64_t now_ms,
+                            long long max, char *err, size_t errlen);
+
+/** Claim the oldest eligible entries (see above). Expired claims are first put back in the
+ *  queue; *requeued_out (may be NULL) receives how many. *items_out (free with
+ *  rk_createq_free_items) receives *n_out items in enqueue order. */
+rk_store_rc rk_createq_claim(struct rk_store *st, const struct rk_createq_claim *c,
+                             struct rk_createq_item **items_out, size_t *n_out,
+                             size_t *requeued_out, char *err, size_t errlen);
+
+/** Extend every claim owner holds to deadline_ms (epoch ms); *n_out (may be NULL) receives
+ *  how many it still held. */
+rk_store_rc rk_createq_renew(struct rk_store *st, const char *owner, int64_t deadline_ms,
+                             size_t *n_out, char *err, size_t errlen);
+
+/** The create of id is finished (whatever its outcome): drop owner's claim.
+ *  RK_STORE_CONFLICT when owner no longer holds it. */
+rk_store_rc rk_createq_done(struct rk_store *st, const char *id, const char *owner, char *err,
+                            size_t errlen);
+
+/** Put owner's claim of id back in the queue with its enqueue time (the create was never
+ *  started). RK_STORE_CONFLICT when owner no longer holds it. */
+rk_store_rc rk_createq_release(struct rk_store *st, const char *id, const char *owner, char *err,
+                               size_t errlen);
+
+/** Remove id from the queue if it is still queued (not claimed): RK_STORE_OK when removed
+ *  (its create will never run), RK_STORE_NOT_FOUND otherwise. */
+rk_store_rc rk_createq_cancel(struct rk_store *st, const char *id, char *err, size_t errlen);
+
+/** Where id is: *where_out 0 = not in the queue, 1 = queued, 2 = claimed. */
+rk_store_rc rk_createq_where(struct rk_store *st, const char *id, int *where_out, char *err,
+                             size_t errlen);
+
+/** Queued and claimed entries, store-wide (for /metrics). */
+rk_store_rc rk_createq_depth(struct rk_store *st, size_t *queued_out, size_t *claimed_out,
+                             char *err, size_t errlen);
+
+/** Free the items of rk_createq_claim. */
+void rk_createq_free_items(struct rk_createq_item *items, size_t n);
 
 #endif /* RK_STORE_H */

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -401,4 +402,125 @@ rk_store_rc rk_store_lease(struct rk_store *st, const char *name, const char *ow
     if (rc != RK_STORE_OK)
         return rc;
     return counted(st, st->ops->lease(st, name, owner, ttl_ms, err, errlen));
+}
+
+/* ---- the create queue ---- */
+
+/* An owner name the queue can store. */
+static bool owner_ok(const char *owner)
+{
+    return !owner || strnlen(owner, RK_CREATEQ_OWNER_MAX + 1) <= RK_CREATEQ_OWNER_MAX;
+}
+
+/* Queue one create. */
+rk_store_rc rk_createq_push(struct rk_store *st, const char *id, const char *owner, int64_t now_ms,
+                            long long max, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    rk_store_rc rc =
+        check(st, max > 0 && owner_ok(owner), err, errlen, "sandbox id", id, "owner", owner, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return counted(st, st->ops->cq_push(st, id, owner, now_ms, max, err, errlen));
+}
+
+/* Claim the oldest eligible creates. */
+rk_store_rc rk_createq_claim(struct rk_store *st, const struct rk_createq_claim *c,
+                             struct rk_createq_item **items_out, size_t *n_out,
+                             size_t *requeued_out, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (items_out)
+        *items_out = NULL;
+    if (n_out)
+        *n_out = 0;
+    if (requeued_out)
+        *requeued_out = 0;
+    rk_store_rc rc = check(st, c && items_out && n_out && c->lease_ms > 0 && owner_ok(c->owner),
+                           err, errlen, "owner", c ? c->owner : NULL, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return counted(st, st->ops->cq_claim(st, c, items_out, n_out, requeued_out, err, errlen));
+}
+
+/* Renew every claim of owner. */
+rk_store_rc rk_createq_renew(struct rk_store *st, const char *owner, int64_t deadline_ms,
+                             size_t *n_out, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (n_out)
+        *n_out = 0;
+    rk_store_rc rc = check(st, owner_ok(owner), err, errlen, "owner", owner, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return counted(st, st->ops->cq_renew(st, owner, deadline_ms, n_out, err, errlen));
+}
+
+/* Drop a finished claim. */
+rk_store_rc rk_createq_done(struct rk_store *st, const char *id, const char *owner, char *err,
+                            size_t errlen)
+{
+    err_reset(err, errlen);
+    rk_store_rc rc =
+        check(st, owner_ok(owner), err, errlen, "sandbox id", id, "owner", owner, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return counted(st, st->ops->cq_done(st, id, owner, err, errlen));
+}
+
+/* Give an unstarted claim back to the queue. */
+rk_store_rc rk_createq_release(struct rk_store *st, const char *id, const char *owner, char *err,
+                               size_t errlen)
+{
+    err_reset(err, errlen);
+    rk_store_rc rc =
+        check(st, owner_ok(owner), err, errlen, "sandbox id", id, "owner", owner, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return counted(st, st->ops->cq_release(st, id, owner, err, errlen));
+}
+
+/* Take a still-queued create out of the queue. */
+rk_store_rc rk_createq_cancel(struct rk_store *st, const char *id, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    rk_store_rc rc = check(st, true, err, errlen, "sandbox id", id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return counted(st, st->ops->cq_cancel(st, id, err, errlen));
+}
+
+/* Where a create is. */
+rk_store_rc rk_createq_where(struct rk_store *st, const char *id, int *where_out, char *err,
+                             size_t errlen)
+{
+    err_reset(err, errlen);
+    if (where_out)
+        *where_out = 0;
+    rk_store_rc rc = check(st, where_out != NULL, err, errlen, "sandbox id", id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return counted(st, st->ops->cq_where(st, id, where_out, err, errlen));
+}
+
+/* Queue sizes. */
+rk_store_rc rk_createq_depth(struct rk_store *st, size_t *queued_out, size_t *claimed_out,
+                             char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (queued_out)
+        *queued_out = 0;
+    if (claimed_out)
+        *claimed_out = 0;
+    if (!st || !queued_out || !claimed_out)
+        return invalid(st, "argument", err, errlen);
+    return counted(st, st->ops->cq_depth(st, queued_out, claimed_out, err, errlen));
+}
+
+/* Free claimed items. */
+void rk_createq_free_items(struct rk_createq_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(items[i].id);
+    free(items);
 }

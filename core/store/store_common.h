@@ -71,6 +71,22 @@ typedef rk_store_rc rk_store_list_page_fn(struct rk_store *st, size_t offset, si
 typedef rk_store_rc rk_store_count_states_fn(struct rk_store *st, size_t *pending_out,
                                              size_t *running_out, char *err, size_t errlen);
 
+typedef rk_store_rc rk_createq_push_fn(struct rk_store *st, const char *id, const char *owner,
+                                       int64_t now_ms, long long max, char *err, size_t errlen);
+typedef rk_store_rc rk_createq_claim_fn(struct rk_store *st, const struct rk_createq_claim *c,
+                                        struct rk_createq_item **items_out, size_t *n_out,
+                                        size_t *requeued_out, char *err, size_t errlen);
+typedef rk_store_rc rk_createq_renew_fn(struct rk_store *st, const char *owner, int64_t deadline_ms,
+                                        size_t *n_out, char *err, size_t errlen);
+typedef rk_store_rc rk_createq_id_owner_fn(struct rk_store *st, const char *id, const char *owner,
+                                           char *err, size_t errlen);
+typedef rk_store_rc rk_createq_cancel_fn(struct rk_store *st, const char *id, char *err,
+                                         size_t errlen);
+typedef rk_store_rc rk_createq_where_fn(struct rk_store *st, const char *id, int *where_out,
+                                        char *err, size_t errlen);
+typedef rk_store_rc rk_createq_depth_fn(struct rk_store *st, size_t *queued_out,
+                                        size_t *claimed_out, char *err, size_t errlen);
+
 /** Backend entry points; arguments are already validated by store_api.c. */
 struct rk_store_ops {
     rk_store_close_fn *close;
@@ -98,6 +114,15 @@ struct rk_store_ops {
     rk_store_count_states_fn *count_states;
     /* records that carry a background job (archive/restore) */
     rk_store_list_active_fn *list_jobs;
+    /* the create queue */
+    rk_createq_push_fn *cq_push;
+    rk_createq_claim_fn *cq_claim;
+    rk_createq_renew_fn *cq_renew;
+    rk_createq_id_owner_fn *cq_done;
+    rk_createq_id_owner_fn *cq_release;
+    rk_createq_cancel_fn *cq_cancel;
+    rk_createq_where_fn *cq_where;
+    rk_createq_depth_fn *cq_depth;
 };
 
 /** Common head of every backend's store object (first member). */

@@ -36,6 +36,7 @@ static void mem_close(struct rk_store *st)
     rkm_map_free(&m->records);
     rkm_map_free(&m->sessions);
     rkm_map_free(&m->claims);
+    rkm_cq_free(m);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }
@@ -73,6 +74,14 @@ static const struct rk_store_ops mem_ops = {
     .set_mark = rkm_set_mark,
     .list_page = rkm_list_page,
     .count_states = rkm_count_states,
+    .cq_push = rkm_cq_push,
+    .cq_claim = rkm_cq_claim,
+    .cq_renew = rkm_cq_renew,
+    .cq_done = rkm_cq_done,
+    .cq_release = rkm_cq_release,
+    .cq_cancel = rkm_cq_cancel,
+    .cq_where = rkm_cq_where,
+    .cq_depth = rkm_cq_depth,
 };
 
 /* Open the in-process store. */
@@ -82,10 +91,12 @@ struct rk_store *rk_store_open_memory(void)
     if (!m)
         return NULL;
     if (rkm_map_init(&m->records, rkm_free_rec) != 0 ||
-        rkm_map_init(&m->sessions, free_session_map) != 0 || rkm_map_init(&m->claims, free) != 0) {
+        rkm_map_init(&m->sessions, free_session_map) != 0 || rkm_map_init(&m->claims, free) != 0 ||
+        rkm_map_init(&m->cq_index, rkm_cq_keep) != 0) {
         rkm_map_free(&m->records);
         rkm_map_free(&m->sessions);
         rkm_map_free(&m->claims);
+        rkm_map_free(&m->cq_index);
         free(m);
         return NULL;
     }

@@ -7,6 +7,7 @@
  *   store_memory_index.c     lists over the records: active, expired, pages, state counts
  *   store_memory_sessions.c  the session-name registry
  *   store_memory_lease.c     claims, leases and the reconciler's mark
+ *   store_memory_createq.c   the create queue
  * The entry points take the store's mutex themselves; the map functions and those marked
  * "caller holds the lock" expect it held. */
 #ifndef RK_STORE_MEMORY_INTERNAL_H
@@ -49,6 +50,21 @@ struct purge_ent {
     char id[];
 };
 
+/* One create-queue entry: queued (claimed_until 0) or claimed. */
+struct cq_ent {
+    struct cq_ent *prev, *next; /* in the queue or in the claimed list */
+    int64_t enqueued_ms;
+    int64_t claimed_until;                /* epoch ms; 0 = queued */
+    char owner[RK_CREATEQ_OWNER_MAX + 1]; /* "" = nobody's (queued again) */
+    char id[];
+};
+
+/* A doubly linked list of entries. */
+struct cq_list {
+    struct cq_ent *head, *tail;
+    size_t n;
+};
+
 /* The memory store. */
 struct mem_store {
     struct rk_store base;
@@ -58,6 +74,11 @@ struct mem_store {
     struct mem_map claims;        /* name -> int64_t deadline ms */
     char mark[RK_STORE_MARK_MAX]; /* the reconciler's mark */
     struct purge_ent *purge_head, *purge_tail;
+    struct mem_map cq_index;  /* id -> struct cq_ent (owned by the lists) */
+    struct cq_list cq_queued; /* FIFO by enqueue time */
+    struct cq_list cq_claimed;
+    int64_t cq_rate_sec; /* the wall-clock second cq_rate_used counts */
+    int cq_rate_used;
 };
 
 /* Return the memory store behind the interface pointer. */
@@ -115,6 +136,19 @@ rk_store_session_get_fn rkm_session_get;
 rk_store_session_remove_fn rkm_session_remove;
 rk_store_session_clear_fn rkm_session_clear;
 rk_store_session_count_fn rkm_session_count;
+/* store_memory_createq.c */
+/** Free every create-queue entry. */
+void rkm_cq_free(struct mem_store *m);
+/** Value destructor of cq_index: nothing (the lists own the entries). */
+void rkm_cq_keep(void *v);
+rk_createq_push_fn rkm_cq_push;
+rk_createq_claim_fn rkm_cq_claim;
+rk_createq_renew_fn rkm_cq_renew;
+rk_createq_id_owner_fn rkm_cq_done;
+rk_createq_id_owner_fn rkm_cq_release;
+rk_createq_cancel_fn rkm_cq_cancel;
+rk_createq_where_fn rkm_cq_where;
+rk_createq_depth_fn rkm_cq_depth;
 /* store_memory_lease.c */
 rk_store_claim_fn rkm_claim;
 rk_store_lease_fn rkm_lease;

@@ -10,6 +10,7 @@
  *   <p>state:pending|running  set per active state (counts for /metrics)
  *   <p>index:v2            marker: the two indexes above are complete (rebuilt
  *                          once from <p>active for data written before them)
+ *   <p>createq...          the create queue (keys listed in store_redis_createq.c)
  * Record creation, touch and every registry change are Lua scripts (atomic in
  * Redis); rk_store_update is WATCH/MULTI/EXEC with at most 5 attempts.
  * Connections come from a bounded pool; broken ones are freed and reconnection
@@ -98,6 +99,14 @@ static const struct rk_store_ops redis_ops = {
     .set_mark = rkr_set_mark,
     .list_page = rkr_list_page,
     .count_states = rkr_count_states,
+    .cq_push = rkr_cq_push,
+    .cq_claim = rkr_cq_claim,
+    .cq_renew = rkr_cq_renew,
+    .cq_done = rkr_cq_done,
+    .cq_release = rkr_cq_release,
+    .cq_cancel = rkr_cq_cancel,
+    .cq_where = rkr_cq_where,
+    .cq_depth = rkr_cq_depth,
 };
 
 /* Parse "host:port,host:port" (IPv6 as [addr]:port) into rs->sentinels. */

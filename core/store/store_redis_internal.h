@@ -10,6 +10,7 @@
  *   store_redis_index.c     the active, idle-deadline, list and per-state indexes
  *   store_redis_sessions.c  the session-name registry
  *   store_redis_lease.c     claims, leases and the reconciler's mark
+ *   store_redis_createq.c   the create queue (with its own scripts)
  * The key layout is described in store_redis.c. */
 #ifndef RK_STORE_REDIS_INTERNAL_H
 #define RK_STORE_REDIS_INTERNAL_H
@@ -195,6 +196,15 @@ rk_store_session_get_fn rkr_session_get;
 rk_store_session_remove_fn rkr_session_remove;
 rk_store_session_clear_fn rkr_session_clear;
 rk_store_session_count_fn rkr_session_count;
+/* store_redis_createq.c */
+rk_createq_push_fn rkr_cq_push;
+rk_createq_claim_fn rkr_cq_claim;
+rk_createq_renew_fn rkr_cq_renew;
+rk_createq_id_owner_fn rkr_cq_done;
+rk_createq_id_owner_fn rkr_cq_release;
+rk_createq_cancel_fn rkr_cq_cancel;
+rk_createq_where_fn rkr_cq_where;
+rk_createq_depth_fn rkr_cq_depth;
 /* store_redis_lease.c */
 rk_store_claim_fn rkr_claim;
 rk_store_lease_fn rkr_lease;

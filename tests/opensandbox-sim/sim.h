@@ -131,6 +131,7 @@ struct sim_global {
     char *execd_header_name, *execd_header_value;
     char *egress_token; /* --egress-token: OPENSANDBOX-EGRESS-AUTH the egress API requires */
     int64_t ready_delay_ms;
+    int64_t create_delay_ms; /* --create-delay-ms: POST /sandboxes answers after this long */
     int64_t max_timeout_s;
     int max_sandboxes;
     int max_connections; /* --max-connections: concurrent HTTP connections (default 512) */
@@ -266,6 +267,8 @@ int sim_remove_all(const char *path);
 /* sim_faults.c */
 void sim_faults_get(struct sim_faults *out);
 enum MHD_Result sim_faults_handle(struct MHD_Connection *c, struct sim_req *r, const char *path);
+/* GET /_sim/stats: create counters (creates_in_flight, creates_in_flight_max, creates_total). */
+enum MHD_Result sim_stats_handle(struct MHD_Connection *c);
 bool sim_fault_take_status(bool execd, int *status);
 bool sim_fault_take_drop(bool execd);
 bool sim_fault_take_drop_create(void);

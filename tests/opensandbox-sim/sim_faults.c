@@ -233,7 +233,8 @@ static enum MHD_Result sim_sandbox_fault(struct MHD_Connection *c, const char *i
     return sim_reply_empty(c, 204);
 }
 
-/* Control API: GET/POST/DELETE /_sim/faults, POST /_sim/sandboxes/<id>/{vanish,fail,expire}. */
+/* Control API: GET/POST/DELETE /_sim/faults, POST /_sim/sandboxes/<id>/{vanish,fail,expire},
+ * GET /_sim/stats. */
 enum MHD_Result sim_faults_handle(struct MHD_Connection *c, struct sim_req *r, const char *path)
 {
     if (strcmp(path, "/faults") == 0) {
@@ -261,6 +262,8 @@ enum MHD_Result sim_faults_handle(struct MHD_Connection *c, struct sim_req *r, c
                 return sim_sandbox_fault(c, id, 2);
         }
     }
+    if (strcmp(path, "/stats") == 0 && strcmp(r->method, "GET") == 0)
+        return sim_stats_handle(c);
     if (strcmp(path, "/health") == 0)
         return sim_reply_empty(c, 200);
     return sim_reply_text(c, 404, "404 page not found");

@@ -1,6 +1,8 @@
 /* HTTP plumbing: body accumulation, routing, reply helpers, request-level faults. */
 #include "sim.h"
 
+#include <stdatomic.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,8 +163,44 @@ static enum MHD_Result sim_port_route(struct MHD_Connection *c, struct sim_req *
     return sim_proxy_relay(c, r, (int)port, end);
 }
 
-/* Route a complete request. */
+/* Create requests (POST /sandboxes) being answered now, the most ever at once, and all. */
+static atomic_int sim_creates_now, sim_creates_max;
+static atomic_llong sim_creates_total;
+
+/* GET /_sim/stats: the create counters (tests assert a client's create concurrency). */
+enum MHD_Result sim_stats_handle(struct MHD_Connection *c)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "creates_in_flight", json_object_new_int(sim_creates_now));
+    json_object_object_add(o, "creates_in_flight_max", json_object_new_int(sim_creates_max));
+    json_object_object_add(o, "creates_total", json_object_new_int64(sim_creates_total));
+    return sim_reply_json(c, 200, o);
+}
+
+static enum MHD_Result sim_route(struct MHD_Connection *c, struct sim_req *r);
+
+/* Route a complete request; a create is counted while it is answered and first waits
+ * --create-delay-ms (a backend API that takes time to accept a sandbox). */
 static enum MHD_Result sim_dispatch(struct MHD_Connection *c, struct sim_req *r)
+{
+    const char *p = r->url;
+    if (strncmp(p, "/v1/", 4) == 0)
+        p += 3;
+    if (strcmp(r->method, "POST") != 0 || strcmp(p, "/sandboxes") != 0)
+        return sim_route(c, r);
+    int now = atomic_fetch_add(&sim_creates_now, 1) + 1;
+    int max = atomic_load(&sim_creates_max);
+    while (now > max && !atomic_compare_exchange_weak(&sim_creates_max, &max, now))
+        ;
+    atomic_fetch_add(&sim_creates_total, 1);
+    sim_sleep_ms(g_sim.create_delay_ms);
+    enum MHD_Result ret = sim_route(c, r);
+    atomic_fetch_sub(&sim_creates_now, 1);
+    return ret;
+}
+
+/* Route a complete request. */
+static enum MHD_Result sim_route(struct MHD_Connection *c, struct sim_req *r)
 {
     const char *url = r->url;
     if (strncmp(url, "/_sim/", 6) == 0)

@@ -549,6 +549,95 @@ static void test_claim(void **state)
     assert_int_equal(rk_store_claim(tc->st, "sweep:y", 30, err, sizeof err), RK_STORE_EXISTS);
 }
 
+/* Claim up to want creates for owner at now (a 1.5 s lease, everyone's entries stealable after
+ * steal ms); returns how many and copies their ids into ids (each < 32 bytes). */
+static size_t cq_claim(struct rk_store *st, const char *owner, int64_t now, size_t want, int conc,
+                       int rate, int steal, char ids[][32], size_t *requeued)
+{
+    char err[RK_STORE_ERRLEN];
+    struct rk_createq_claim c = {.owner = owner,
+                                 .now_ms = now,
+                                 .lease_ms = 1500,
+                                 .want = want,
+                                 .concurrency = conc,
+                                 .rate = rate,
+                                 .steal_after_ms = steal};
+    struct rk_createq_item *items = NULL;
+    size_t n = 0;
+    assert_int_equal(rk_createq_claim(st, &c, &items, &n, requeued, err, sizeof err), RK_STORE_OK);
+    for (size_t i = 0; i < n; i++)
+        snprintf(ids[i], 32, "%s", items[i].id);
+    rk_createq_free_items(items, n);
+    return n;
+}
+
+/* The create queue: FIFO claims bounded by the concurrency, the rate and the capacity; an
+ * expired claim is queued again at its place; cancel only while queued; done and release only
+ * by the holder; another owner's young entries wait for the steal delay. */
+static void test_create_queue(void **state)
+{
+    struct tctx *tc = *state;
+    struct rk_store *st = tc->st;
+    char err[RK_STORE_ERRLEN], ids[8][32];
+    size_t q = 9, c = 9, requeued = 0;
+    int64_t t = 1700000000000LL;
+    assert_int_equal(rk_createq_depth(st, &q, &c, err, sizeof err), RK_STORE_OK);
+    assert_true(q == 0 && c == 0);
+    const char *names[] = {"c1", "c2", "c3", "c4"};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(rk_createq_push(st, names[i], "a", t + i, 4, err, sizeof err),
+                         RK_STORE_OK);
+    assert_int_equal(rk_createq_push(st, "c2", "a", t + 9, 4, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_createq_push(st, "c5", "a", t + 9, 4, err, sizeof err), RK_STORE_FULL);
+    /* Concurrency 2: the two oldest. */
+    assert_int_equal(cq_claim(st, "a", t + 10, 8, 2, 0, 2000, ids, &requeued), 2);
+    assert_string_equal(ids[0], "c1");
+    assert_string_equal(ids[1], "c2");
+    assert_int_equal(cq_claim(st, "a", t + 10, 8, 2, 0, 2000, ids, &requeued), 0);
+    int where = -1;
+    assert_int_equal(rk_createq_where(st, "c1", &where, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(where, 2);
+    assert_int_equal(rk_createq_where(st, "c3", &where, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(where, 1);
+    /* Cancel: only a queued entry. */
+    assert_int_equal(rk_createq_cancel(st, "c1", err, sizeof err), RK_STORE_NOT_FOUND);
+    assert_int_equal(rk_createq_cancel(st, "c3", err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_createq_where(st, "c3", &where, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(where, 0);
+    /* Done and release belong to the holder. */
+    assert_int_equal(rk_createq_done(st, "c1", "b", err, sizeof err), RK_STORE_CONFLICT);
+    assert_int_equal(rk_createq_done(st, "c1", "a", err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_createq_release(st, "c2", "a", err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_createq_depth(st, &q, &c, err, sizeof err), RK_STORE_OK);
+    assert_true(q == 2 && c == 0); /* c2 (back at its place), c4 */
+    /* Another owner's young entries wait for the steal delay; old ones do not. */
+    assert_int_equal(cq_claim(st, "b", t + 100, 8, 8, 0, 2000, ids, &requeued), 0);
+    assert_int_equal(cq_claim(st, "b", t + 5000, 1, 8, 0, 2000, ids, &requeued), 1);
+    assert_string_equal(ids[0], "c2");
+    /* b's claim expires (1.5 s lease, not renewed): a later claim queues it again, first. */
+    assert_int_equal(rk_createq_renew(st, "a", t + 99999, NULL, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(cq_claim(st, "a", t + 7000, 8, 8, 0, 2000, ids, &requeued), 2);
+    assert_int_equal(requeued, 1);
+    assert_string_equal(ids[0], "c2");
+    assert_string_equal(ids[1], "c4");
+    size_t renewed = 0;
+    assert_int_equal(rk_createq_renew(st, "a", t + 99999, &renewed, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(renewed, 2);
+    assert_int_equal(rk_createq_done(st, "c2", "b", err, sizeof err), RK_STORE_CONFLICT);
+    assert_int_equal(rk_createq_done(st, "c2", "a", err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_createq_done(st, "c4", "a", err, sizeof err), RK_STORE_OK);
+    /* Rate: at most 2 claims in one wall-clock second. */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(rk_createq_push(st, names[i], "a", t + 8000 + i, 100, err, sizeof err),
+                         RK_STORE_OK);
+    assert_int_equal(cq_claim(st, "a", t + 9000, 8, 8, 2, 2000, ids, &requeued), 2);
+    assert_int_equal(cq_claim(st, "a", t + 9500, 8, 8, 2, 2000, ids, &requeued), 0);
+    assert_int_equal(cq_claim(st, "a", t + 10000, 8, 8, 2, 2000, ids, &requeued), 2);
+    assert_int_equal(rk_createq_depth(st, &q, &c, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(q, 0);
+    assert_int_equal(c, 4);
+}
+
 /* B90: a second reserve of the same name fails. */
 static void test_b90_reserve_is_exclusive(void **state)
 {
@@ -1566,6 +1655,7 @@ int main(void)
         BOTH(test_claim),
         BOTH(test_get_touch),
         BOTH(test_lease),
+        BOTH(test_create_queue),
         BOTH(test_b90_reserve_is_exclusive),
         BOTH(test_b91_commit_makes_visible),
         BOTH(test_b92_rollback_releases),

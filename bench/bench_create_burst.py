@@ -1,0 +1,194 @@
+# SPDX-License-Identifier: Apache-2.0
+"""An RL rollout start: N concurrent start_async (default 16,000) from C client connections
+(default 512, keep-alive, Python asyncio) against the OpenSandbox simulator with
+--ready-delay-ms 3000, then every sandbox polled with get_status until it is alive.
+
+Reports, per scenario:
+  accepted        start_async answered Success (the create queue never refuses below
+                  runtime.create_queue_max)
+  answers/s       start_async answers per second over the burst (first sent -> last answered)
+  alive p50/p99   per sandbox: its start_async sent -> get_status first shows is_alive
+                  (get_status reads the reconciler's store state, so add up to one
+                  runtime.reconcile_interval_ms of resolution)
+  wait p50        the admin's rock_admin_create_wait_seconds (enqueue -> backend call), from /metrics
+
+Scenarios: "memory" (one admin, in-process store) and "redis" (two admins on one Redis, the
+client connections split between them). Run from a configured build directory with ROCK_ADMIN_BIN,
+ROCK_OPENSANDBOX_PLUGIN_DIR and OPENSANDBOX_SIM set (as bench_lifecycle.py):
+  python3 ../../bench/bench_create_burst.py [memory|redis|both] [N] [C]
+Not part of `make check`: numbers depend on the machine.
+"""
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "lib"))
+from harness import PREFIX, Admin, Redis, Sim, cleanup  # noqa: E402
+
+API_KEY = "bench-key"
+START = json.dumps({"image": "python:3.11", "memory": "2g", "cpus": 1,
+                    "auto_clear_time_minutes": 60}).encode()
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection (asyncio streams; Content-Length or chunked)."""
+
+    def __init__(self, port):
+        self.port = port
+        self.r = self.w = None
+
+    async def call(self, method, path, body=None):
+        if self.w is None:
+            self.r, self.w = await asyncio.open_connection("127.0.0.1", self.port)
+        head = "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\n" % (method, path)
+        if body is not None:
+            head += "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        self.w.write(head.encode() + b"\r\n" + (body or b""))
+        await self.w.drain()
+        status = int((await self.r.readline()).split()[1])
+        length, chunked = 0, False
+        while True:
+            line = (await self.r.readline()).strip()
+            if not line:
+                break
+            k, _, v = line.decode().partition(":")
+            if k.lower() == "content-length":
+                length = int(v)
+            elif k.lower() == "transfer-encoding" and "chunked" in v.lower():
+                chunked = True
+        if chunked:
+            data = b""
+            while True:
+                n = int((await self.r.readline()).strip(), 16)
+                data += await self.r.readexactly(n + 2)
+                if n == 0:
+                    break
+            payload = data
+        else:
+            payload = await self.r.readexactly(length)
+        return status, json.loads(payload) if payload.strip() else None
+
+    def close(self):
+        if self.w:
+            self.w.close()
+
+
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(p / 100.0 * (len(v) - 1))))] if v else float("nan")
+
+
+async def burst(ports, n, conns):
+    """n start_async over conns connections (round robin over ports); per-id send times."""
+    sent = {}
+    accepted, refused = [], []
+    per = [n // conns + (1 if i < n % conns else 0) for i in range(conns)]
+    cs = [Conn(ports[i % len(ports)]) for i in range(conns)]
+
+    async def worker(c, k):
+        for _ in range(k):
+            t = time.monotonic()
+            st, js = await c.call("POST", PREFIX + "/start_async", START)
+            if st == 200 and js and js.get("status") == "Success":
+                sid = js["result"]["sandbox_id"]
+                sent[sid] = t
+                accepted.append(sid)
+            else:
+                refused.append(js)
+    t0 = time.monotonic()
+    await asyncio.gather(*(worker(c, k) for c, k in zip(cs, per)))
+    t1 = time.monotonic()
+    return cs, sent, accepted, refused, t1 - t0
+
+
+async def poll_alive(cs, sent, timeout):
+    """get_status every id until alive; the first time each was seen alive."""
+    alive = {}
+    left = list(sent)
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        queue = asyncio.Queue()
+        for sid in left:
+            queue.put_nowait(sid)
+
+        async def worker(c):
+            while not queue.empty():
+                sid = queue.get_nowait()
+                st, js = await c.call("GET", PREFIX + "/get_status?sandbox_id=" + sid)
+                if st == 200 and js["status"] == "Success" and js["result"]["is_alive"]:
+                    alive.setdefault(sid, time.monotonic())
+        t = time.monotonic()
+        await asyncio.gather(*(worker(c) for c in cs))
+        left = [s for s in left if s not in alive]
+        if left and time.monotonic() - t < 0.5:
+            await asyncio.sleep(0.5 - (time.monotonic() - t))
+    return alive
+
+
+def wait_median(port):
+    """Median of rock_admin_create_wait_seconds from its buckets (upper bound of the bucket)."""
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+    buckets = []
+    for line in body.splitlines():
+        if line.startswith("rock_admin_create_wait_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(line.split()[1])))
+    total = buckets[-1][1] if buckets else 0
+    for le, cum in buckets:
+        if total and cum >= total / 2:
+            return le, int(total)
+    return float("nan"), int(total)
+
+
+def scenario(name, n, conns):
+    sim = Sim(api_key=API_KEY, ready_delay_ms=3000,
+              extra=["--max-sandboxes", str(n + 100), "--max-connections", "4096"])
+    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY},
+           "server": {"per_ip_connections": 0, "max_connections": 4096},
+           "log": {"level": "warning"}}
+    admins = []
+    try:
+        if name == "redis":
+            redis = Redis()
+            admins = [Admin(operator="opensandbox", redis=redis, config=cfg) for _ in range(2)]
+        else:
+            admins = [Admin(operator="opensandbox", config=cfg)]
+        ports = [a.port for a in admins]
+
+        async def run():
+            cs, sent, accepted, refused, secs = await burst(ports, n, conns)
+            alive = await poll_alive(cs, sent, timeout=600)
+            for c in cs:
+                c.close()
+            return sent, accepted, refused, secs, alive
+        sent, accepted, refused, secs, alive = asyncio.run(run())
+        lat = [alive[s] - sent[s] for s in alive]
+        waits = [wait_median(p) for p in ports]
+        print("%-7s n=%d conns=%d admins=%d: accepted %d/%d (%.1f%%), %.0f start_async answers/s, "
+              "alive %d, alive p50 %.2f s p99 %.2f s max %.2f s, create wait p50 <= %s s (%s)"
+              % (name, n, conns, len(admins), len(accepted), n, 100.0 * len(accepted) / n,
+                 n / secs, len(alive), pct(lat, 50), pct(lat, 99), max(lat) if lat else 0,
+                 "/".join("%g" % w[0] for w in waits), "+".join(str(w[1]) for w in waits)))
+        if refused:
+            print("  first refusal: %s" % refused[0])
+        return statistics.median(lat) if lat else None
+    finally:
+        for a in admins:
+            a.check_exit = False
+        cleanup()
+
+
+def main():
+    which = sys.argv[1] if len(sys.argv) > 1 else "both"
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 16000
+    conns = int(sys.argv[3]) if len(sys.argv) > 3 else 512
+    for name in (["memory", "redis"] if which == "both" else [which]):
+        scenario(name, n, conns)
+
+
+if __name__ == "__main__":
+    main()
