@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "base/util.h"
+#include "host/host.h"
 
 /* Versions the SDKs expect to see (§4.3). */
 #define RK_GATEWAY_VERSION "0.0.45"
