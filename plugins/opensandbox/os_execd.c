@@ -215,8 +215,8 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
                 s = rc.sink_status;
             } else {
                 s = h->set_error(call, RK_E_UPSTREAM,
-                                 "opensandbox %s failed for %s: stream ended before completion "
-                                 "(%s)",
+                                 "opensandbox %s failed for %s: upstream stream ended early "
+                                 "(%s): the command may have run, so it was not retried",
                                  opts->op, osid, os_xfer_err(&x));
             }
             if (!opts->session)
@@ -304,6 +304,17 @@ rk_status os_exec(struct os_inst *inst, struct rk_call *call, const struct rk_sa
     s = os_run_stream(inst, call, osid, &o, sink, out);
     json_object_put(root);
     return s;
+}
+
+int os_execd_ping(struct os_inst *inst, struct rk_call *call, const char *osid, int64_t timeout_ms)
+{
+    struct os_xfer x;
+    if (os_execd_simple(inst, call, osid, "ping", "GET", "/ping", timeout_ms, NULL, NULL, &x) !=
+        RK_OK)
+        return 0;
+    int ok = x.status == 200;
+    os_xfer_cleanup(&x);
+    return ok;
 }
 
 /**

@@ -131,6 +131,7 @@ struct sim_global {
     char *execd_header_name, *execd_header_value;
     char *egress_token; /* --egress-token: OPENSANDBOX-EGRESS-AUTH the egress API requires */
     int64_t ready_delay_ms;
+    int64_t execd_start_ms; /* --execd-start-ms: execd answers this long after Running */
     int64_t max_timeout_s;
     int max_sandboxes;
     int max_connections; /* --max-connections: concurrent HTTP connections (default 512) */
@@ -175,6 +176,7 @@ struct sim_faults {
     bool pause_unsupported, pause_fail, resume_fail, paused_execd_refuse;
     int64_t pause_delay_ms, resume_delay_ms;
     bool snapshot_unsupported, snapshot_fail, restore_fail;
+    bool image_pull_fail; /* creates from an image fail as a failed docker pull */
     int64_t snapshot_delay_ms;
 };
 

@@ -433,6 +433,24 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         }
     }
 
+    if (image) {
+        /* The docker runtime pulls an image it does not have; a failed pull answers 500
+         * IMAGE_PULL_FAILED and creates nothing (server/opensandbox_server/services/docker/
+         * container_ops.py, _pull_image). */
+        struct sim_faults f;
+        sim_faults_get(&f);
+        json_object *u = NULL;
+        if (f.image_pull_fail && json_object_object_get_ex(image, "uri", &u)) {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "Failed to pull image %s: 404 Client Error: Not Found (\"pull access denied "
+                     "for %s, repository does not exist\") (opensandbox-sim)",
+                     json_object_get_string(u), json_object_get_string(u));
+            ret = sim_reply_error(c, 500, "DOCKER::SANDBOX_IMAGE_PULL_FAILED", msg);
+            goto out;
+        }
+    }
+
     /* Valid: create it. */
     struct sim_sandbox *sb = calloc(1, sizeof *sb);
     if (!sb)
