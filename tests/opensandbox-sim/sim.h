@@ -188,6 +188,7 @@ void sim_hex_id(char out[33]);
 void sim_iso_time(int64_t ms, char *out, size_t n);
 int sim_parse_iso_time(const char *s, int64_t *out_ms);
 char *sim_strdup(const char *s);
+const char *sim_go_strerror(int e);
 void *sim_xmalloc(size_t n);
 void *sim_xrealloc(void *p, size_t n);
 char *sim_json_event_string(json_object *o);
