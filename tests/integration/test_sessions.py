@@ -23,6 +23,7 @@ are deleted again right away).
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import threading
@@ -563,6 +564,36 @@ def run_stream_ended_early_is_a_clear_error():
     wait_until(lambda: out_of(a, sid, "bg", "cat %s 2>/dev/null || true" % marker) == "ran\n",
                10, 0.2, "the command ran exactly once")
     assert out_of(b, sid, "bg", "rm -f %s; echo fine" % marker) == "fine\n"
+
+
+@test
+def background_job_then_disown_of_an_ended_job():
+    """The ROCK SDK's nohup pattern `nohup cmd < /dev/null > out 2>&1 & echo PID...; disown`:
+    when the job has already ended (and bash reaped it) before `disown` runs, bash fails with
+    "disown: current: no such job", exit 1 - at random on the real execd with a quick job, and
+    every time here (the sleep lets the job end first). The run is reported as it is when the
+    job still runs: output without that line, exit code 0. Other failures keep their code."""
+    redis, sim, a, b = setup()
+    sid = a.start_sandbox()
+    assert create(a, sid, "bg")["status"] == "Success"
+    js = run_cmd(b, sid, "bg", "nohup true < /dev/null > /dev/null 2>&1 & "
+                               "echo PIDSTART${!}PIDEND; sleep 0.5;disown")
+    assert js["status"] == "Success", js
+    r = js["result"]
+    assert r["exit_code"] == 0 and re.fullmatch(r"PIDSTART\d+PIDEND\n", r["output"]), r
+    # a job still running: the same answer
+    js = run_cmd(a, sid, "bg", "nohup sleep 2 < /dev/null > /dev/null 2>&1 & "
+                               "echo PIDSTART${!}PIDEND;disown")
+    assert js["status"] == "Success" and js["result"]["exit_code"] == 0, js
+    # a disown that fails for another reason, or a command that does not end with disown,
+    # keeps its exit code and output
+    # (a failed run: Failed, the exit code and output in the error, as for any command)
+    js = run_cmd(a, sid, "bg", "echo x; disown %9")
+    assert js["status"] == "Failed" and "exit code 1" in js["error"], js
+    assert "no such job" in js["error"], js
+    js = run_cmd(a, sid, "bg", "true & sleep 0.5; disown; echo after; false")
+    assert js["status"] == "Failed" and "exit code 1" in js["error"], js
+    assert "no such job" in js["error"] and "after" in js["error"], js
 
 
 @test

@@ -7,7 +7,13 @@ plugin relies on: command events and exit codes, stderr, timeouts, request error
 commands, sessions (variables, cwd, exit codes, background jobs with disown and wait, an unknown
 session, delete), files (info of a missing file, upload/download round trip, permissions).
 
-  conformance.py BUILD_DIR [EXECD_BINARY]
+  conformance.py BUILD_DIR [EXECD_BINARY [SERVER_URL API_KEY]]
+
+With SERVER_URL (the real lifecycle server, e.g. http://127.0.0.1:18080) the lifecycle API is
+compared too, against the simulator's server: an unknown sandbox, a bad create, create with
+metadata, list paging with metadata filters, endpoint discovery, pause/resume states,
+renew-expiration, delete and what follows it (host networking: one sandbox at a time, so run it
+while no other sandbox lives there).
 
 Prints one line per case ("same", "DIFFERENT", or "explained: <why>") and exits 1 when any
 difference is not in EXPLAINED (the simulator's deliberate differences, see
@@ -165,7 +171,16 @@ def main():
                 break
             except OSError:
                 time.sleep(0.1)
-        run(Both(sim_base, real_base), work)
+        b = Both(sim_base, real_base)
+        run(b, work)
+        if len(sys.argv) > 4:
+            u = sys.argv[3].split("//", 1)[1].rstrip("/")
+            server = Both(("127.0.0.1", sport, "/v1"),
+                          (u.rpartition(":")[0], int(u.rpartition(":")[2]), "/v1"))
+            server.keys = {"sim": None, "real": sys.argv[4]}
+            run_server(server)
+            b.results += server.results
+        report(b)
     finally:
         for p in procs:
             p.terminate()
@@ -248,6 +263,114 @@ def run(b, work):
     b.case("files: info mode and size", b.each(info))
     b.case("files: download of a missing file", b.each(lambda k, base: norm(*request(
         base, "GET", "/files/download?path=%s/nope-x" % work), fields=("code", "message"))))
+
+
+def run_server(b):
+    def req(k, base, method, path, body=None):
+        h = {"OPEN-SANDBOX-API-KEY": b.keys[k]} if b.keys[k] else {}
+        return request(base, method, path, body, headers=h, timeout=120)
+
+    def err(k, base, method, path, body=None):
+        st, ct, p = req(k, base, method, path, body)
+        try:
+            js = json.loads(p)
+        except ValueError:
+            js = None
+        return {"status": st, "code": js.get("code") if isinstance(js, dict) else None}
+    b.case("lifecycle: unknown sandbox", b.each(lambda k, base: err(
+        k, base, "GET", "/sandboxes/00000000-0000-4000-8000-000000000000")))
+    b.case("lifecycle: create without image", b.each(lambda k, base: err(
+        k, base, "POST", "/sandboxes", {"entrypoint": ["sleep", "1"], "timeout": 60,
+                                        "resourceLimits": {"cpu": "1", "memory": "1Gi"}})["status"]))
+    tag = "conf%d" % os.getpid()
+    ids = {}
+
+    def create(k, base):
+        st, _, p = req(k, base, "POST", "/sandboxes", {
+            "image": {"uri": "python:3.11"}, "entrypoint": ["sleep", "infinity"], "timeout": 300,
+            "resourceLimits": {"cpu": "1", "memory": "1Gi"},
+            "metadata": {"rock_conf": tag, "second": "x"}})
+        js = json.loads(p)
+        ids[k] = js.get("id")
+        return {"status": st, "keys": sorted(js), "metadata": js.get("metadata"),
+                "state": js.get("status", {}).get("state") in ("Pending", "Running")}
+    b.case("lifecycle: create with metadata", b.each(create))
+
+    def running(k, base):
+        for _ in range(120):
+            js = json.loads(req(k, base, "GET", "/sandboxes/" + ids[k])[2])
+            if js["status"]["state"] == "Running":
+                return {"keys": sorted(js), "status_keys": sorted(js["status"])}
+            time.sleep(0.5)
+        return "never Running"
+    b.case("lifecycle: get (Running)", b.each(running))
+
+    def listing(k, base, q):
+        js = json.loads(req(k, base, "GET", "/sandboxes?" + q % tag)[2])
+        return {"ids": [i["id"] == ids[k] for i in js.get("items", [])],
+                "pagination": {kk: js.get("pagination", {}).get(kk)
+                               for kk in ("page", "pageSize", "totalItems", "totalPages",
+                                          "hasNextPage")}}
+    b.case("lifecycle: list by metadata", b.each(
+        lambda k, base: listing(k, base, "metadata=rock_conf%%3D%s&pageSize=1")))
+    b.case("lifecycle: list by two metadata keys", b.each(
+        lambda k, base: listing(k, base, "metadata=rock_conf%%3D%s%%26second%%3Dx")))
+    b.case("lifecycle: list, no match", b.each(
+        lambda k, base: listing(k, base, "metadata=rock_conf%%3D%s-none")))
+    b.case("lifecycle: list page 2 of 1", b.each(
+        lambda k, base: listing(k, base, "metadata=rock_conf%%3D%s&pageSize=1&page=2")))
+
+    def endpoint(k, base):
+        js = json.loads(req(k, base, "GET", "/sandboxes/%s/endpoints/44772" % ids[k])[2])
+        ep = js.get("endpoint", "")
+        return {"keys": sorted(js), "shape": bool(re.match(r"^[^/]+:\d+(/.*)?$", ep))}
+    b.case("lifecycle: endpoint of execd", b.each(endpoint))
+
+    def pause_resume(k, base):
+        seen = []
+        st = req(k, base, "POST", "/sandboxes/%s/pause" % ids[k])[0]
+        for _ in range(120):
+            s = json.loads(req(k, base, "GET", "/sandboxes/" + ids[k])[2])["status"]["state"]
+            if not seen or seen[-1] != s:
+                seen.append(s)
+            if s == "Paused":
+                break
+            time.sleep(0.25)
+        st2 = req(k, base, "POST", "/sandboxes/%s/resume" % ids[k])[0]
+        for _ in range(120):
+            s = json.loads(req(k, base, "GET", "/sandboxes/" + ids[k])[2])["status"]["state"]
+            if seen[-1] != s:
+                seen.append(s)
+            if s == "Running":
+                break
+            time.sleep(0.25)
+        # Pausing/Resuming are transient: whether a poll sees them is timing
+        return {"pause": st, "resume": st2,
+                "states": [s for s in seen if s not in ("Pausing", "Resuming")]}
+    b.case("lifecycle: pause then resume", b.each(pause_resume))
+
+    def renew(k, base):
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 900))
+        st, _, p = req(k, base, "POST", "/sandboxes/%s/renew-expiration" % ids[k],
+                       {"expiresAt": when})
+        js = json.loads(p) if p else {}
+        return {"status": st, "keys": sorted(js), "same": js.get("expiresAt", "")[:19] ==
+                when[:19]}
+    b.case("lifecycle: renew-expiration", b.each(renew))
+    b.case("lifecycle: delete", b.each(lambda k, base: req(
+        k, base, "DELETE", "/sandboxes/" + ids[k])[0]))
+
+    def after(k, base):
+        for _ in range(60):
+            r = err(k, base, "GET", "/sandboxes/" + ids[k])
+            if r["status"] == 404:
+                return r
+            time.sleep(0.5)
+        return r
+    b.case("lifecycle: get after delete", b.each(after))
+
+
+def report(b):
     unexplained = [r for r in b.results if r[1] == "DIFFERENT"]
     explained = [r for r in b.results if r[1].startswith("explained")]
     print("conformance: %d cases, %d same, %d explained differences, %d unexplained"
