@@ -306,6 +306,7 @@ struct disown_filter {
     char held[DISOWN_HOLD_MAX];
     size_t len;
     int passthrough; /* the command does not end with `disown`: hold nothing */
+    int cut;         /* the held line's start was passed on (a long line): never dropped */
 };
 
 /* 1 if the command's last statement is a plain `disown`. */
@@ -350,6 +351,7 @@ static rk_status disown_write(void *ctx, enum rk_stream stream, const char *buf,
         size_t room = sizeof f->held - f->len;
         if (room == 0) { /* a long line: it cannot be the message; pass the buffer on */
             rk_status s = disown_flush(f, f->len);
+            f->cut = 1;
             if (s != RK_OK)
                 return s;
             continue;
@@ -368,6 +370,8 @@ static rk_status disown_write(void *ctx, enum rk_stream stream, const char *buf,
                 break;
             }
         }
+        if (keep_from)
+            f->cut = 0; /* the held text now starts a line */
         rk_status s = disown_flush(f, keep_from);
         if (s != RK_OK)
             return s;
@@ -413,7 +417,7 @@ rk_status os_session_run(struct os_inst *inst, struct rk_call *call,
             s = os_run_stream(inst, call, osid, &o, &held, out);
             size_t n = f->len && f->held[f->len - 1] == '\n' ? f->len - 1 : f->len;
             if (s == RK_OK && !f->passthrough && out->has_exit_code && out->exit_code == 1 &&
-                !out->timed_out && is_disown_no_job(f->held, n)) {
+                !out->timed_out && !f->cut && is_disown_no_job(f->held, n)) {
                 f->len = 0; /* the job had ended: nothing was left to disown */
                 out->exit_code = 0;
                 inst->host->log(RK_LOG_INFO,

@@ -591,9 +591,11 @@ def background_job_then_disown_of_an_ended_job():
     js = run_cmd(a, sid, "bg", "echo x; disown %9")
     assert js["status"] == "Failed" and "exit code 1" in js["error"], js
     assert "no such job" in js["error"], js
+    # (whether bash prints the disown message here depends on when it cleaned its job table:
+    # the simulator's `bash -c` does, the real execd's script did not; the exit code is false's)
     js = run_cmd(a, sid, "bg", "true & sleep 0.5; disown; echo after; false")
     assert js["status"] == "Failed" and "exit code 1" in js["error"], js
-    assert "no such job" in js["error"] and "after" in js["error"], js
+    assert "after" in js["error"], js
 
 
 @test
