@@ -16,6 +16,10 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 # package ships it) for the metrics check.
 $SUDO apt-get install -y -qq --no-install-recommends \
     debhelper dh-autoreconf dpkg-dev lintian prometheus >/dev/null
+# The real-OpenSandbox stage (tests/real-opensandbox): network namespaces (ip),
+# nsenter/unshare/setarch, timeout. Its stand's setup.sh installs docker.io and
+# debootstrap itself.
+$SUDO apt-get install -y -qq --no-install-recommends iproute2 util-linux coreutils >/dev/null
 # Node.js >= 20 runs the OpenSandbox SDK conformance test; keep a newer one if present.
 if ! command -v node >/dev/null 2>&1; then
     $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null

@@ -7,6 +7,8 @@
 #      concurrency-heavy integration tests (TSAN_TESTS below), with address
 #      space randomisation off for that stage (setarch -R, see below);
 #   5. the libFuzzer targets (tests/fuzz) for a fixed number of runs each;
+#   5b. the real OpenSandbox stage (tests/real-opensandbox) when the stand is
+#      present: quickstart + plugin tests against the real server and execd;
 #   6. as root on CI: build, lintian, install and purge the Debian packages;
 #   7. `make distcheck` (tarball builds, installs and passes its own check).
 # Before the builds: the operator ABI check (scripts/abi-check.sh --self-test:
@@ -199,6 +201,33 @@ else
     fp=0 ff=1
 fi
 
+# The real OpenSandbox (tests/real-opensandbox/stage.sh): the README quickstart
+# and the opensandbox plugin's integration tests against the real lifecycle
+# server + execd (docker runtime), in host networking and then in bridge
+# networking inside a private network namespace. It runs when the stand
+# (../shared/opensandbox beside the clone, or $OPENSANDBOX_STAND) is present
+# and we are root (dockerd, network namespaces); its set-up is cached in $OSR
+# (default /tmp/osreal) between runs on one machine.
+rp=0 rf=0
+stand="${OPENSANDBOX_STAND:-$top/../shared/opensandbox}"
+if [ ! -f "$stand/setup.sh" ]; then
+    echo "==> [real-opensandbox] skipped: no OpenSandbox stand at $stand (set OPENSANDBOX_STAND)"
+    summary="$summary; real-opensandbox: skipped (no stand)"
+elif [ "$(id -u)" != 0 ]; then
+    echo "==> [real-opensandbox] skipped: needs root (dockerd, network namespaces)"
+    summary="$summary; real-opensandbox: skipped (not root)"
+else
+    echo "==> [real-opensandbox] stand $stand"
+    if sh tests/real-opensandbox/stage.sh "$top/_build/normal" "$stand"; then
+        summary="$summary; real-opensandbox: ok"
+        rp=1
+    else
+        summary="$summary; real-opensandbox: FAILED"
+        status=1
+        rf=1
+    fi
+fi
+
 # Debian packages: build, lintian, install, check, purge. It
 # installs packages system-wide, so only as root on a throwaway machine (CI).
 pp=0 pf=0
@@ -233,5 +262,5 @@ else
 fi
 
 echo "$summary"
-echo "$((ap + np + sp + tp + fp + pp + dp)) passed, $((af + nf + sf + tf + ff + pf + df)) failed"
+echo "$((ap + np + sp + tp + fp + rp + pp + dp)) passed, $((af + nf + sf + tf + ff + rf + pf + df)) failed"
 exit $status

@@ -226,11 +226,13 @@ static void restart(struct rk_req *r, const char *id)
     } else if (backend_move(r, &t, RK_OP_RESTART, RK_STATE_PENDING) != 0) {
         return;
     }
-    /* Active again: the idle timer runs from now. */
+    /* Active again: the idle timer runs from now; the old sessions end with the restart. */
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
-    if (rk_store_get(app->store, id, &rec, err, sizeof err) == RK_STORE_OK)
+    if (rk_store_get(app->store, id, &rec, err, sizeof err) == RK_STORE_OK) {
         rk_dispatch_touch(app, rec);
+        rk_lifecycle_reset_sessions(app, r->call, rec);
+    }
     json_object_put(rec);
     rk_reply_ok(r, rk_start_result(id, NULL));
 }

@@ -152,6 +152,36 @@ struct create_claim {
     int64_t attempts; /* out: creates started for it before this one */
 };
 
+/* A create failed for good: the record leaves pending at once (pending -> deleted, event
+ * "create_failed", the reason kept as its failed phase), as ROCK's immediate clean-up
+ * removes it, so the next get_status answers "not found" (include_all_states: deleted,
+ * with the reason). A create whose reply was lost may still have made a sandbox upstream:
+ * it is looked up by the ROCK id and removed (best effort; one the lookup cannot reach
+ * ends with its OpenSandbox lifetime). */
+static void create_failed(struct rk_app *app, const char *id, const char *why)
+{
+    const struct rk_plugin *pl = app->plugin;
+    struct patch p = {.expect = RK_STATE_PENDING,
+                      .to = RK_STATE_DELETED,
+                      .event = "create_failed",
+                      .tag = pl->desc->backend_tag,
+                      .failure = why,
+                      .create_failed = 1,
+                      .create_done = 1};
+    if (patch_record(app, id, &p, NULL) != RK_STORE_OK)
+        return; /* deleted meanwhile (its delete removed what there was), or store down */
+    clear_sessions(app, id);
+    struct rk_call *call = rk_call_new("create-cleanup", -1, 0);
+    struct rk_sandbox_ref ref = {id, NULL, pl->desc->backend_tag, RK_STATE_DELETED};
+    rk_status st;
+    RK_UPSTREAM(st, pl, destroy, call, &ref);
+    if (st != RK_OK)
+        rk_warn("sandbox %s: clean-up after the failed create could not check the backend "
+                "(a sandbox it made lives until its lifetime ends): %s",
+                id, rk_call_error_text(call));
+    rk_call_free(call);
+}
+
 /* rk_store_update callback: a pending record without a backend sandbox and without a
  * failure gets a fresh create deadline (the wait in the queue does not count) and one more
  * attempt; anything else is left alone (deleted or stopped meanwhile, or created already). */
@@ -281,14 +311,7 @@ void rk_lifecycle_create_queued(struct rk_app *app, const char *id)
             "Sandbox %s submission failed and has been marked for immediate deletion: %s", id,
             rk_call_error_text(call));
         rk_warn("%s", msg);
-        struct patch p = {.expect = RK_STATE_PENDING,
-                          .tag = tag,
-                          .failure = msg,
-                          .create_failed = 1,
-                          .create_done = 1};
-        patch_record(app, id, &p, NULL);
-        /* Immediate deletion: the sweeper removes it on its next pass. */
-        rk_store_touch(app->store, id, rk_epoch_s(), err, sizeof err);
+        create_failed(app, id, msg);
         free(msg);
     }
 done:
@@ -357,13 +380,19 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
                 return RK_OK; /* the create is still running somewhere */
             if (rk_create_queue_pending(app, id))
                 return RK_OK; /* still waiting in the create queue (or running) */
+            /* The create never completed: it failed, and the record leaves pending. */
             struct patch p = {.expect = RK_STATE_PENDING,
+                              .to = RK_STATE_DELETED,
+                              .event = "create_failed",
                               .tag = tag,
                               .failure = "sandbox creation did not complete: the backend has "
                                          "no sandbox for this id",
                               .create_failed = 1,
                               .create_done = 1};
-            patch_record(app, id, &p, rec_io);
+            if (patch_record(app, id, &p, rec_io) == RK_STORE_OK) {
+                gone_sessions(app, id, touch);
+                *shown = RK_STATE_DELETED;
+            }
             return RK_OK;
         }
         /* The backend no longer knows it: it is gone for good. */
@@ -613,6 +642,35 @@ rk_store_rc rk_lifecycle_transition(struct rk_app *app, const char *id, enum rk_
     if (rc == RK_STORE_ERROR)
         rk_warn("sandbox %s: cannot record state %s: %s", id, rk_state_name(to), err);
     return rc;
+}
+
+void rk_lifecycle_reset_sessions(struct rk_app *app, struct rk_call *call, json_object *rec)
+{
+    const struct rk_plugin *pl = app->plugin;
+    const char *id = rk_rec_str(rec, "sandbox_id");
+    if (!id)
+        return;
+    char err[RK_STORE_ERRLEN];
+    char **ids = NULL;
+    size_t n = 0;
+    if (rk_session_take_all(app->store, id, &ids, &n, err, sizeof err) != RK_STORE_OK) {
+        rk_warn("sandbox %s: cannot free its session names after the restart: %s", id, err);
+        return;
+    }
+    const char *tag = pl->desc->backend_tag;
+    struct rk_sandbox_ref ref = {id, rk_rec_upstream_id(rec, tag), tag, rk_rec_state(rec)};
+    for (size_t i = 0; i < n && (pl->caps & RK_CAP_SESSION); i++) {
+        rk_status st;
+        RK_UPSTREAM(st, pl, session_close, call, &ref, ids[i]);
+        if (st != RK_OK) {
+            rk_warn("sandbox %s: closing an old session after the restart failed: %s", id,
+                    rk_call_error_text(call));
+            rk_call_clear_error(call);
+        }
+    }
+    if (n)
+        rk_info("sandbox %s: restarted; %zu old session(s) closed, their names are free", id, n);
+    rk_store_free_ids(ids, n);
 }
 
 void rk_lifecycle_vanished(struct rk_app *app, const char *id, enum rk_state from)

@@ -92,6 +92,12 @@ rk_status rk_lifecycle_state_op(struct rk_app *app, struct rk_call *call, enum r
 rk_store_rc rk_lifecycle_transition(struct rk_app *app, const char *id, enum rk_state from_a,
                                     enum rk_state from_b, enum rk_state to, const char *event);
 
+/** A restart gives a fresh process tree (as in ROCK): every session of the sandbox
+ *  (record rec) is closed upstream and its name freed, so clients can create their
+ *  sessions again. A close that fails upstream is only logged; the names are free
+ *  either way. Files and processes started outside sessions are left alone. */
+void rk_lifecycle_reset_sessions(struct rk_app *app, struct rk_call *call, json_object *rec);
+
 /** The backend no longer has the sandbox: from -> deleted ("vanished"),
  *  and its session mappings are cleared. */
 void rk_lifecycle_vanished(struct rk_app *app, const char *id, enum rk_state from);

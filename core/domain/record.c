@@ -263,8 +263,8 @@ const struct rk_kv *rk_rec_env(struct rk_call *call, json_object *rec, size_t *n
 {
     json_object *env = NULL;
     *n_out = 0;
-    if (!json_object_object_get_ex(rec, "env", &env) || !json_object_is_type(env, json_type_object) ||
-        json_object_object_length(env) == 0)
+    if (!json_object_object_get_ex(rec, "env", &env) ||
+        !json_object_is_type(env, json_type_object) || json_object_object_length(env) == 0)
         return NULL;
     struct rk_kv *kv = rk_arena_alloc(call, (size_t)json_object_object_length(env) * sizeof *kv);
     size_t n = 0;

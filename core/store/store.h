@@ -185,6 +185,16 @@ rk_store_rc rk_session_remove(struct rk_store *st, const char *sandbox_id, const
 /** Remove every mapping of a sandbox. */
 rk_store_rc rk_session_clear(struct rk_store *st, const char *sandbox_id, char *err, size_t errlen);
 
+/** Most session ids rk_session_take_all hands back (more are removed, not returned). */
+#define RK_SESSION_TAKE_MAX 1024
+
+/** Remove every mapping of a sandbox in one step and hand back the backend session ids of
+ *  the committed ones (at most RK_SESSION_TAKE_MAX; free with rk_store_free_ids), so the
+ *  caller can close them upstream. Reservations in flight are dropped: their commit then
+ *  conflicts and the creator closes its backend session itself. */
+rk_store_rc rk_session_take_all(struct rk_store *st, const char *sandbox_id, char ***ids_out,
+                                size_t *n_out, char *err, size_t errlen);
+
 /** Number of mappings (committed or reserved) of a sandbox, for tests/metrics. */
 rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out, char *err,
                              size_t errlen);

@@ -350,6 +350,22 @@ rk_store_rc rk_session_clear(struct rk_store *st, const char *sandbox_id, char *
     return counted(st, st->ops->session_clear(st, sandbox_id, err, errlen));
 }
 
+/* Remove every mapping of a sandbox and hand back the committed session ids. */
+rk_store_rc rk_session_take_all(struct rk_store *st, const char *sandbox_id, char ***ids_out,
+                                size_t *n_out, char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (ids_out)
+        *ids_out = NULL;
+    if (n_out)
+        *n_out = 0;
+    rk_store_rc rc =
+        check(st, ids_out != NULL && n_out != NULL, err, errlen, "sandbox id", sandbox_id, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return counted(st, st->ops->session_take_all(st, sandbox_id, ids_out, n_out, err, errlen));
+}
+
 /* Count the mappings of a sandbox. */
 rk_store_rc rk_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out, char *err,
                              size_t errlen)

@@ -56,6 +56,9 @@ typedef rk_store_rc rk_store_session_remove_fn(struct rk_store *st, const char *
                                                char *err, size_t errlen);
 typedef rk_store_rc rk_store_session_clear_fn(struct rk_store *st, const char *sandbox_id,
                                               char *err, size_t errlen);
+typedef rk_store_rc rk_store_session_take_all_fn(struct rk_store *st, const char *sandbox_id,
+                                                 char ***ids_out, size_t *n_out, char *err,
+                                                 size_t errlen);
 typedef rk_store_rc rk_store_session_count_fn(struct rk_store *st, const char *sandbox_id,
                                               size_t *n_out, char *err, size_t errlen);
 typedef rk_store_rc rk_store_get_touch_fn(struct rk_store *st, const char *id, int64_t now_s,
@@ -105,6 +108,7 @@ struct rk_store_ops {
     rk_store_session_get_fn *session_get;
     rk_store_session_remove_fn *session_remove;
     rk_store_session_clear_fn *session_clear;
+    rk_store_session_take_all_fn *session_take_all;
     rk_store_session_count_fn *session_count;
     rk_store_get_touch_fn *get_touch;
     rk_store_set_mark_fn *set_mark;

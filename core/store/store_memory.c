@@ -68,6 +68,7 @@ static const struct rk_store_ops mem_ops = {
     .session_get = rkm_session_get,
     .session_remove = rkm_session_remove,
     .session_clear = rkm_session_clear,
+    .session_take_all = rkm_session_take_all,
     .session_count = rkm_session_count,
     .get_touch = rkm_get_touch,
     .lease = rkm_lease,

@@ -135,6 +135,7 @@ rk_store_rollback_fn rkm_rollback;
 rk_store_session_get_fn rkm_session_get;
 rk_store_session_remove_fn rkm_session_remove;
 rk_store_session_clear_fn rkm_session_clear;
+rk_store_session_take_all_fn rkm_session_take_all;
 rk_store_session_count_fn rkm_session_count;
 /* store_memory_createq.c */
 /** Free every create-queue entry. */

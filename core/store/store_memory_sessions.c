@@ -163,6 +163,32 @@ rk_store_rc rkm_session_clear(struct rk_store *st, const char *sandbox_id, char 
     return RK_STORE_OK;
 }
 
+/* Remove every mapping of a sandbox; hand back the committed session ids. */
+rk_store_rc rkm_session_take_all(struct rk_store *st, const char *sandbox_id, char ***ids_out,
+                                 size_t *n_out, char *err, size_t errlen)
+{
+    struct mem_store *m = rkm_store(st);
+    rk_store_rc rc = RK_STORE_OK;
+    pthread_mutex_lock(&m->mu);
+    struct mem_map *s = sessions_of(m, sandbox_id, false);
+    size_t cap = s ? (s->count < RK_SESSION_TAKE_MAX ? s->count : RK_SESSION_TAKE_MAX) : 0;
+    char **ids = calloc(cap ? cap : 1, sizeof *ids);
+    size_t n = 0;
+    if (!ids) {
+        rc = rkm_oom(err, errlen);
+    } else if (s) {
+        for (size_t b = 0; b < s->nbuckets && n < cap; b++)
+            for (struct mem_ent *e = s->buckets[b]; e && n < cap; e = e->next)
+                if (strncmp(e->val, "s:", 2) == 0 && (ids[n] = strdup((char *)e->val + 2)))
+                    n++;
+        rkm_map_del(&m->sessions, sandbox_id);
+    }
+    pthread_mutex_unlock(&m->mu);
+    *ids_out = ids;
+    *n_out = n;
+    return rc;
+}
+
 /* Count the mappings of a sandbox. */
 rk_store_rc rkm_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out, char *err,
                               size_t errlen)

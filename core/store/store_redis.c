@@ -93,6 +93,7 @@ static const struct rk_store_ops redis_ops = {
     .session_get = rkr_session_get,
     .session_remove = rkr_session_remove,
     .session_clear = rkr_session_clear,
+    .session_take_all = rkr_session_take_all,
     .session_count = rkr_session_count,
     .get_touch = rkr_get_touch,
     .lease = rkr_lease,

@@ -155,6 +155,7 @@ extern const char rkr_lua_touch[];
 extern const char rkr_lua_reserve[];
 extern const char rkr_lua_commit[];
 extern const char rkr_lua_remove[];
+extern const char rkr_lua_take_all[];
 extern const char rkr_lua_get_touch[];
 extern const char rkr_lua_lease[];
 /** The SHA1 of script (SCRIPT LOAD on first use): 0 and sha filled, -1 to fall back to EVAL. */
@@ -195,6 +196,7 @@ rk_store_rollback_fn rkr_rollback;
 rk_store_session_get_fn rkr_session_get;
 rk_store_session_remove_fn rkr_session_remove;
 rk_store_session_clear_fn rkr_session_clear;
+rk_store_session_take_all_fn rkr_session_take_all;
 rk_store_session_count_fn rkr_session_count;
 /* store_redis_createq.c */
 rk_createq_push_fn rkr_cq_push;

@@ -101,6 +101,11 @@ const char rkr_lua_commit[] = "local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
 
 /* Delete name ARGV[1] if it maps to ARGV[2]: 1 deleted, 0 it maps to another value, -1 no
  * mapping. */
+/* Every value of a session hash, and the hash deleted (one atomic step). */
+const char rkr_lua_take_all[] = "local v = redis.call('HVALS', KEYS[1])\n"
+                                "redis.call('DEL', KEYS[1])\n"
+                                "return v\n";
+
 const char rkr_lua_remove[] = "local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
                               "if not v then return -1 end\n"
                               "if v ~= ARGV[2] then return 0 end\n"

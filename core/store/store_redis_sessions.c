@@ -129,6 +129,41 @@ rk_store_rc rkr_session_clear(struct rk_store *st, const char *sandbox_id, char 
     return rkr_run_write_int(rs, &c, &v, err, errlen);
 }
 
+/* Take the sandbox's session hash (values and DEL in one Lua step); keep the "s:" ones. */
+rk_store_rc rkr_session_take_all(struct rk_store *st, const char *sandbox_id, char ***ids_out,
+                                 size_t *n_out, char *err, size_t errlen)
+{
+    struct redis_store *rs = rkr_store(st);
+    char k[KEY_MAX];
+    struct cmd c;
+    redisReply *r = NULL;
+    rkr_cmd_build(&c, "EVAL", rkr_lua_take_all, "1", rkr_key_of(rs, k, "sessions:", sandbox_id),
+                  (const char *)NULL);
+    rk_store_rc rc = rkr_run(rs, &c, &r, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY) {
+        rc = rk_store_fail(err, errlen, "redis error: unexpected reply type %d", r->type);
+        freeReplyObject(r);
+        return rc;
+    }
+    size_t cap = r->elements < RK_SESSION_TAKE_MAX ? r->elements : RK_SESSION_TAKE_MAX;
+    char **ids = calloc(cap ? cap : 1, sizeof *ids);
+    size_t n = 0;
+    if (!ids)
+        rc = rk_store_fail(err, errlen, "store: out of memory");
+    for (size_t i = 0; ids && i < r->elements && n < cap; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_STRING && e->len > 2 && strncmp(e->str, "s:", 2) == 0 &&
+            (ids[n] = strndup(e->str + 2, e->len - 2)))
+            n++;
+    }
+    freeReplyObject(r);
+    *ids_out = ids;
+    *n_out = n;
+    return rc;
+}
+
 /* HLEN of the sandbox's session hash. */
 rk_store_rc rkr_session_count(struct rk_store *st, const char *sandbox_id, size_t *n_out, char *err,
                               size_t errlen)

@@ -30,10 +30,13 @@ static rk_status op_create(void *inst, struct rk_call *call, const struct rk_cre
                            struct rk_created *out)
 {
     struct os_inst *in = inst;
+    /* OpenSandbox counts the lifetime from when it handles the create: note the expiry from
+     * before the request, never later than the real one (the real server took seconds to
+     * create; an expiry noted after the reply was that much too late and delayed renewals). */
+    int64_t asked = (int64_t)time(NULL);
     rk_status s = os_lc_create(in, call, spec, out);
     if (s == RK_OK && in->renew_margin_s > 0 && spec->idle_timeout_s > 0 && out->upstream_id)
-        os_renew_note(in, out->upstream_id,
-                      (int64_t)time(NULL) + spec->idle_timeout_s + in->renew_margin_s);
+        os_renew_note(in, out->upstream_id, asked + spec->idle_timeout_s + in->renew_margin_s);
     return s;
 }
 

@@ -208,6 +208,7 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
         return RK_E_NOMEM;
     }
     /* Each module sets up its own state. */
+    inst->execd_ping = os_execd_ping;
     if (os_ep_cache_init(inst) != 0) {
         os_config_free(inst);
         return RK_E_NOMEM;

@@ -4,6 +4,7 @@
  * @brief Endpoint discovery (GET /sandboxes/{id}/endpoints/{port}) and its short
  *        per-instance cache, for execd and for the service proxy.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,8 @@ int os_ep_cache_init(struct os_inst *inst)
 {
     inst->ep_head = NULL;
     inst->ep_count = 0;
+    memset(inst->ready_keys, 0, sizeof inst->ready_keys);
+    inst->ready_next = 0;
     return pthread_mutex_init(&inst->ep_lock, NULL) == 0 ? 0 : -1;
 }
 
@@ -63,6 +66,37 @@ void os_ep_invalidate(struct os_inst *inst, const char *osid, int port)
             pp = &e->next;
         }
     }
+    pthread_mutex_unlock(&inst->ep_lock);
+}
+
+/* The ring key of osid and since; 0 when it does not fit (then never known). */
+static int ready_key(char out[OS_READY_KEY_MAX], const char *osid, const char *since)
+{
+    int n = snprintf(out, OS_READY_KEY_MAX, "%s@%s", osid, since ? since : "");
+    return n > 0 && n < OS_READY_KEY_MAX;
+}
+
+int os_ep_ready_known(struct os_inst *inst, const char *osid, const char *since)
+{
+    char k[OS_READY_KEY_MAX];
+    if (!ready_key(k, osid, since))
+        return 0;
+    int found = 0;
+    pthread_mutex_lock(&inst->ep_lock);
+    for (unsigned i = 0; i < OS_READY_KEYS && !found; i++)
+        found = strcmp(inst->ready_keys[i], k) == 0;
+    pthread_mutex_unlock(&inst->ep_lock);
+    return found;
+}
+
+void os_ep_ready_note(struct os_inst *inst, const char *osid, const char *since)
+{
+    char k[OS_READY_KEY_MAX];
+    if (!ready_key(k, osid, since))
+        return;
+    pthread_mutex_lock(&inst->ep_lock);
+    memcpy(inst->ready_keys[inst->ready_next], k, sizeof k);
+    inst->ready_next = (inst->ready_next + 1) % OS_READY_KEYS;
     pthread_mutex_unlock(&inst->ep_lock);
 }
 

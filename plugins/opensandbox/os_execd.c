@@ -300,8 +300,8 @@ static rk_status run_finish(struct os_run *r, rk_status s)
                 s = rc->sink_status;
             } else {
                 s = h->set_error(call, RK_E_UPSTREAM,
-                                 "opensandbox %s failed for %s: stream ended before completion "
-                                 "(%s)",
+                                 "opensandbox %s failed for %s: upstream stream ended early "
+                                 "(%s): the command may have run, so it was not retried",
                                  opts->op, osid, os_xfer_err(x));
             }
             run_interrupt(r);
@@ -358,13 +358,17 @@ rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *
     memset(&r, 0, sizeof(r));
     run_init(&r, inst, call, osid, opts, sink, out);
     rk_status s;
+    int prepared;
     do {
         s = run_prepare(&r);
-        if (s != RK_OK)
-            return s;
+        prepared = s == RK_OK;
+        if (!prepared)
+            break; /* nothing left to clean up */
         s = os_xfer_perform(&r.x);
     } while (run_should_retry(&r, s));
-    return run_finish(&r, s);
+    if (prepared)
+        s = run_finish(&r, s);
+    return opts->finish ? opts->finish(opts->finish_ctx, s, out) : s;
 }
 
 /** The end of an asynchronous run: report it to the core (the run is released first). */
@@ -372,6 +376,8 @@ static void run_complete(struct os_run *r, rk_status s)
 {
     struct rk_call *call = r->call;
     const struct rk_host *h = r->inst->host;
+    if (r->opts.finish)
+        s = r->opts.finish(r->opts.finish_ctx, s, r->out);
     free(r->owned);
     free(r);
     h->call_done(call, s); /* call, sink and out are the core's from here */
@@ -429,8 +435,9 @@ rk_status os_run_stream_start(struct os_inst *inst, struct rk_call *call, const 
     if (!r || !owned) {
         free(r);
         free(owned);
-        return inst->host->set_error(call, RK_E_NOMEM, "opensandbox %s failed for %s: %s", opts->op,
-                                     osid, "out of memory");
+        rk_status s = inst->host->set_error(call, RK_E_NOMEM, "opensandbox %s failed for %s: %s",
+                                            opts->op, osid, "out of memory");
+        return opts->finish ? opts->finish(opts->finish_ctx, s, out) : s;
     }
     memcpy(owned, osid, n_osid);
     memcpy(owned + n_osid, opts->path, n_path);
@@ -446,7 +453,7 @@ rk_status os_run_stream_start(struct os_inst *inst, struct rk_call *call, const 
     if (s != RK_OK) {
         free(owned);
         free(r);
-        return s;
+        return opts->finish ? opts->finish(opts->finish_ctx, s, out) : s;
     }
     s = os_xfer_start(&r->x, run_transfer_done);
     if (s != RK_OK)
@@ -511,6 +518,17 @@ rk_status os_exec_start(struct os_inst *inst, struct rk_call *call,
                         const struct rk_sink *sink, struct rk_exec_res *out)
 {
     return exec_run(inst, call, ref, req, sink, out, 1);
+}
+
+int os_execd_ping(struct os_inst *inst, struct rk_call *call, const char *osid, int64_t timeout_ms)
+{
+    struct os_xfer x;
+    if (os_execd_simple(inst, call, osid, "ping", "GET", "/ping", timeout_ms, NULL, NULL, &x) !=
+        RK_OK)
+        return 0;
+    int ok = x.status == 200;
+    os_xfer_cleanup(&x);
+    return ok;
 }
 
 /**

@@ -43,6 +43,9 @@
 #include <rock-admin/operator.h>
 
 /** Port execd listens on inside every sandbox. */
+/** Size of the "execd answered" ring (os_ep_ready_*) and the longest key it holds. */
+#define OS_READY_KEYS 256
+#define OS_READY_KEY_MAX 128
 #define OS_EXECD_PORT 44772
 /** OpenSandbox's egress sidecar API port (its token: OPENSANDBOX-EGRESS-AUTH). */
 #define OS_EGRESS_PORT 18080
@@ -211,6 +214,14 @@ struct os_inst {
     pthread_mutex_t ep_lock;
     struct os_ep_entry *ep_head;
     size_t ep_count;
+    /** Sandboxes whose execd answered since their last transition to Running ("<osid>@<since>",
+     *  a ring of OS_READY_KEYS, under ep_lock): they are not pinged again. */
+    char ready_keys[OS_READY_KEYS][OS_READY_KEY_MAX];
+    unsigned ready_next;
+    /** os_execd_ping, set by os_config.c: lets os_lifecycle.c (below os_execd.c) ask whether a
+     *  sandbox's execd answers yet. */
+    int (*execd_ping)(struct os_inst *inst, struct rk_call *call, const char *osid,
+                      int64_t timeout_ms);
     /* os_http.c */
     void *share;                    /**< CURLSH: DNS cache and TLS sessions only */
     pthread_mutex_t share_locks[8]; /**< one per curl_lock_data value */
@@ -335,6 +346,10 @@ rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char 
                          int use_cache, const char *op, struct os_endpoint *out);
 /** Drop cached endpoints of a sandbox (port -1 = every port). */
 void os_ep_invalidate(struct os_inst *inst, const char *osid, int port);
+/** 1 if the execd of osid answered since its Running transition at since (os_ep_ready_note). */
+int os_ep_ready_known(struct os_inst *inst, const char *osid, const char *since);
+/** Remember that the execd of osid answered after its Running transition at since. */
+void os_ep_ready_note(struct os_inst *inst, const char *osid, const char *since);
 
 /* ------------------------------------------------------------------------ */
 /* Service proxy (os_proxy.c)                                                */
@@ -436,8 +451,16 @@ struct os_run_opts {
     const char *body;   /**< JSON request body */
     int64_t timeout_ms; /**< command timeout (0 = none) */
     int session;        /**< 1: session run (all output is stdout) */
+    /** Called exactly once when the run ends (NULL: none), in both forms and on every path
+     *  (a run that could not start too), with the run's status and result, which it may
+     *  change; asynchronous runs call it before host->call_done. */
+    rk_status (*finish)(void *ctx, rk_status s, struct rk_exec_res *out);
+    void *finish_ctx;
 };
 
+/** 1 if the sandbox's execd answers GET /ping with 200 within timeout_ms (0 on any failure;
+ *  the call may carry the failure's detail). */
+int os_execd_ping(struct os_inst *inst, struct rk_call *call, const char *osid, int64_t timeout_ms);
 rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *osid,
                         const struct os_run_opts *opts, const struct rk_sink *sink,
                         struct rk_exec_res *out);

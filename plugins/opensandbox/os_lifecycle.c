@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <curl/curl.h>
 #include <json-c/json.h>
@@ -24,6 +25,7 @@ struct lc_found {
     char *id;
     char *state;
     char *reason;
+    char *since; /* status.lastTransitionAt */
 };
 
 /** Free a found list. */
@@ -33,6 +35,7 @@ static void found_free(struct lc_found *f, size_t n)
         free(f[i].id);
         free(f[i].state);
         free(f[i].reason);
+        free(f[i].since);
     }
     free(f);
 }
@@ -105,6 +108,8 @@ static rk_status lc_find(struct os_inst *inst, struct rk_call *call, const char 
                 list[n].id = strdup(id);
                 list[n].state = state ? strdup(state) : NULL;
                 list[n].reason = status_reason(st);
+                const char *since = os_lc_jstr(st, "lastTransitionAt");
+                list[n].since = since ? strdup(since) : NULL;
                 n++;
             }
             if (json_object_object_get_ex(o, "pagination", &pg) &&
@@ -310,13 +315,55 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
 }
 
 /** Fill *out from a status object. */
+/* How long after OpenSandbox reports a sandbox Running (status.lastTransitionAt) its execd must
+ * answer GET /ping before the sandbox counts as running. The docker runtime reports Running once
+ * the container has started; execd, started by the container's bootstrap script, listens a
+ * moment later (seen on the real stand: the first command right after Running was refused).
+ * Later, Running is trusted as it is, so a list pass pings only new or resumed sandboxes. */
+#define OS_READY_WINDOW_S 120
+#define OS_READY_PING_MS 2000
+
+/* 1 if the ISO-8601 UTC time iso ("2026-01-02T03:04:05.678Z") is within OS_READY_WINDOW_S of
+ * now (or unparsable: then readiness is checked too). */
+static int transition_recent(const char *iso)
+{
+    struct tm tm = {0};
+    if (!iso || sscanf(iso, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                       &tm.tm_min, &tm.tm_sec) != 6)
+        return 1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    time_t at = timegm(&tm);
+    return at == (time_t)-1 || time(NULL) - at < OS_READY_WINDOW_S;
+}
+
+/* 1 if the sandbox's execd answers (remembered per Running transition, so a sandbox is
+ * pinged only until its execd answered once). The ping itself is os_execd.c's (a layer
+ * above), reached through inst->execd_ping. */
+static int execd_answers(struct os_inst *inst, struct rk_call *call, const char *osid,
+                         const char *since)
+{
+    if (os_ep_ready_known(inst, osid, since))
+        return 1;
+    if (!inst->execd_ping || !inst->execd_ping(inst, call, osid, OS_READY_PING_MS))
+        return 0;
+    os_ep_ready_note(inst, osid, since);
+    return 1;
+}
+
+/* Map OpenSandbox's status into *out. osid and since (status.lastTransitionAt), when given, let
+ * a sandbox that turned Running recently count as running only once its execd answers. */
 static rk_status fill_status(struct os_inst *inst, struct rk_call *call, const char *state,
-                             char *reason, struct rk_status_info *out)
+                             char *reason, const char *osid, const char *since,
+                             struct rk_status_info *out)
 {
     int failed = 0;
     out->state = os_map_state(state, &failed);
     out->failed = failed;
     out->reason = NULL;
+    if (out->state == RK_STATE_RUNNING && osid && transition_recent(since) &&
+        !execd_answers(inst, call, osid, since))
+        out->state = RK_STATE_PENDING; /* not ready for commands yet */
     if (failed) {
         out->reason =
             inst->host->arena_strdup(call, reason ? reason : "OpenSandbox reports Failed");
@@ -346,7 +393,8 @@ rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct 
         }
         size_t pick = found_pick(f, n);
         out->upstream_id = h->arena_strdup(call, f[pick].id);
-        s = out->upstream_id ? fill_status(inst, call, f[pick].state, f[pick].reason, out)
+        s = out->upstream_id ? fill_status(inst, call, f[pick].state, f[pick].reason,
+                                           out->upstream_id, f[pick].since, out)
                              : RK_E_NOMEM;
         found_free(f, n);
         return s;
@@ -379,7 +427,8 @@ rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct 
                              "opensandbox get_state failed for %s: malformed response", osid);
         } else {
             char *reason = status_reason(st);
-            s = fill_status(inst, call, os_lc_jstr(st, "state"), reason, out);
+            s = fill_status(inst, call, os_lc_jstr(st, "state"), reason, osid,
+                            os_lc_jstr(st, "lastTransitionAt"), out);
             free(reason);
         }
         json_object_put(o);
@@ -458,7 +507,8 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             json_object_object_get_ex(it, "status", &st);
             char *reason = status_reason(st);
             struct rk_status_info info = {0};
-            rk_status fs = fill_status(inst, call, os_lc_jstr(st, "state"), reason, &info);
+            rk_status fs = fill_status(inst, call, os_lc_jstr(st, "state"), reason, id,
+                                       os_lc_jstr(st, "lastTransitionAt"), &info);
             free(reason);
             if (fs != RK_OK) {
                 json_object_put(o);

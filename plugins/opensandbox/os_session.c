@@ -286,6 +286,124 @@ rk_status os_session_open(struct os_inst *inst, struct rk_call *call,
     return s;
 }
 
+/*
+ * A job that already ended when the command's final `disown` runs.
+ *
+ * The real execd runs each session command as a bash script (pkg/runtime/bash_session.go).
+ * `cmd & ...; disown` (the ROCK SDK's nohup pattern: `nohup cmd < /dev/null > out 2>&1 &
+ * echo PIDSTART${!}PIDEND;disown`) then fails at random when the job has ended and bash has
+ * reaped it before `disown` runs: bash prints "<script>: line N: disown: current: no such
+ * job" and the run exits 1, although the job ran and there is nothing left to detach. When the
+ * command's last statement is a plain `disown` and that message is the run's last output line
+ * and its exit code is 1, the run is reported as it would have been had the job still been
+ * running: that line dropped, exit code 0. The output's last line is held back until the run
+ * ends to allow that (bounded: a longer line is passed on at once).
+ */
+#define DISOWN_HOLD_MAX 512
+
+struct disown_filter {
+    struct rk_sink sink; /* this filter as the run's sink */
+    struct os_inst *inst;
+    char osid[128]; /* for the log line */
+    const struct rk_sink *next;
+    char held[DISOWN_HOLD_MAX];
+    size_t len;
+    int passthrough; /* the command does not end with `disown`: hold nothing */
+    int cut;         /* the held line's start was passed on (a long line): never dropped */
+};
+
+/* 1 if the command's last statement is a plain `disown`. */
+static int ends_with_disown(const char *cmd)
+{
+    size_t n = cmd ? strlen(cmd) : 0;
+    while (n && (isspace((unsigned char)cmd[n - 1]) || cmd[n - 1] == ';'))
+        n--;
+    if (n < 6 || strncmp(cmd + n - 6, "disown", 6) != 0)
+        return 0;
+    if (n == 6)
+        return 1;
+    char b = cmd[n - 7];
+    return b == ';' || b == '\n' || b == '&' || b == '|' || isspace((unsigned char)b);
+}
+
+/* 1 if line (without its newline) is bash's "disown: current: no such job" message. */
+static int is_disown_no_job(const char *line, size_t len)
+{
+    static const char tail[] = "disown: current: no such job";
+    size_t t = sizeof tail - 1;
+    return len >= t && memcmp(line + len - t, tail, t) == 0;
+}
+
+static rk_status disown_flush(struct disown_filter *f, size_t n)
+{
+    rk_status s = RK_OK;
+    if (n)
+        s = f->next->write(f->next->ctx, RK_STREAM_STDOUT, f->held, n);
+    memmove(f->held, f->held + n, f->len - n);
+    f->len -= n;
+    return s;
+}
+
+/* Sink write: pass everything on except the last complete line (and a partial one). */
+static rk_status disown_write(void *ctx, enum rk_stream stream, const char *buf, size_t len)
+{
+    struct disown_filter *f = ctx;
+    if (f->passthrough)
+        return f->next->write(f->next->ctx, stream, buf, len);
+    while (len) {
+        size_t room = sizeof f->held - f->len;
+        if (room == 0) { /* a long line: it cannot be the message; pass the buffer on */
+            rk_status s = disown_flush(f, f->len);
+            f->cut = 1;
+            if (s != RK_OK)
+                return s;
+            continue;
+        }
+        size_t k = len < room ? len : room;
+        memcpy(f->held + f->len, buf, k);
+        f->len += k;
+        buf += k;
+        len -= k;
+        /* keep only the text after the second-to-last newline (the last line, complete or not) */
+        size_t keep_from = 0;
+        size_t end = f->len && f->held[f->len - 1] == '\n' ? f->len - 1 : f->len;
+        for (size_t i = end; i > 0; i--) {
+            if (f->held[i - 1] == '\n') {
+                keep_from = i;
+                break;
+            }
+        }
+        if (keep_from)
+            f->cut = 0; /* the held text now starts a line */
+        rk_status s = disown_flush(f, keep_from);
+        if (s != RK_OK)
+            return s;
+    }
+    return RK_OK;
+}
+
+/* The run's end (os_run_opts.finish, both forms): the held line is dropped when it is the
+ * message of a `disown` whose job had ended, else passed on; the filter is freed. */
+static rk_status disown_finish(void *ctx, rk_status s, struct rk_exec_res *out)
+{
+    struct disown_filter *f = ctx;
+    size_t n = f->len && f->held[f->len - 1] == '\n' ? f->len - 1 : f->len;
+    if (s == RK_OK && !f->passthrough && out->has_exit_code && out->exit_code == 1 &&
+        !out->timed_out && !f->cut && is_disown_no_job(f->held, n)) {
+        f->len = 0; /* the job had ended: nothing was left to disown */
+        out->exit_code = 0;
+        f->inst->host->log(RK_LOG_INFO,
+                           "run_in_session in %s: the job had ended before `disown`; "
+                           "reported as exit 0",
+                           f->osid);
+    }
+    rk_status fs = disown_flush(f, f->len);
+    if (s == RK_OK)
+        s = fs;
+    free(f);
+    return s;
+}
+
 /** POST /session/{sid}/run, output (merged) to the sink as stdout: run (start 0) or started on
  *  the loop (start 1, ABI 1.2). */
 static rk_status session_run(struct os_inst *inst, struct rk_call *call,
@@ -314,8 +432,22 @@ static rk_status session_run(struct os_inst *inst, struct rk_call *call,
                                 .body = js,
                                 .timeout_ms = req->timeout_ms,
                                 .session = 1};
-        s = start ? os_run_stream_start(inst, call, osid, &o, sink, out)
-                  : os_run_stream(inst, call, osid, &o, sink, out);
+        struct disown_filter *f = calloc(1, sizeof *f);
+        if (!f) {
+            s = inst->host->set_error(
+                call, RK_E_NOMEM, "opensandbox run_in_session failed for %s: out of memory", osid);
+        } else {
+            f->sink.write = disown_write;
+            f->sink.ctx = f;
+            f->inst = inst;
+            snprintf(f->osid, sizeof f->osid, "%s", osid);
+            f->next = sink;
+            f->passthrough = !ends_with_disown(req->command);
+            o.finish = disown_finish;
+            o.finish_ctx = f;
+            s = start ? os_run_stream_start(inst, call, osid, &o, &f->sink, out)
+                      : os_run_stream(inst, call, osid, &o, &f->sink, out);
+        }
     }
     free(path);
     json_object_put(root);

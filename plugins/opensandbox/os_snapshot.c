@@ -186,6 +186,7 @@ rk_status os_restore_snapshot(struct os_inst *inst, struct rk_call *call,
     const char *body = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
                                                                 JSON_C_TO_STRING_NOSLASHESCAPE);
     struct os_xfer x;
+    int64_t asked = (int64_t)time(NULL); /* the lifetime counts from OpenSandbox's handling */
     rk_status s = os_lc_request(inst, call, "POST", "/sandboxes", body, &x);
     json_object_put(root);
     if (s != RK_OK || x.status < 200 || x.status >= 300) {
@@ -207,6 +208,6 @@ rk_status os_restore_snapshot(struct os_inst *inst, struct rk_call *call,
                             "without an id",
                             snapshot_id);
     if (timeout > 0 && inst->renew_margin_s > 0)
-        os_renew_note(inst, out->upstream_id, (int64_t)time(NULL) + timeout);
+        os_renew_note(inst, out->upstream_id, asked + timeout);
     return RK_OK;
 }

@@ -274,7 +274,11 @@ rk_status os_stream_finish(struct os_stream *st)
             return st->status;
     }
     if (!st->terminal) {
-        set_error_text(st, "stream ended before completion");
+        /* execd closed the stream without its completion event (seen on the real execd
+         * behind its /proxy path): the command may have run, so it is never re-sent. */
+        set_error_text(st, "upstream stream ended early: execd closed the event stream before "
+                           "the command's completion event; the command may have run, so it "
+                           "was not retried");
         return RK_E_UPSTREAM;
     }
     return RK_OK;

@@ -17,11 +17,11 @@ import os
 import signal
 import time
 
-from harness import Admin, Redis, Sim, run, test, wait_until
+from harness import Admin, Redis, Sim, os_api_key, run, test, wait_until
 
 os.environ.pop("OPEN_SANDBOX_API_KEY", None)
 
-API_KEY = "sim-key-1"
+API_KEY = os_api_key("sim-key-1")
 STOP_TEXT = ("OpenSandbox backend does not support stop by default. OpenSandbox pause requires "
              "creating the sandbox with persistence enabled; use delete instead.")
 RESTART_TEXT = ("OpenSandbox backend does not support restart by default. OpenSandbox resume "
@@ -218,6 +218,51 @@ def pause_stop_restart_keeps_files_and_processes():
     assert sim_state(sim, osid) in (404, "Terminated")
     js = admin.api("POST", "/stop", {"sandbox_id": sid})[1]
     assert js["error"] == "Sandbox %s cannot be stopped: current state is 'deleted'" % sid, js
+
+
+def session_api(admin, route, sid, name, **extra):
+    body = {"sandbox_id": sid, "session": name}
+    body.update(extra)
+    return admin.api("POST", route, body)[1]
+
+
+@test
+def pause_restart_gives_fresh_sessions():
+    """ROCK clients re-create their sessions after a restart (a restart gives a fresh
+    process tree in ROCK). After /stop + /restart in pause mode the old sessions are
+    closed upstream and their names are free, so "create session, run" works again;
+    files and processes started outside sessions survive."""
+    redis = Redis()
+    admin, sim, _ = setup(redis=redis, stop_mode="pause")
+    other, _, _ = setup(redis=redis, sim=sim, stop_mode="pause")
+    sid = start_alive(admin)
+    osid = state_of(admin, sid)["host_name"]
+    for name in ("default", "second"):
+        js = session_api(admin, "/create_session", sid, name)
+        assert js["status"] == "Success", js
+    js = session_api(admin, "/run_in_session", sid, "default", action_type="bash",
+                     command="export OLD=1; cd /tmp; echo kept > /tmp/sess-file")
+    assert js["status"] == "Success", js
+    old_sid = redis.cli("HGET", "rock:sessions:" + sid, "default")[2:]
+    assert admin.ok("POST", "/stop", {"sandbox_id": sid}) == sid + " stopped"
+    other.ok("POST", "/restart", {"sandbox_id": sid})  # through the other process
+    wait_alive_all_states(admin, sid)
+    assert redis.cli("HLEN", "rock:sessions:" + sid) == "0"  # names free at once
+    # the old execd session is gone upstream (not just forgotten)
+    st, js = sim.execd_request(osid, "POST", "/session/%s/run" % old_sid,
+                               {"command": "echo still-there"})
+    assert st == 500 and "context not found" in js["message"], (st, js)  # execd: unknown session
+    for a, name in ((admin, "default"), (other, "second")):
+        js = session_api(a, "/create_session", sid, name)
+        assert js["status"] == "Success", js  # was: "session 'default' already exists"
+    js = session_api(admin, "/run_in_session", sid, "default", action_type="bash",
+                     command="echo \"[$OLD]\" $(pwd); cat /tmp/sess-file")
+    assert js["status"] == "Success", js
+    out = js["result"]["output"].split("\n")
+    assert out[0].startswith("[] ") and out[0] != "[] /tmp" and out[1] == "kept", js  # fresh
+    # shell (no old variables or cwd), files kept
+    assert session_api(other, "/close_session", sid, "second")["status"] == "Success"
+    admin.ok("POST", "/delete", {"sandbox_id": sid})
 
 
 @test

@@ -13,6 +13,7 @@ how the test sees the exact create body and which execd route (direct
 which headers rock-admin used. Endpoint discovery builds execd addresses from
 the Host header the client sent, so execd traffic flows through the relay too.
 """
+import base64
 import hashlib
 import http.client
 import http.server
@@ -26,12 +27,13 @@ import threading
 import time
 import urllib.parse
 
-from harness import Admin, Redis, Sim, run, test, tmpdir, wait_until
+from harness import (Admin, Redis, Sim, bridge_only, os_api_key, real_opensandbox, run,
+                     test, tmpdir, wait_until)
 
 # The admin must get its key from the config only (tests of the absent key).
 os.environ.pop("OPEN_SANDBOX_API_KEY", None)
 
-API_KEY = "sim-key-1"
+API_KEY = os_api_key("sim-key-1")
 EXECD_HDR = ("X-Execd-Token", "tok-42")
 STOP_TEXT = ("OpenSandbox backend does not support stop by default. OpenSandbox pause requires "
              "creating the sandbox with persistence enabled; use delete instead.")
@@ -121,6 +123,18 @@ def start_alive(admin, headers=None, **body):
     sid = js["result"]["sandbox_id"]
     admin.wait_alive(sid, timeout=30)
     return sid
+
+
+def sandbox_bytes(admin, sid, path):
+    """A file's bytes as the sandbox sees it (the simulator's sandbox is this machine, a real
+    one is a container: read through execute)."""
+    r = run_ok(admin, sid, ["base64", "-w0", path], timeout=120)
+    assert r["exit_code"] == 0, r
+    return base64.b64decode(r["stdout"])
+
+
+def sandbox_has(admin, sid, path):
+    return run_ok(admin, sid, ["test", "-e", path])["exit_code"] == 0
 
 
 def vm_rss_kib(pid):
@@ -430,8 +444,9 @@ def execute_semantics():
     r = run_ok(admin, sid, 'echo "$WORKSPACE|$SHARED|$COMMAND_ONLY"')
     assert r["stdout"] == "/workspace|sandbox|\n", r
 
-    # cwd
-    d = tmpdir("rock-os-cwd-")
+    # cwd (a directory inside the sandbox; the simulator's sandbox is this machine)
+    d = tmpdir("rock-os-cwd-") if not real_opensandbox() else "/tmp/rock-os-cwd"
+    run_ok(admin, sid, ["mkdir", "-p", d])
     assert run_ok(admin, sid, "pwd", cwd=d)["stdout"] == d + "\n"
     assert run_ok(admin, sid, ["pwd"], cwd=d)["stdout"] == d + "\n"
 
@@ -459,21 +474,27 @@ def client_leaving_interrupts_command():
     admin, sim, redis, _ = setup()
     sid = start_alive(admin)
     marker = os.path.join(tmpdir("rock-os-leave-"), "beat")
+    run_ok(admin, sid, ["mkdir", "-p", os.path.dirname(marker)])  # inside the sandbox too
+
+    def beat():  # the marker as the sandbox sees it
+        st, js = execute(admin, sid, ["cat", marker])
+        return js["result"]["stdout"] if js["status"] == "Success" and \
+            js["result"]["exit_code"] == 0 else None
     body = json.dumps({"sandbox_id": sid, "timeout": 60,
                        "command": "while true; do date +%%s%%N > '%s'; sleep 0.2; done" % marker})
     s = socket.create_connection(("127.0.0.1", admin.port))
     s.sendall(("POST /apis/envs/sandbox/v1/execute HTTP/1.1\r\nHost: t\r\n"
                "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                % (len(body), body)).encode())
-    wait_until(lambda: os.path.exists(marker), 10, 0.1, "the command running")
+    wait_until(beat, 10, 0.1, "the command running")
     time.sleep(1)
     s.close()
     left = time.time()
 
     def stopped():
-        a = open(marker).read()
+        a = beat()
         time.sleep(0.7)
-        return a == open(marker).read()
+        return a == beat()
     wait_until(stopped, 10, 0.1, "the command stopped after its client left")
     assert time.time() - left < 6, time.time() - left
     # the daemon is fine and serves the next command
@@ -489,9 +510,8 @@ def file_semantics():
     sid = start_alive(admin)
     d = tmpdir("rock-os-rw-")
     bad = os.path.join(d, "bad.bin")
-    run_ok(admin, sid, "printf 'hello\\377world' > '%s'" % bad)
-    with open(bad, "rb") as f:
-        assert f.read() == b"hello\xffworld"
+    run_ok(admin, sid, "mkdir -p '%s' && printf 'hello\\377world' > '%s'" % (d, bad))
+    assert sandbox_bytes(admin, sid, bad) == b"hello\xffworld"
 
     st, js = admin.api("POST", "/read_file", {"sandbox_id": sid, "path": bad, "encoding": None,
                                               "errors": None})
@@ -518,8 +538,7 @@ def file_semantics():
     assert admin.ok("POST", "/write_file", {"sandbox_id": sid, "path": n,
                                             "content": "caf\u00e9 \u2603\n"})["success"] is True
     assert run_ok(admin, sid, ["stat", "-c", "%a", n])["stdout"] == "644\n"
-    with open(n, "rb") as f:
-        assert f.read() == "caf\u00e9 \u2603\n".encode()
+    assert sandbox_bytes(admin, sid, n) == "caf\u00e9 \u2603\n".encode()
     assert admin.ok("POST", "/read_file", {"sandbox_id": sid, "path": n}) == \
         {"content": "caf\u00e9 \u2603\n"}
 
@@ -529,24 +548,26 @@ def file_semantics():
     st, js = upload_file_first(admin, sid, p, data)
     assert js["status"] == "Success" and js["result"]["file_name"] == "script.sh", js
     assert run_ok(admin, sid, ["stat", "-c", "%a %s", p])["stdout"] == "755 %d\n" % len(data)
-    with open(p, "rb") as f:
-        assert f.read() == data
+    assert run_ok(admin, sid, ["sha256sum", p])["stdout"].split()[0] == \
+        hashlib.sha256(data).hexdigest()
     # upload to an unknown sandbox: a clean 4000, the body is drained
     st, js = upload(admin, "no-such-sandbox", os.path.join(d, "x"), [data], len(data))
     assert st == 200 and js["status"] == "Failed" and js["result"]["code"] == 4000, js
     assert js["message"] == "upload file failed" and js["result"]["success"] is False, js
-    assert not os.path.exists(os.path.join(d, "x"))
-    # execd failing during an upload: a clean 5000, nothing written
-    faults(sim, {"execd_status": 503})
-    st, js = upload(admin, sid, os.path.join(d, "y"), [data], len(data))
-    faults(sim)
-    assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
-    assert "503" in js["error"] and js["result"]["file_name"] == "", js
-    # execd refusing the body mid-stream (the simulator's 64 MiB upload cap): clean 5000
-    big = 70 << 20
-    st, js = upload(admin, sid, os.path.join(d, "z"), (b"\0" * (1 << 20) for _ in range(70)), big)
-    assert st == 200 and js["status"] == "Failed" and js["result"]["code"] == 5000, js
-    assert "413" in js["error"], js
+    assert not sandbox_has(admin, sid, os.path.join(d, "x"))
+    if not real_opensandbox():  # (the simulator's fault switch and upload cap)
+        # execd failing during an upload: a clean 5000, nothing written
+        faults(sim, {"execd_status": 503})
+        st, js = upload(admin, sid, os.path.join(d, "y"), [data], len(data))
+        faults(sim)
+        assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
+        assert "503" in js["error"] and js["result"]["file_name"] == "", js
+        # execd refusing the body mid-stream (the simulator's 64 MiB upload cap): clean 5000
+        big = 70 << 20
+        st, js = upload(admin, sid, os.path.join(d, "z"),
+                        (b"\0" * (1 << 20) for _ in range(70)), big)
+        assert st == 200 and js["status"] == "Failed" and js["result"]["code"] == 5000, js
+        assert "413" in js["error"], js
     # the client going away mid-upload: no partial file, the admin carries on
     s = socket.create_connection(("127.0.0.1", admin.port))
     b = "cutB"
@@ -559,7 +580,8 @@ def file_semantics():
                % (b, len(pre) + (100 << 20))).encode() + pre + data)
     time.sleep(0.3)
     s.close()
-    wait_until(lambda: not os.path.exists(os.path.join(d, "g.bin")), 5, 0.1, "no partial file")
+    wait_until(lambda: not sandbox_has(admin, sid, os.path.join(d, "g.bin")), 5, 0.1,
+               "no partial file")
     assert run_ok(admin, sid, "echo alive")["stdout"] == "alive\n"
 
     # missing file: 5000 with {"content":""} (P returns "" without raising)
@@ -663,7 +685,7 @@ def upload_1gib_streamed():
     r = run_ok(admin, sid, ["sha256sum", target], timeout=120)
     assert r["stdout"].split()[0] == want, (r, want)
     assert run_ok(admin, sid, ["stat", "-c", "%a %s", target])["stdout"] == "644 %d\n" % size
-    os.unlink(target)
+    run_ok(admin, sid, ["rm", "-f", target])
     os.unlink(src)
     assert growth_mib < 64, "rock-admin RSS grew by %.1f MiB" % growth_mib
 
@@ -681,28 +703,100 @@ def api_key_absent_fails_visibly():
     sid = js["result"]["sandbox_id"]
 
     def failed():
-        st, js = status(admin, sid)
+        st, js = status(admin, sid, all_states=True)
         if js["status"] == "Failed":  # while the create is in flight: the lookup's 401
             assert js["result"]["code"] == 5000 and "HTTP 401" in js["error"], js
             return None
         r = js["result"]
-        assert r["is_alive"] is False and r["state"] == "pending", r
+        assert r["is_alive"] is False and r["state"] in ("pending", "deleted"), r
         for k in TS_NON_NULL:
             assert r.get(k) is not None, (k, r)
         bad = [p for p in r["status"].values() if p.get("status") == "failed"]
-        return bad and bad[0]["message"]
-    msg = wait_until(failed, 15, 0.2, "start failure visible with 401")
-    # P's start() fails at once on a failed phase (Pitfall 7), with the reason
+        return bad and (r["state"], bad[0]["message"])
+    state, msg = wait_until(failed, 15, 0.2, "start failure visible with 401")
+    # P's start() fails at once on a failed phase (Pitfall 7), with the reason; the
+    # failed create left pending at once (immediate deletion)
+    assert state == "deleted", state
     assert msg.startswith("Sandbox %s submission failed and has been marked for immediate "
                           "deletion: opensandbox create failed: HTTP 401" % sid), msg
     assert sim_list_by_rock_id(sim, sid) == []  # nothing was created upstream
-    # Delete must make sure nothing upstream carries the ROCK id (a create whose
-    # reply was lost may have made one); without credentials it cannot look, so
-    # it fails clearly (5000 naming the 401) instead of pretending success.
+    # The clean-up after the failed create must make sure nothing upstream carries
+    # the ROCK id (a create whose reply was lost may have made one); without
+    # credentials it cannot look, and says so in the log instead of pretending.
+    wait_until(lambda: "clean-up after the failed create could not check the backend"
+               in admin.output(), 10, 0.1, "the clean-up's warning")
     st, js = admin.api("POST", "/delete", {"sandbox_id": sid})
-    assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
-    assert "401" in js["error"] and "opensandbox" in js["error"], js
+    assert js["status"] == "Success", js  # already deleted
     assert API_KEY not in admin.output()
+
+
+@test
+def failed_create_leaves_pending_at_once():
+    """The real docker runtime answers a create whose image it cannot pull with 500
+    IMAGE_PULL_FAILED. The record leaves pending at once, as ROCK's immediate clean-up
+    removes it: the client's next get_status poll answers 4000 not found (P raises at
+    once), with include_all_states the state is deleted with the reason as a failed
+    phase, and POST /start fails with the reason instead of waiting 85 s."""
+    # The real server fails the pull by itself (no registry behind its docker); a pull
+    # attempt is traffic, so only where none can leave (bridge stand in its namespace).
+    bridge_only("a pull attempt by the host-networking docker could leave the machine")
+    admin, sim, redis, _ = setup()
+    if not real_opensandbox():
+        faults(sim, {"image_pull_fail": True})
+    st, js = admin.api("POST", "/start_async", dict(START_BODY, image="no-such-image:1"))
+    assert st == 200 and js["status"] == "Success", js  # the create runs in the background
+    sid = js["result"]["sandbox_id"]
+    t0 = time.time()
+
+    def gone():
+        st, js = status(admin, sid)
+        if js["status"] == "Success":
+            assert js["result"]["state"] == "pending" and not js["result"]["is_alive"], js
+            return None
+        return js
+    js = wait_until(gone, 5, 0.05, "the failed create to leave pending")
+    assert time.time() - t0 < 5
+    assert js["result"]["code"] == 4000 and js["error"] == "Sandbox %s not found" % sid, js
+    st, js = status(admin, sid, all_states=True)
+    r = js["result"]
+    assert js["status"] == "Success" and r["state"] == "deleted" and r["is_alive"] is False, js
+    (phase,) = r["status"].values()
+    assert phase["status"] == "failed", r
+    assert phase["message"].startswith(
+        "Sandbox %s submission failed and has been marked for immediate deletion: "
+        "opensandbox create failed: HTTP 500 DOCKER::SANDBOX_IMAGE_PULL_FAILED" % sid), phase
+    hist = [(h["from_state"], h["to_state"], h["event"]) for h in r["state_history"]]
+    assert hist[-1] == ("pending", "deleted", "create_failed"), hist
+    # is_alive (never fails) and a command say "gone", not "pending"
+    assert admin.ok("GET", "/is_alive", query={"sandbox_id": sid})["is_alive"] is False
+    st, js = execute(admin, sid, "echo x")
+    assert js["status"] == "Failed" and js["result"]["code"] == 4000, js
+    # The id is free again (only an active sandbox holds it)
+    assert sim_list_by_rock_id(sim, sid) == []
+    # POST /start waits for alive: it fails with the reason at once
+    t0 = time.time()
+    st, js = admin.api("POST", "/start", dict(START_BODY, image="no-such-image:2"))
+    assert js["status"] == "Failed" and "IMAGE_PULL_FAILED" in js["error"], js
+    assert time.time() - t0 < 10, time.time() - t0
+    if not real_opensandbox():
+        faults(sim)
+    sid2 = start_alive(admin, sandbox_id=sid)
+    assert sid2 == sid
+    assert run_ok(admin, sid, "echo again")["stdout"] == "again\n"
+
+
+@test
+def alive_means_execd_answers():
+    """OpenSandbox reports Running when the container started; execd listens a moment later
+    (the real stand refused the first command after Running). is_alive turns true only once
+    execd answers, so a client's first command right after alive works."""
+    admin, sim, redis, _ = setup(sim_extra=None if real_opensandbox()
+                                 else ["--execd-start-ms", "1500"])
+    for i in range(1 if real_opensandbox() else 2):
+        sid = start_alive(admin)
+        r = run_ok(admin, sid, "echo first")
+        assert r["stdout"] == "first\n", r
+        admin.ok("POST", "/delete", {"sandbox_id": sid})
 
 
 @test
@@ -736,6 +830,12 @@ def lifecycle_down():
 
             def visible():
                 st, js = status(admin, sid2)
+                if js["status"] == "Failed" and (js["result"] or {}).get("code") == 4000:
+                    # the create failed: the record left pending at once (not found), the
+                    # reason is a failed phase of the deleted record
+                    assert js["error"] == "Sandbox %s not found" % sid2, js
+                    st, js = status(admin, sid2, all_states=True)
+                    assert js["result"]["state"] == "deleted", js
                 if js["status"] == "Failed":
                     return js["result"] and js["result"].get("code") == 5000 and js
                 phases = js["result"]["status"] or {}
@@ -803,8 +903,12 @@ def vanished_sandbox():
     st, js = execute(admin, sid, "echo x")
     assert st == 200 and js["status"] == "Failed", js
     assert js["message"] == "execute command failed" and js["result"]["code"] == 5000, js
-    assert js["error"].startswith("opensandbox execute failed for %s: HTTP 404 "
-                                  "DOCKER::SANDBOX_NOT_FOUND: " % osid), js
+    # (404 from the endpoint lookup, or 502 from the server's execd route when the endpoint
+    # was cached by the readiness ping of the status polls)
+    assert js["error"].startswith((
+        "opensandbox execute failed for %s: HTTP 404 DOCKER::SANDBOX_NOT_FOUND: " % osid,
+        "opensandbox execute failed for %s: HTTP 502 GENERAL::UNKNOWN_ERROR: Could not connect "
+        "to the backend sandbox: no such sandbox" % osid)), js
     assert js["result"]["failure_reason"] == js["error"], js
     assert redis.cli("DEL", "rock:lease:reconciler") == "1"
 

@@ -37,11 +37,11 @@ import sys
 import time
 
 import harness
-from harness import PREFIX, Admin, Redis, Sim, free_port, test, tmpdir, wait_until
+from harness import PREFIX, Admin, Redis, Sim, free_port, os_api_key, test, tmpdir, wait_until
 
 os.environ.pop("OPEN_SANDBOX_API_KEY", None)
 
-API_KEY = "sim-key-proxy"
+API_KEY = os_api_key("sim-key-proxy")
 SIM_HDR = ("X-Sim-Token", "abc")
 BIG = 100 * 1024 * 1024
 GZ_PLAIN = b"hello gzip from inside the sandbox " * 300
@@ -682,6 +682,147 @@ def test_websocket_through_the_server_proxy():
     assert got == b"" or got[0] == 0x88, got
     sock.close()
 
+
+
+
+# ---- the same routes against any OpenSandbox (also the real one) ---------------------
+
+# A WebSocket echo app in the Python standard library only (the real python:3.11 image
+# has no node): echoes text/binary frames, answers "close-me" with close 4001.
+WS_PY = r"""
+import base64, hashlib, socket, struct, sys, threading
+
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def read_exact(c, n):
+    b = b""
+    while len(b) < n:
+        d = c.recv(n - len(b))
+        if not d:
+            raise EOFError
+        b += d
+    return b
+
+
+def send(c, op, payload):
+    n = len(payload)
+    hdr = bytes([0x80 | op]) + (bytes([n]) if n < 126 else
+                               bytes([126]) + struct.pack(">H", n) if n < 65536 else
+                               bytes([127]) + struct.pack(">Q", n))
+    c.sendall(hdr + payload)
+
+
+def serve(c):
+    req = b""
+    while b"\r\n\r\n" not in req:
+        d = c.recv(4096)
+        if not d:
+            return
+        req += d
+    key = [l.split(b":", 1)[1].strip() for l in req.split(b"\r\n")
+           if l.lower().startswith(b"sec-websocket-key:")][0]
+    acc = base64.b64encode(hashlib.sha1(key + GUID).digest())
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+              b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+    try:
+        while True:
+            b0, b1 = read_exact(c, 2)
+            op, n = b0 & 0x0F, b1 & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", read_exact(c, 2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", read_exact(c, 8))[0]
+            mask = read_exact(c, 4) if b1 & 0x80 else b"\0\0\0\0"
+            data = bytes(x ^ mask[i % 4] for i, x in enumerate(read_exact(c, n)))
+            if op == 8:
+                send(c, 8, data or struct.pack(">H", 1000))
+                return
+            if op == 1 and data == b"close-me":
+                send(c, 8, struct.pack(">H", 4001) + b"bye from inside the sandbox")
+                return
+            if op in (1, 2):
+                send(c, op, data)
+            elif op == 9:
+                send(c, 10, data)
+    except (EOFError, OSError):
+        pass
+    finally:
+        c.close()
+
+
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(16)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"""
+
+
+@test
+def test_http_and_websocket_proxy_to_apps_in_any_sandbox():
+    """The proxy routes to apps started inside the sandbox with /execute, checked only
+    through rock-admin (so also against the real OpenSandbox, where the sandbox is a
+    container): HTTP GET/POST with a body, a gzip body passed through, a streamed 8 MiB
+    download, and a WebSocket echo (text, binary, a 1 MiB frame) with the app's own close
+    code; nothing listening answers an error, never a hang."""
+    assert harness.node_available(), \
+        "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
+    redis = Redis()
+    sim = Sim(api_key=API_KEY)
+    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY}}
+    admin = Admin(operator="opensandbox", config=cfg, redis=redis)
+    sid = admin.start_sandbox(wait_alive=False)
+    admin.wait_alive(sid, 60)
+    py = "python3" if harness.real_opensandbox() else sys.executable
+    d = "/tmp/rock-px-%s" % sid
+    run_ok(admin, sid, "mkdir -p %s" % d)
+    put_file(admin, sid, d + "/app.py", APP_PY)
+    put_file(admin, sid, d + "/ws.py", WS_PY)
+    hport, wport = free_port(), free_port()  # free here: the simulator / host networking
+    run_ok(admin, sid, "nohup %s %s/app.py %d %s/app.pid > %s/app.log 2>&1 &"
+           % (py, d, hport, d, d))
+    run_ok(admin, sid, "nohup %s %s/ws.py %d > %s/ws.log 2>&1 & echo $! > %s/ws.pid"
+           % (py, d, wport, d, d))
+    if not harness.real_opensandbox():
+        for f in ("app.pid", "ws.pid"):
+            pidf = d + "/" + f
+            harness._cleanups.append(
+                lambda pidf=pidf: os.path.exists(pidf) and _kill(int(open(pidf).read() or 0)))
+        harness._cleanups.append(lambda: shutil.rmtree(d, ignore_errors=True))
+
+    def get(sub, method="GET", body=None, headers=None):
+        return admin.request(method, proxy_path(sid, "/port/%d%s" % (hport, sub)), body,
+                             headers, raw=True)
+    wait_until(lambda: get("/_count")[0] == 200, 30, 0.2, "the HTTP app through the proxy")
+    st, body, hdrs = get("/hello?x=1", "POST", b"a" * 1000)
+    assert st == 200, (st, body[:300])
+    st, body, hdrs = get("/gzip", headers={"Accept-Encoding": "gzip"})
+    assert st == 200 and gzip.decompress(body) == GZ_PLAIN, (st, hdrs)
+    size = 8 << 20
+    st, body, hdrs = get("/big?n=%d" % size)
+    assert st == 200 and len(body) == size and body == b"".join(pattern(size)), (st, len(body))
+    # WebSocket through the same route
+    client = os.path.join(tmpdir("rock-px-ws-"), "ws_client.js")
+    with open(client, "w") as f:
+        f.write(WS_CLIENT_JS)
+    base = "ws://127.0.0.1:%d%s" % (admin.port, proxy_path(sid))
+    res = wait_until(lambda: (lambda r: r if r.get("open") else None)(
+        ws_client(client, "echo", "%s/port/%d/echo" % (base, wport), 40, 1 << 20)),
+        30, 0.5, "the WebSocket app through the proxy")
+    assert res["sent"] == 40 and res["echoed"] == 40 and res["mismatch"] == 0, res
+    assert res["big"] == 3 and res["code"] == 1000 and res["reason"] == "done", res
+    res = ws_client(client, "close", "%s/port/%d/bye" % (base, wport))
+    assert res["open"] and res["code"] == 4001, res
+    assert res["reason"] == "bye from inside the sandbox", res
+    # nothing listens there: an error, not a hang
+    dead = free_port()
+    st, body, _ = admin.request("GET", proxy_path(sid, "/port/%d/x" % dead), raw=True)
+    assert st >= 400 or b"Failed" in body, (st, body[:300])
+    res = ws_client(client, "close", "%s/port/%d/x" % (base, dead))
+    assert res["code"] == 1011 and res["reason"].startswith("Proxy error: "), res
+    admin.ok("POST", "/delete", {"sandbox_id": sid})
 
 if __name__ == "__main__":
     harness.run()

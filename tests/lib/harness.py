@@ -25,8 +25,42 @@ TEST_PLUGIN_DIR = os.environ.get("ROCK_TEST_PLUGIN_DIR", "")
 OS_PLUGIN_DIR = os.environ.get("ROCK_OPENSANDBOX_PLUGIN_DIR", "")
 SIM_BIN = os.environ.get("OPENSANDBOX_SIM", "opensandbox-sim")
 NODE_MODULES = os.environ.get("ROCK_TEST_NODE_MODULES", "")
+# A real OpenSandbox lifecycle server instead of the simulator (the real-OpenSandbox CI stage,
+# tests/real-opensandbox/): its URL and API key. Tests that need the simulator's fault switches,
+# options or direct execd routes skip themselves (Skip) with the reason.
+REAL_OS_URL = os.environ.get("ROCK_TEST_OPENSANDBOX_URL", "")
+REAL_OS_KEY = os.environ.get("ROCK_TEST_OPENSANDBOX_API_KEY", "")
+# "host": the server's docker host networking, one live sandbox at a time (execd on port 44772
+# of the machine); "bridge": endpoints "127.0.0.1:<mapped>/proxy/<port>", several at once.
+REAL_OS_NETWORK = os.environ.get("ROCK_TEST_OPENSANDBOX_NETWORK", "host")
 
 _cleanups = []
+
+
+class Skip(Exception):
+    """Raised by a test that cannot run here; run() reports it as skipped with the reason."""
+
+
+def real_opensandbox():
+    """True when the tests talk to a real OpenSandbox server (ROCK_TEST_OPENSANDBOX_URL)."""
+    return bool(REAL_OS_URL)
+
+
+def sim_only(reason):
+    """Skip the calling test against a real OpenSandbox: it needs the simulator (reason)."""
+    if REAL_OS_URL:
+        raise Skip("needs the simulator: " + reason)
+
+
+def bridge_only(reason="it needs several live sandboxes at once (host networking: one)"):
+    """Skip against a real OpenSandbox in host networking (reason: why bridge is needed)."""
+    if REAL_OS_URL and REAL_OS_NETWORK == "host":
+        raise Skip("not in host networking: " + reason)
+
+
+def os_api_key(default):
+    """The API key the tests give rock-admin: the real server's in that mode, else default."""
+    return REAL_OS_KEY if REAL_OS_URL else default
 _admins = []
 _procs = []
 
@@ -135,8 +169,88 @@ class Redis(Process):
         return out.stdout.strip()
 
 
+class RealOpenSandbox:
+    """A real OpenSandbox lifecycle server (ROCK_TEST_OPENSANDBOX_URL) in place of the
+    simulator: lifecycle routes (/v1/...) go to it, the simulator's direct execd routes
+    (/sandboxes/<id>/execd/...) to the sandbox's real execd at the endpoint the server names,
+    and the simulator's control routes (/_sim/) skip the test. At the end of each test every sandbox this
+    server holds for rock-admin (metadata rock_sandbox_id) is deleted, so the next test
+    starts empty (host networking: one live sandbox at a time)."""
+
+    name = "real-opensandbox"
+
+    # Simulator options that only bound the simulator itself (the real components have
+    # no such limits): dropped, with their value.
+    HARMLESS = ("--max-upload-mb",)
+
+    def __init__(self, api_key=None, extra=None):
+        extra = list(extra or [])
+        for opt in self.HARMLESS:
+            while opt in extra:
+                i = extra.index(opt)
+                del extra[i:i + 2]
+        if extra:
+            raise Skip("needs the simulator's options %s" % " ".join(extra))
+        if not api_key:
+            raise Skip("needs a keyless OpenSandbox (the real server has an API key)")
+        u = urllib.parse.urlsplit(REAL_OS_URL)
+        self.host, self.port = u.hostname, u.port or 80
+        self.endpoint = "%s:%d" % (self.host, self.port)
+        self.api_key = REAL_OS_KEY
+        self.root = None
+        _cleanups.append(self.delete_all)
+
+    def output(self):
+        return ""
+
+    def request(self, method, path, body=None, headers=None):
+        if path.startswith("/_sim/"):
+            raise Skip("needs the simulator's control API (%s %s)" % (method, path))
+        m = re.match(r"^/sandboxes/([^/]+)/execd(/.*)$", path)
+        if m:  # the simulator's direct execd route: the real execd at its endpoint
+            return self.execd_request(m.group(1), method, m.group(2), body)
+        h = dict(headers or {})
+        h.setdefault("OPEN-SANDBOX-API-KEY", self.api_key)
+        return http_request(self.host, self.port, method, path, body, h)
+
+    def execd_request(self, osid, method, path, body=None):
+        """A request to the sandbox's execd at the endpoint the server names for port 44772
+        ("host:port" or "host:port/proxy/44772" in bridge networking)."""
+        st, js = self.request("GET", "/v1/sandboxes/%s/endpoints/44772" % osid)
+        assert st == 200, (st, js)
+        hostport, _, prefix = js["endpoint"].partition("/")
+        host, _, port = hostport.rpartition(":")
+        return http_request(host, int(port), method, (("/" + prefix) if prefix else "") + path,
+                            body, js.get("headers") or {})
+
+    def rock_sandboxes(self):
+        st, js = self.request("GET", "/v1/sandboxes?pageSize=200")
+        assert st == 200, (st, js)
+        return [i for i in js.get("items") or []
+                if (i.get("metadata") or {}).get("rock_sandbox_id")
+                and i["status"]["state"] != "Terminated"]
+
+    def delete_all(self):
+        for it in self.rock_sandboxes():
+            self.request("DELETE", "/v1/sandboxes/" + it["id"])
+        wait_until(lambda: not self.rock_sandboxes(), 60, 0.5, "real sandboxes deleted")
+        if REAL_OS_NETWORK == "host":  # the next sandbox's execd must be able to bind 44772
+            def port_free():
+                try:
+                    socket.create_connection(("127.0.0.1", 44772), 0.5).close()
+                    return False
+                except OSError:
+                    return True
+            wait_until(port_free, 60, 0.2, "execd port 44772 free")
+
+
 class Sim(Process):
-    """The OpenSandbox simulator."""
+    """The OpenSandbox simulator (a RealOpenSandbox in the real-OpenSandbox mode)."""
+
+    def __new__(cls, *a, **kw):
+        if REAL_OS_URL:
+            return RealOpenSandbox(*a, **{k: v for k, v in kw.items() if k != "ready_delay_ms"})
+        return super().__new__(cls)
 
     def __init__(self, api_key=None, extra=None, ready_delay_ms=200):
         self.root = tmpdir("rock-sim-")
@@ -156,6 +270,10 @@ class Sim(Process):
         if self.api_key:
             h.setdefault("OPEN-SANDBOX-API-KEY", self.api_key)
         return http_request("127.0.0.1", self.port, method, path, body, h)
+
+    def execd_request(self, osid, method, path, body=None):
+        """A request to the sandbox's execd (the simulator's direct execd route)."""
+        return self.request(method, "/sandboxes/%s/execd%s" % (osid, path), body)
 
 
 def yaml_dump(cfg, indent=0):
@@ -221,11 +339,22 @@ class Admin(Process):
                             record=True)
 
     def api(self, method, route, body=None, query=None, headers=None):
-        """Call a ROCK route; returns (http_status, parsed JSON)."""
+        """Call a ROCK route; returns (http_status, parsed JSON).
+        Against a real OpenSandbox, a command whose execd event stream ended without its
+        completion event (a known upstream fault of execd behind its /proxy path, about 1 run
+        in 100-200 in bridge networking; rock-admin answers it with a clear 5000, tested with
+        the simulator's cut_stream_after) is sent once more, and a "# upstream stream ended
+        early" line says so; the stage counts these lines."""
         path = PREFIX + route
         if query:
             path += "?" + urllib.parse.urlencode(query)
-        return self.request(method, path, body, headers)
+        st, js = self.request(method, path, body, headers)
+        if REAL_OS_URL and route in ("/execute", "/run_in_session", "/create_session") and \
+                isinstance(js, dict) and "upstream stream ended early" in (js.get("error") or ""):
+            print("# upstream stream ended early on %s; sent once more (real OpenSandbox)"
+                  % route, flush=True)
+            st, js = self.request(method, path, body, headers)
+        return st, js
 
     def ok(self, method, route, body=None, query=None, headers=None):
         """Call a route and assert HTTP 200 + Success; returns result."""
@@ -349,7 +478,7 @@ def stop_admins():
 def run():
     """Run the registered tests; exit 0 if all passed, 1 otherwise."""
     only = os.environ.get("ROCK_TEST_ONLY")
-    passed = failed = 0
+    passed = failed = skipped = 0
     for fn in _tests:
         if only and only not in fn.__name__:
             continue
@@ -359,6 +488,13 @@ def run():
             stop_admins()
             passed += 1
             print("ok - %s (%.1fs)" % (fn.__name__, time.time() - t0), flush=True)
+        except Skip as why:
+            try:
+                stop_admins()
+            except AssertionError:
+                pass  # the test did not get to its own checks
+            skipped += 1
+            print("ok - %s # SKIP %s" % (fn.__name__, why), flush=True)
         except Exception:  # noqa: BLE001 - report every failure
             failed += 1
             print("not ok - %s" % fn.__name__, flush=True)
@@ -369,7 +505,8 @@ def run():
             _admins.clear()
             cleanup()
             _procs.clear()
-    print("%d passed, %d failed" % (passed, failed), flush=True)
+    print("%d passed, %d failed%s" % (passed, failed,
+                                      ", %d skipped" % skipped if skipped else ""), flush=True)
     sys.exit(0 if failed == 0 else 1)
 
 

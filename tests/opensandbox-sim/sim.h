@@ -132,6 +132,7 @@ struct sim_global {
     char *egress_token; /* --egress-token: OPENSANDBOX-EGRESS-AUTH the egress API requires */
     int64_t ready_delay_ms;
     int64_t create_delay_ms; /* --create-delay-ms: POST /sandboxes answers after this long */
+    int64_t execd_start_ms; /* --execd-start-ms: execd answers this long after Running */
     int64_t max_timeout_s;
     int max_sandboxes;
     int max_connections; /* --max-connections: concurrent HTTP connections (default 512) */
@@ -176,6 +177,7 @@ struct sim_faults {
     bool pause_unsupported, pause_fail, resume_fail, paused_execd_refuse;
     int64_t pause_delay_ms, resume_delay_ms;
     bool snapshot_unsupported, snapshot_fail, restore_fail;
+    bool image_pull_fail; /* creates from an image fail as a failed docker pull */
     int64_t snapshot_delay_ms;
 };
 
@@ -187,6 +189,7 @@ void sim_hex_id(char out[33]);
 void sim_iso_time(int64_t ms, char *out, size_t n);
 int sim_parse_iso_time(const char *s, int64_t *out_ms);
 char *sim_strdup(const char *s);
+const char *sim_go_strerror(int e);
 void *sim_xmalloc(size_t n);
 void *sim_xrealloc(void *p, size_t n);
 char *sim_json_event_string(json_object *o);

@@ -512,6 +512,13 @@ enum MHD_Result sim_execd_handle(struct MHD_Connection *c, struct sim_req *r, co
                                sb ? "Could not connect to the backend sandbox: not running"
                                   : "Could not connect to the backend sandbox: no such sandbox");
     }
+    if (sim_now_ms() < sb->ready_ms + g_sim.execd_start_ms) {
+        /* The docker runtime reports Running when the container started; execd, started by
+         * its bootstrap script, listens a moment later (components/execd/bootstrap.sh). */
+        pthread_mutex_unlock(&g_sim.mu);
+        return sim_reply_error(c, 502, "GENERAL::UNKNOWN_ERROR",
+                               "Could not connect to the backend sandbox: execd not listening yet");
+    }
     if (strcmp(path, "/ping") == 0 && (strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0)) {
         ret = sim_reply_empty(c, 200);
     } else if (strcmp(path, "/command") == 0 && strcmp(m, "POST") == 0) {

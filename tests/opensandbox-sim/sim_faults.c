@@ -130,6 +130,7 @@ static json_object *sim_faults_json(void)
     json_object_object_add(o, "snapshot_fail", json_object_new_boolean(f.snapshot_fail));
     json_object_object_add(o, "snapshot_delay_ms", json_object_new_int64(f.snapshot_delay_ms));
     json_object_object_add(o, "restore_fail", json_object_new_boolean(f.restore_fail));
+    json_object_object_add(o, "image_pull_fail", json_object_new_boolean(f.image_pull_fail));
     return o;
 }
 
@@ -165,7 +166,8 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
               sim_get_bool(o, "snapshot_unsupported", &f.snapshot_unsupported) &&
               sim_get_bool(o, "snapshot_fail", &f.snapshot_fail) &&
               sim_get_int(o, "snapshot_delay_ms", 0, &f.snapshot_delay_ms) &&
-              sim_get_bool(o, "restore_fail", &f.restore_fail);
+              sim_get_bool(o, "restore_fail", &f.restore_fail) &&
+              sim_get_bool(o, "image_pull_fail", &f.image_pull_fail);
     json_object_object_foreach(o, key, val)
     {
         (void)val;
@@ -177,7 +179,7 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
             "pause_unsupported",    "pause_fail",         "resume_fail",
             "pause_delay_ms",       "resume_delay_ms",    "paused_execd_refuse",
             "snapshot_unsupported", "snapshot_fail",      "snapshot_delay_ms",
-            "restore_fail"};
+            "restore_fail",         "image_pull_fail"};
         bool found = false;
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             found = found || strcmp(known[i], key) == 0;

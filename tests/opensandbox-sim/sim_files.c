@@ -140,7 +140,7 @@ static enum MHD_Result sim_info(struct MHD_Connection *c, const char *dir)
             char msg[8300];
             int e = errno;
             snprintf(msg, sizeof msg, "file not found. file not found: %.2048s: lstat %.4096s: %s",
-                     ps.v[i], abs, strerror(e));
+                     ps.v[i], abs, sim_go_strerror(e));
             free(abs);
             json_object_put(o);
             if (e == ENOENT || e == ENOTDIR)
@@ -203,7 +203,7 @@ static enum MHD_Result sim_download(struct MHD_Connection *c, const char *dir)
         char msg[4200];
         if (fd >= 0)
             close(fd);
-        snprintf(msg, sizeof msg, "file not found. open %.4096s: %s", abs, strerror(e));
+        snprintf(msg, sizeof msg, "file not found. open %.4096s: %s", abs, sim_go_strerror(e));
         free(abs);
         if (e == ENOENT || e == ENOTDIR)
             return sim_reply_error(c, 404, "FILE_NOT_FOUND", msg);
@@ -346,7 +346,7 @@ static int sim_write_file(const char *abs, const char *data, size_t len, int mod
     if (slash && slash != parent) {
         *slash = 0;
         if (sim_mkdir_p(parent, 0777) != 0) {
-            snprintf(err, errn, "mkdir %s: %s", parent, strerror(errno));
+            snprintf(err, errn, "mkdir %s: %s", parent, sim_go_strerror(errno));
             free(parent);
             return -1;
         }
@@ -354,7 +354,7 @@ static int sim_write_file(const char *abs, const char *data, size_t len, int mod
     free(parent);
     int fd = open(abs, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0777);
     if (fd < 0) {
-        snprintf(err, errn, "open %s: %s", abs, strerror(errno));
+        snprintf(err, errn, "open %s: %s", abs, sim_go_strerror(errno));
         return -1;
     }
     size_t off = 0;
@@ -363,7 +363,7 @@ static int sim_write_file(const char *abs, const char *data, size_t len, int mod
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0) {
-            snprintf(err, errn, "write %s: %s", abs, strerror(errno));
+            snprintf(err, errn, "write %s: %s", abs, sim_go_strerror(errno));
             close(fd);
             return -1;
         }
@@ -372,7 +372,7 @@ static int sim_write_file(const char *abs, const char *data, size_t len, int mod
     fsync(fd);
     close(fd);
     if (mode > 0 && chmod(abs, (mode_t)mode) != 0) {
-        snprintf(err, errn, "chmod %s: %s", abs, strerror(errno));
+        snprintf(err, errn, "chmod %s: %s", abs, sim_go_strerror(errno));
         return -1;
     }
     if ((owner && *owner) || (group && *group)) {
@@ -385,7 +385,7 @@ static int sim_write_file(const char *abs, const char *data, size_t len, int mod
         if (gr)
             gid = gr->gr_gid;
         if ((pw || gr) && chown(abs, uid, gid) != 0) {
-            snprintf(err, errn, "chown %s: %s", abs, strerror(errno));
+            snprintf(err, errn, "chown %s: %s", abs, sim_go_strerror(errno));
             return -1;
         }
     }
@@ -510,7 +510,7 @@ static enum MHD_Result sim_delete(struct MHD_Connection *c, const char *dir, boo
         int rc = dirs ? sim_remove_all(abs) : (unlink(abs) == 0 || errno == ENOENT ? 0 : -1);
         if (rc != 0) {
             char msg[4200];
-            snprintf(msg, sizeof msg, "remove %.4096s: %s", abs, strerror(errno));
+            snprintf(msg, sizeof msg, "remove %.4096s: %s", abs, sim_go_strerror(errno));
             free(abs);
             return sim_reply_error(c, 500, "RUNTIME_ERROR", msg);
         }
@@ -546,7 +546,7 @@ static int sim_set_ownership(const char *abs, const char *owner, const char *gro
         gid = gr->gr_gid;
     }
     if (chown(abs, uid, gid) != 0) {
-        snprintf(err, errn, "chown %s: %s", abs, strerror(errno));
+        snprintf(err, errn, "chown %s: %s", abs, sim_go_strerror(errno));
         return -1;
     }
     return 0;
@@ -613,9 +613,9 @@ static enum MHD_Result sim_path_map(struct MHD_Connection *c, struct sim_req *r,
         int rc =
             mode < 0 ? (snprintf(err, sizeof err, "invalid mode %lld", (long long)digits), -1) : 0;
         if (rc == 0 && mkdirs && sim_mkdir_p(abs, mode > 0 ? (mode_t)mode : 0755) != 0)
-            rc = -1, snprintf(err, sizeof err, "mkdir %.4096s: %s", abs, strerror(errno));
+            rc = -1, snprintf(err, sizeof err, "mkdir %.4096s: %s", abs, sim_go_strerror(errno));
         if (rc == 0 && mode > 0 && chmod(abs, (mode_t)mode) != 0)
-            rc = -1, snprintf(err, sizeof err, "chmod %.4096s: %s", abs, strerror(errno));
+            rc = -1, snprintf(err, sizeof err, "chmod %.4096s: %s", abs, sim_go_strerror(errno));
         if (rc == 0)
             rc = sim_set_ownership(abs, owner, group, err, sizeof err);
         if (rc != 0) {
@@ -657,7 +657,8 @@ static enum MHD_Result sim_move(struct MHD_Connection *c, struct sim_req *r, con
         if (rc != 0) {
             json_object_put(body);
             return sim_reply_error(c, e == ENOENT ? 404 : 500,
-                                   e == ENOENT ? "FILE_NOT_FOUND" : "RUNTIME_ERROR", strerror(e));
+                                   e == ENOENT ? "FILE_NOT_FOUND" : "RUNTIME_ERROR",
+                                   sim_go_strerror(e));
         }
     }
     json_object_put(body);

@@ -72,7 +72,8 @@ enum sim_state sim_effective_state(struct sim_sandbox *sb, int64_t now)
         sb->state = SIM_RUNNING;
         sb->transition_ms = sb->ready_ms;
         snprintf(sb->reason, sizeof sb->reason, "CONTAINER_RUNNING");
-        sb->message[0] = 0;
+        /* the docker runtime's texts (services/docker/docker_service.py, container states) */
+        snprintf(sb->message, sizeof sb->message, "Sandbox container is running.");
     }
     if ((sb->state == SIM_PAUSING || sb->state == SIM_RESUMING) && now >= sb->transition_due_ms) {
         bool resume = sb->state == SIM_RESUMING;
@@ -82,6 +83,8 @@ enum sim_state sim_effective_state(struct sim_sandbox *sb, int64_t now)
         sb->transition_ms = sb->transition_due_ms;
         snprintf(sb->reason, sizeof sb->reason, "%s",
                  resume ? "CONTAINER_RUNNING" : "CONTAINER_PAUSED");
+        snprintf(sb->message, sizeof sb->message, "%s",
+                 resume ? "Sandbox container is running." : "Sandbox container is paused.");
     }
     if (sb->expires_ms > 0 && now >= sb->expires_ms && sb->state != SIM_TERMINATED &&
         sb->state != SIM_FAILED) {
@@ -433,6 +436,24 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         }
     }
 
+    if (image) {
+        /* The docker runtime pulls an image it does not have; a failed pull answers 500
+         * IMAGE_PULL_FAILED and creates nothing (server/opensandbox_server/services/docker/
+         * container_ops.py, _pull_image). */
+        struct sim_faults f;
+        sim_faults_get(&f);
+        json_object *u = NULL;
+        if (f.image_pull_fail && json_object_object_get_ex(image, "uri", &u)) {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "Failed to pull image %s: 404 Client Error: Not Found (\"pull access denied "
+                     "for %s, repository does not exist\") (opensandbox-sim)",
+                     json_object_get_string(u), json_object_get_string(u));
+            ret = sim_reply_error(c, 500, "DOCKER::SANDBOX_IMAGE_PULL_FAILED", msg);
+            goto out;
+        }
+    }
+
     /* Valid: create it. */
     struct sim_sandbox *sb = calloc(1, sizeof *sb);
     if (!sb)
@@ -493,6 +514,7 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
     sb->expires_ms = timeout_s > 0 ? now + timeout_s * 1000 : 0;
     sb->state = SIM_PENDING;
     snprintf(sb->reason, sizeof sb->reason, "CONTAINER_STARTING");
+    snprintf(sb->message, sizeof sb->message, "Sandbox container is starting.");
     pthread_mutex_lock(&g_sim.mu);
     if (g_sim.nsandboxes >= g_sim.max_sandboxes) {
         pthread_mutex_unlock(&g_sim.mu);
@@ -508,6 +530,8 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
     g_sim.nsandboxes++;
     json_object *resp = sim_sandbox_json(sb, now);
     pthread_mutex_unlock(&g_sim.mu);
+    /* CreateSandboxResponse has no image (server/opensandbox_server/api/schema.py) */
+    json_object_object_del(resp, "image");
     if (sim_fault_take_drop_create()) {
         json_object_put(resp);
         ret = MHD_NO;

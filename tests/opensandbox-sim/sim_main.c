@@ -25,6 +25,7 @@ static void sim_usage(FILE *f)
                "  --api-key KEY            require OPEN-SANDBOX-API-KEY on the lifecycle API\n"
                "  --ready-delay-ms N       Pending -> Running delay (default 300)\n"
                "  --create-delay-ms N      POST /sandboxes answers after N ms (default 0)\n"
+               "  --execd-start-ms N       execd answers N ms after Running (default 0)\n"
                "  --execd-header NAME:VAL  execd requires this header; discovery returns it\n"
                "  --egress-token TOKEN     egress API requires OPENSANDBOX-EGRESS-AUTH: TOKEN;\n"
                "                           discovery of port 18080 returns it\n"
@@ -91,6 +92,8 @@ static void sim_parse_args(int argc, char **argv)
             g_sim.ready_delay_ms = sim_opt_num(a, v);
         } else if (!strcmp(a, "--create-delay-ms")) {
             g_sim.create_delay_ms = sim_opt_num(a, v);
+        } else if (!strcmp(a, "--execd-start-ms")) {
+            g_sim.execd_start_ms = sim_opt_num(a, v);
         } else if (!strcmp(a, "--max-sandboxes")) {
             g_sim.max_sandboxes = (int)sim_opt_num(a, v);
         } else if (!strcmp(a, "--max-connections")) {

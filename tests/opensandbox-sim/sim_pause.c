@@ -91,7 +91,9 @@ enum MHD_Result sim_pause_handle(struct MHD_Connection *c, struct sim_sandbox *s
             sb->state = SIM_PAUSED;
             snprintf(sb->reason, sizeof sb->reason, "CONTAINER_PAUSED");
         }
-        sb->message[0] = 0;
+        /* the docker runtime's text (services/docker/docker_service.py) */
+        snprintf(sb->message, sizeof sb->message, "%s",
+                 sb->state == SIM_PAUSED ? "Sandbox container is paused." : "");
         return sim_reply_empty(c, 202);
     }
     if (st != SIM_PAUSED)
@@ -111,7 +113,8 @@ enum MHD_Result sim_pause_handle(struct MHD_Connection *c, struct sim_sandbox *s
         sb->state = SIM_RUNNING;
         snprintf(sb->reason, sizeof sb->reason, "CONTAINER_RUNNING");
     }
-    sb->message[0] = 0;
+    snprintf(sb->message, sizeof sb->message, "%s",
+             sb->state == SIM_RUNNING ? "Sandbox container is running." : "");
     return sim_reply_empty(c, 202);
 }
 

@@ -1,6 +1,8 @@
 /* Small helpers: time, ids, memory, JSON event formatting, UTF-8 sanitising. */
 #include "sim.h"
 
+#include <ctype.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -136,6 +138,16 @@ void *sim_xrealloc(void *p, size_t n)
     if (!q)
         abort();
     return q;
+}
+
+/* strerror(e) as Go's syscall.Errno.Error() spells it (lower-case first letter, e.g. "no such
+ * file or directory"): execd's error messages carry Go's text. Thread-local buffer. */
+const char *sim_go_strerror(int e)
+{
+    static _Thread_local char buf[128];
+    snprintf(buf, sizeof buf, "%s", strerror(e));
+    buf[0] = (char)tolower((unsigned char)buf[0]);
+    return buf;
 }
 
 /* strdup that aborts on failure; NULL stays NULL. */

@@ -775,6 +775,38 @@ static void test_b95_clear(void **state)
     assert_int_equal(rk_session_clear(tc->st, "sbx-1", err, sizeof err), RK_STORE_OK);
 }
 
+/* take_all frees every name of one sandbox and hands back the committed session ids only. */
+static void test_session_take_all(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], tok[64];
+    char **ids = NULL;
+    size_t n = 9;
+    map_session(tc->st, "sbx-1", "default", "os-session-1");
+    map_session(tc->st, "sbx-1", "worker", "os-session-2");
+    map_session(tc->st, "sbx-2", "default", "os-session-3");
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "pending", 120, tok, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_session_take_all(tc->st, "sbx-1", &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    int one = strcmp(ids[0], "os-session-1") == 0 || strcmp(ids[1], "os-session-1") == 0;
+    int two = strcmp(ids[0], "os-session-2") == 0 || strcmp(ids[1], "os-session-2") == 0;
+    assert_true(one && two);
+    rk_store_free_ids(ids, n);
+    expect_session(tc->st, "sbx-1", "default", NULL);
+    assert_int_equal(rk_session_count(tc->st, "sbx-1", &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0); /* the reservation went too: its commit now conflicts */
+    assert_int_equal(
+        rk_session_commit(tc->st, "sbx-1", "pending", tok, "os-session-4", err, sizeof err),
+        RK_STORE_CONFLICT);
+    expect_session(tc->st, "sbx-2", "default", "os-session-3");
+    assert_int_equal(rk_session_reserve(tc->st, "sbx-1", "default", 120, tok, err, sizeof err),
+                     RK_STORE_OK); /* the name is free again */
+    assert_int_equal(rk_session_take_all(tc->st, "sbx-9", &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    rk_store_free_ids(ids, n);
+}
+
 /* B97 + B98: TTL 0 reservations are reclaimed; stale owners lose. */
 static void test_b97_b98_reclaim(void **state)
 {
@@ -1661,6 +1693,7 @@ int main(void)
         BOTH(test_b92_rollback_releases),
         BOTH(test_b93_b94_remove),
         BOTH(test_b95_clear),
+        BOTH(test_session_take_all),
         BOTH(test_b97_b98_reclaim),
         BOTH(test_b99_conditional),
         BOTH(test_invalid_arguments),

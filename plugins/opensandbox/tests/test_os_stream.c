@@ -155,7 +155,10 @@ static void test_missing_terminal(void **state)
     struct capture c = {0};
     struct os_stream st;
     assert_int_equal(parse_split(s, strlen(s), 0, &c, &st), RK_E_UPSTREAM);
-    assert_string_equal(st.error_text, "stream ended before completion");
+    assert_string_equal(st.error_text,
+                        "upstream stream ended early: execd closed the event stream before the "
+                        "command's completion event; the command may have run, so it was not "
+                        "retried");
     assert_false(st.has_exit_code);
     os_stream_free(&st);
     cap_free(&c);
