@@ -4,6 +4,7 @@
  * @brief execd bash sessions: open (user check, env validation, init), run, close.
  */
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
