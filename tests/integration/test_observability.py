@@ -33,7 +33,16 @@ def promtool_accepts_live_metrics():
     assert promtool, "promtool not found: scripts/install-deps.sh installs Debian's prometheus"
     a = Admin()
     sid = _traffic(a)
-    st, body, headers = a.request("GET", "/metrics", raw=True)
+    # A request is counted when it completes, just after its response was sent
+    # (on its connection's event loop): scrape until the last request of the
+    # traffic is in and only the scrape itself is in flight.
+    settled = ('rock_admin_requests_total{route="unrouted",outcome="client_error"} 1',
+               'rock_admin_inflight_requests 1')
+
+    def scrape():
+        st, body, headers = a.request("GET", "/metrics", raw=True)
+        return (st, body, headers) if all(d in body.decode() for d in settled) else None
+    st, body, headers = wait_until(scrape, 30, 0.05, "the traffic counted")
     assert st == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
     text = body.decode()
     p = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
@@ -99,7 +108,10 @@ def json_log_format():
             rec = json.loads(line)
             if rec.get("msg") == "access":
                 recs.append(rec)
-        return [r for r in recs if r.get("route") == "get_status"] and recs
+        # each line is written when its request completes, just after its
+        # response was sent: wait for both requests' lines
+        routes = {r.get("route") for r in recs}
+        return recs if {"get_status", "execute"} <= routes else None
 
     recs = wait_until(access_lines, 10, what="JSON access lines")
     # Every line is one JSON object with time, level and msg.
