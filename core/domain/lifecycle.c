@@ -41,12 +41,15 @@ struct patch {
     enum rk_state seen;      /* out: state found */
     const char *observed;    /* set "backend_state" (reconciler: non-active backend state) */
     int clear_observed;      /* drop "backend_state" */
+    int adopted;             /* out: the record already carried upstream_id (not deleted) */
 };
 
 static int apply_patch(json_object *rec, void *ctx)
 {
     struct patch *p = ctx;
     p->seen = rk_rec_state(rec);
+    const char *have = p->upstream_id ? rk_rec_upstream_id(rec, p->tag) : NULL;
+    p->adopted = have && strcmp(have, p->upstream_id) == 0 && p->seen != RK_STATE_DELETED;
     if (p->expect && p->seen != p->expect)
         return 1;
     if (p->upstream_id)
@@ -232,7 +235,11 @@ static void record_created(struct rk_app *app, struct rk_call *call, const char 
                       .host_name = out->host_name ? out->host_name : out->upstream_id,
                       .create_done = 1};
     rk_store_rc rc = patch_record(app, id, &p, NULL);
-    if (rc != RK_STORE_OK) {
+    if (rc == RK_STORE_ABORTED && p.adopted) {
+        /* A status read found the new sandbox by its ROCK id first and recorded it (and may
+         * have seen it running): it is this create's, and it stays. */
+        rk_info("sandbox %s: created in backend (already recorded)", id);
+    } else if (rc != RK_STORE_OK) {
         /* The record was deleted (or is gone) while we created: do not
          * leave a sandbox that no record owns. */
         struct rk_sandbox_ref ref = {id, out->upstream_id, pl->desc->backend_tag, RK_STATE_DELETED};
