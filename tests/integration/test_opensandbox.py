@@ -972,11 +972,15 @@ def get_status_is_one_store_round_trip():
     delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     # each read is one round trip: the touching script (at most once per second per sandbox
     # and process: the idle deadline has one-second resolution) or MGET + ZSCORE pipelined
-    # (commandstats also counts the script's own GET x2, ZSCORE and SISMEMBER)
-    touches, plain = delta.get("evalsha", 0), delta.get("mget", 0)
+    # (commandstats also counts the script's own GET x2, ZSCORE and SISMEMBER). The
+    # touching script is counted by its two GETs: the create queue's feeder runs scripts
+    # of its own in the background (EVALSHA, polling for other admins' creates).
+    plain = delta.get("mget", 0)
+    assert delta.get("get", 0) % 2 == 0, delta
+    touches = delta.get("get", 0) // 2
     assert touches + plain == 20, delta
     assert delta.get("zscore", 0) == plain + touches, delta
-    assert delta.get("get", 0) == 2 * touches, delta
+    assert delta.get("evalsha", 0) >= touches, delta
     assert 1 <= touches <= seconds, (delta, seconds)
     for cmd in ("eval", "multi", "exec", "watch"):
         assert delta.get(cmd, 0) == 0, delta
