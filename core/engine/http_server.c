@@ -566,6 +566,7 @@ int rk_http_start(struct rk_app *app)
     struct http_state *hs = calloc(1, sizeof *hs);
     if (!hs)
         return -1;
+    hs->quiesced_fd = -1;
     app->http = hs;
     const struct rk_config *cfg = app->cfg;
     pthread_mutex_init(&hs->mu, NULL);
@@ -660,8 +661,13 @@ void rk_http_quiesce(struct rk_app *app)
     if (!hs || !hs->daemon || hs->quiesced)
         return;
     MHD_socket fd = MHD_quiesce_daemon(hs->daemon);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    if (fd != MHD_INVALID_SOCKET) {
+        /* Not closed yet: the event loops take it out of their epoll sets on their own time.
+         * A listening socket that is shut down stops listening (new connections are
+         * refused, the backlog is reset), which is what a balancer needs to see. */
+        shutdown(fd, SHUT_RDWR);
+        hs->quiesced_fd = fd;
+    }
     hs->quiesced = 1;
 }
 
@@ -702,6 +708,8 @@ void rk_http_stop(struct rk_app *app)
     }
     if (hs->daemon)
         MHD_stop_daemon(hs->daemon);
+    if (hs->quiesced_fd >= 0)
+        close(hs->quiesced_fd);
     rk_workers_free(hs->workers);
     pthread_mutex_destroy(&hs->mu);
     pthread_cond_destroy(&hs->cv);
