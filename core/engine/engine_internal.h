@@ -59,11 +59,8 @@ struct http_state {
     /* the event engine */
     struct rk_workers *workers; /* the pool handlers run on (workers.h) */
     atomic_int suspended;       /* connections suspended and not yet resumed */
-    atomic_llong refused;
-    atomic_int open;
-        /* connections admitted by accept_policy_cb, not yet closed */ /* requests answered busy:
-                                                                          the worker queue was full
-                                                                        */
+    atomic_llong refused;       /* requests answered busy: the worker queue was full */
+    atomic_int open;            /* connections admitted by accept_policy_cb, not yet closed */
 };
 
 /** On the loop, inside one of the connection's callbacks: suspend the

@@ -4,9 +4,9 @@
  * (each keeps its live keep-alive connection, so a proxied request reuses the
  * TCP connection of an earlier one, like nginx's upstream keepalive). Bounded;
  * anything beyond the bound is freed. The transfers run on the relay transfer
- * loop (relay_http_loop.h), whose multi handle keeps the idle connections. The handle pool itself is
- * librkutil's (lib/rkcurlpool.h, shared with the plugins); this file only keys
- * it by origin and sets the relay's bounds.
+ * loop (relay_http_loop.h), whose multi handle keeps the idle connections. The handle pool itself
+ * is librkutil's (lib/rkcurlpool.h, shared with the plugins); this file only keys it by origin and
+ * sets the relay's bounds.
  */
 #ifndef RK_RELAY_POOL_H
 #define RK_RELAY_POOL_H

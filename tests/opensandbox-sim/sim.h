@@ -132,7 +132,7 @@ struct sim_global {
     char *egress_token; /* --egress-token: OPENSANDBOX-EGRESS-AUTH the egress API requires */
     int64_t ready_delay_ms;
     int64_t create_delay_ms; /* --create-delay-ms: POST /sandboxes answers after this long */
-    int64_t execd_start_ms; /* --execd-start-ms: execd answers this long after Running */
+    int64_t execd_start_ms;  /* --execd-start-ms: execd answers this long after Running */
     int64_t max_timeout_s;
     int max_sandboxes;
     int max_connections; /* --max-connections: concurrent HTTP connections (default 512) */
