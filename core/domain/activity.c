@@ -21,15 +21,30 @@ int64_t rk_activity_deadline(int64_t now_s, int64_t idle_minutes)
     return idle_minutes > 0 ? now_s + idle_minutes * 60 : 0;
 }
 
-/* First activity on id in second now_s (FNV-1a slot)? */
-int rk_activity_due(const char *id, int64_t now_s)
+/* The throttle slot of id (FNV-1a) and the value it holds once id was seen in second now_s. */
+static _Atomic uint64_t *activity_slot(const char *id, int64_t now_s, uint64_t *want)
 {
     uint64_t h = 1469598103934665603ull;
     for (const unsigned char *p = (const unsigned char *)id; *p; p++)
         h = (h ^ *p) * 1099511628211ull;
-    uint64_t want = (h & 0xffffffff00000000ull) | (uint32_t)now_s;
-    _Atomic uint64_t *slot = &activity_slots[h % ACTIVITY_SLOTS];
+    *want = (h & 0xffffffff00000000ull) | (uint32_t)now_s;
+    return &activity_slots[h % ACTIVITY_SLOTS];
+}
+
+/* First activity on id in second now_s? */
+int rk_activity_due(const char *id, int64_t now_s)
+{
+    uint64_t want;
+    _Atomic uint64_t *slot = activity_slot(id, now_s, &want);
     return atomic_exchange_explicit(slot, want, memory_order_relaxed) != want;
+}
+
+/* Would rk_activity_due(id, now_s) say 1? (Reads only.) */
+int rk_activity_pending(const char *id, int64_t now_s)
+{
+    uint64_t want;
+    _Atomic uint64_t *slot = activity_slot(id, now_s, &want);
+    return atomic_load_explicit(slot, memory_order_relaxed) != want;
 }
 
 /* The throttled second for a read-and-touch. */

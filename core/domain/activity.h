@@ -23,6 +23,10 @@ int64_t rk_activity_deadline(int64_t now_s, int64_t idle_minutes);
  *  lock-free; a hash collision between two ids costs one extra touch. */
 int rk_activity_due(const char *id, int64_t now_s);
 
+/** 1 when rk_activity_due(id, now_s) would be 1, without recording anything:
+ *  for code that must know beforehand whether a touch (a store write) is due. */
+int rk_activity_pending(const char *id, int64_t now_s);
+
 /** The second a read-and-touch of id (rk_store_get_touch) should touch in:
  *  now when a touch is due (rk_activity_due), else 0 (a plain read). */
 int64_t rk_activity_touch_second(const char *id);

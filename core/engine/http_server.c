@@ -79,9 +79,8 @@ enum {
 
 /* The worker pool's job: run the route code the connection waits for, then
  * drop the worker's hold (the last hold resumes the connection). */
-static void run_job(void *arg)
+static void run_job_code(struct rk_req *r)
 {
-    struct rk_req *r = arg;
     if (r->job == JOB_BEGIN) {
         if (r->route->websocket)
             r->route->handler(r);
@@ -90,9 +89,15 @@ static void run_job(void *arg)
     } else {
         r->route->handler(r);
         /* A deferred request is answered by another thread: not read here. */
-        if (!r->deferred && !r->responded)
+        if (!r->deferred && !r->responded && !r->wants_worker)
             reply_detail(r, 500, "handler produced no response");
     }
+}
+
+static void run_job(void *arg)
+{
+    struct rk_req *r = arg;
+    run_job_code(r);
     rk_req_finish(r);
 }
 
@@ -113,6 +118,30 @@ static int queue_job(struct rk_req *r, int job)
         return -1;
     }
     return 0;
+}
+
+/* Start a job: on the loop first when the route allows it (RK_ROUTE_LOOP_FIRST)
+ * and the route code did not ask for a worker, else on the pool (queue_job).
+ * The connection then waits for it exactly as for a queued job: a job that
+ * ended on the loop is found done on the next call, one that deferred its
+ * answer resumes the connection when it finishes. */
+static int start_job(struct rk_req *r, int job)
+{
+    if (r->route->flags & RK_ROUTE_LOOP_FIRST) {
+        r->job = job;
+        atomic_store(&r->job_state, RK_JOB_RUNNING);
+        atomic_store(&r->holds, 1);
+        r->on_loop = 1;
+        r->wants_worker = 0;
+        run_job_code(r);
+        r->on_loop = 0;
+        if (!r->wants_worker) {
+            rk_req_finish(r);
+            return 0;
+        }
+        r->wants_worker = 0; /* nothing done: run it again on a worker */
+    }
+    return queue_job(r, job);
 }
 
 /* The job the connection waited for is done (on the loop): what is left of
@@ -311,7 +340,7 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
         /* The body must not be read before begin() ran: suspended at once. */
         if (((r->route->body_mode == RK_BODY_STREAM && r->route->begin) ||
              (r->route->websocket && r->route->handler)) &&
-            queue_job(r, JOB_BEGIN) == 0 && !rk_req_wait_job(r))
+            start_job(r, JOB_BEGIN) == 0 && !rk_req_wait_job(r))
             job_ended(r);
         return MHD_YES;
     }
@@ -410,8 +439,11 @@ static enum MHD_Result handle_request(struct rk_app *app, struct MHD_Connection 
              * would leave the connection in its reading state, and a client
              * that half-closed after its request would be cut when it is
              * resumed (libmicrohttpd 0.9.75 closes on reading the end). */
-            if (queue_job(r, JOB_HANDLER) == 0)
-                return MHD_YES;
+            if (start_job(r, JOB_HANDLER) == 0) {
+                if (atomic_load(&r->job_state) != RK_JOB_DONE)
+                    return MHD_YES;
+                job_ended(r); /* it answered on the loop (or already on a worker) */
+            }
         } else {
             r->route->handler(r);
             if (!r->responded)

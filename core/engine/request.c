@@ -159,6 +159,14 @@ int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg)
     return rk_workers_submit(hs->workers, fn, arg);
 }
 
+int rk_req_needs_worker(struct rk_req *r)
+{
+    if (!r->on_loop)
+        return 0;
+    r->wants_worker = 1;
+    return 1;
+}
+
 void rk_req_defer(struct rk_req *r)
 {
     r->deferred = 1;

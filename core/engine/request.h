@@ -82,6 +82,8 @@ struct rk_req {
     int job;          /* 0, or the job the connection waits for (http_server.c) */
     int suspended;    /* suspended by rk_req_suspend, not yet resumed (loop only) */
     int deferred;     /* rk_req_defer was called */
+    int on_loop;      /* route code runs on the event loop (RK_ROUTE_LOOP_FIRST) */
+    int wants_worker; /* it called rk_req_needs_worker(): run it again on a worker */
     size_t body_kept; /* body bytes a stream route left for later (see router.h) */
     atomic_int holds;
     atomic_int job_state; /* RK_JOB_RUNNING, _WAITING (the loop suspended for it), _DONE */
@@ -147,6 +149,12 @@ void rk_req_finish(struct rk_req *r);
 void rk_req_suspend(struct rk_req *r);
 /** Resume a connection suspended by rk_req_suspend (any thread). */
 void rk_req_resume(struct rk_req *r);
+/** For route code of an RK_ROUTE_LOOP_FIRST route: 1 when it runs on the
+ *  event loop, where it must not block. The code then returns at once,
+ *  having changed nothing and answered nothing, and the engine runs it again
+ *  on a worker (where this returns 0). */
+int rk_req_needs_worker(struct rk_req *r);
+
 /** Run fn(arg) on the worker pool (engine/workers.h); 0, or -1 when its
  *  queue (server.worker_queue) is full or the server stops. */
 int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg);

@@ -40,8 +40,8 @@ struct rk_route {
     const char *name;    /* metrics label, e.g. "start_async" */
     enum rk_body_mode body_mode;
     /** Called once headers are complete (stream routes; optional), on a
-     *  worker (it may block). Return 0 to continue; non-zero means the route
-     *  already replied. */
+     *  worker (it may block; RK_ROUTE_LOOP_FIRST: first on the loop). Return
+     *  0 to continue; non-zero means the route already replied. */
     int (*begin)(struct rk_req *r);
     /** Called for every chunk of body (stream routes), on the event loop: it
      *  must not block. Return 0 to continue; non-zero stops reading (the
@@ -52,8 +52,8 @@ struct rk_route {
      *  complete, before handler(). */
     int (*body)(struct rk_req *r, const char *data, size_t len);
     /** Produces the response: on a worker, unless the route is
-     *  RK_ROUTE_INLINE; a WebSocket route's handler (gate, upstream set-up,
-     *  101 answer) runs on a worker at the headers. */
+     *  RK_ROUTE_INLINE (or RK_ROUTE_LOOP_FIRST: first tried on the loop); a WebSocket route's
+     * handler (gate, upstream set-up, 101 answer) runs on a worker at the headers. */
     void (*handler)(struct rk_req *r);
     int websocket;            /* 1: matched only for Upgrade: websocket requests */
     const char *fail_message; /* route "message" on failures, e.g. "execute command failed" */
@@ -76,6 +76,10 @@ struct rk_route {
 #define RK_ROUTE_API_KEY 0x20u      /* E2B: X-API-Key may carry the bearer token too */
 #define RK_ROUTE_OWN_AUTH 0x40u     /* E2B envd: the handler checks a per-sandbox token */
 #define RK_ROUTE_E2B_PORT 0x80u     /* E2B sandbox port: id and port from E2b-Sandbox-Id/-Port */
+/* begin() and handler() are first run on the event loop; code that would block
+ * there calls rk_req_needs_worker() and returns, and the engine runs it again
+ * on a worker (see request.h). */
+#define RK_ROUTE_LOOP_FIRST 0x100u
 
 /** Result of matching a request line. */
 enum rk_match {

@@ -256,8 +256,9 @@ static int px_route_port(struct rk_req *r, struct px_route_kind k, const char **
 
 /* Resolve the endpoint: from the in-process endpoint cache (no store read, no plugin call; the
  * hit is activity on the sandbox, so domain/activity.c may refresh its idle deadline), else
- * through the gate and the plugin; replies on failure. *cached holds the cache's copy the
- * target points into. */
+ * through the gate and the plugin. Returns 0, -1 after replying, or 1 when it runs on the event
+ * loop and would block (rk_req_needs_worker). *cached holds the cache's copy the target points
+ * into. */
 static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum rk_op op,
                       struct rk_proxy_target *pt, struct rk_ep *cached)
 {
@@ -265,6 +266,13 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
     int64_t ttl = app->cfg->proxy.endpoint_cache_ttl_ms;
     memset(cached, 0, sizeof *cached);
     if (rk_ep_cache_get(r->params[0], port, (int)kind, ttl, cached) == 0) {
+        /* On the event loop only when the hit is all it takes: a due idle
+         * touch writes to the store, which may block. */
+        if (cached->idle_minutes > 0 && rk_activity_pending(r->params[0], rk_epoch_s()) &&
+            rk_req_needs_worker(r)) {
+            rk_ep_free(cached);
+            return 1;
+        }
         memset(pt, 0, sizeof *pt);
         pt->base_url = cached->base_url;
         pt->headers = cached->headers;
@@ -273,6 +281,8 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
         rk_activity_touch(app, r->params[0], cached->idle_minutes);
         return 0;
     }
+    if (rk_req_needs_worker(r))
+        return 1; /* the gate and the plugin's resolution may block */
     int64_t minutes = 0;
     if (rk_relay_target(r, op, port, kind, pt, &minutes) != RK_OK) {
         rk_reply_call_error(r);
@@ -301,8 +311,13 @@ int rk_relay_http_begin(struct rk_req *r)
         goto replied;
     }
     struct rk_proxy_target pt;
-    if (px_resolve(r, port, RK_PROXY_HTTP, RK_OP_PROXY_HTTP, &pt, &cached) != 0)
+    int resolved = px_resolve(r, port, RK_PROXY_HTTP, RK_OP_PROXY_HTTP, &pt, &cached);
+    if (resolved < 0)
         goto replied;
+    if (resolved > 0) { /* on the loop, and it would block: again on a worker */
+        free(raw_path);
+        return 0;
+    }
 
     struct px_http *px = calloc(1, sizeof *px);
     if (!px) {
@@ -588,7 +603,7 @@ void rk_px_answer(struct rk_req *r, struct px_http *px)
         .method = "*", .pattern = pat, .name = nm, .body_mode = RK_BODY_STREAM,                    \
         .begin = rk_relay_http_begin, .body = rk_relay_http_body,                                  \
         .handler = rk_relay_http_handler, .fail_message = msg, .shape = RK_SHAPE_SANDBOX_RESPONSE, \
-        .flags = (fl) | RK_ROUTE_SANDBOX_PARAM                                                     \
+        .flags = (fl) | RK_ROUTE_SANDBOX_PARAM | RK_ROUTE_LOOP_FIRST                               \
     }
 
 /* A WebSocket relay route (matched only for Upgrade: websocket requests). */
