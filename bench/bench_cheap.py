@@ -2,7 +2,7 @@
 """Cheap requests side by side: rock-admin against nginx, Redis and the OpenSandbox
 simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medians of three.
 
-  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N|wsrelays N] [--seconds S] [--strace]
+  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N|wsrelays N|startup] [--seconds S] [--strace]
 
 Run from a configured build directory with the environment described in docs/performance.md
 (ROCK_ADMIN_BIN, ROCK_TEST_PLUGIN_DIR, ROCK_OPENSANDBOX_PLUGIN_DIR, OPENSANDBOX_SIM).
@@ -35,6 +35,8 @@ SECONDS = 5
 RUNS = 3
 THREADS, CONNS = 2, 64
 RESULTS = []
+# extra server.* settings for the in-flight scenario, e.g. BENCH_SERVER='{"max_header_bytes": 8192}'
+SERVER_EXTRA = json.loads(os.environ.get("BENCH_SERVER", "{}"))
 
 
 def log(*a):
@@ -470,30 +472,82 @@ def smaps_breakdown(pid, stack_kib):
     return kinds
 
 
+def metric(port, name):
+    """One unlabelled value from rock-admin's /metrics."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def latency_sample(port, method, path, headers=None, count=200):
+    """count sequential requests on one keep-alive connection: (p50 ms, p99 ms, statuses)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    times, statuses = [], {}
+    for _ in range(count):
+        t0 = time.perf_counter()
+        c.request(method, path, None, headers or {})
+        r = c.getresponse()
+        r.read()
+        times.append((time.perf_counter() - t0) * 1000)
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    c.close()
+    times.sort()
+    return times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))], statuses
+
+
 def scenario_inflight(n):
+    """n concurrent /execute (sleep) through opensandbox.so against the simulator: rock-admin's
+    RSS and threads with all of them in flight, and the latency of GET / and get_status meanwhile."""
+    import resource
     log("== %d in-flight /execute through opensandbox.so ==" % n)
-    redis, sim, admin, sid, _ = os_sandbox(
+    # the bench holds n client sockets; rock-admin two descriptors per command, the simulator
+    # one connection and three descriptors per running command (all inherit this limit)
+    want = 5 * n + 4096
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(want, soft), max(want, hard)))
+    except (ValueError, OSError) as e:
+        log("    cannot raise the descriptor limit to %d (%s): the run may fall short" % (want, e))
+    redis, sim, admin, sid, osid = os_sandbox(
         sim_extra=["--max-connections", str(n + 200)],
-        admin_extra={"server": {"max_connections": n + 200, "per_ip_connections": n + 200,
-                                "drain_timeout": 60}})
+        admin_extra={"server": dict({"max_connections": n + 200, "per_ip_connections": 0,
+                                     "drain_timeout": 60}, **SERVER_EXTRA)})
     # warm up: one command, so lazily allocated state is not counted per request
     admin.api("POST", "/execute", {"sandbox_id": sid, "command": "true"})
     pid = admin.proc.pid
-    idle = vm(pid, "VmRSS")
-    body = json.dumps({"sandbox_id": sid, "command": "sleep 30", "timeout": 120})
+    idle, idle_threads = vm(pid, "VmRSS"), vm(pid, "Threads")
+    base_p50, base_p99, _ = latency_sample(admin.port, "GET", "/")
+    # long enough to open all n first (about 250 per second here)
+    body = json.dumps({"sandbox_id": sid, "command": "sleep %d" % (30 + n // 250), "timeout": 600})
     conns = []
+    t0 = time.time()
     for _ in range(n):
-        c = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=300)
+        c = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=400)
         c.request("POST", PREFIX + "/execute", body, {"Content-Type": "application/json"})
         conns.append(c)
-    wait_until(lambda: vm(pid, "Threads") >= n, 120, 0.5, "%d connection threads" % n)
+    # every command running upstream (the plugin's upstream gauge counts them)
+    wait_until(lambda: metric(admin.port, "rock_admin_inflight_requests") >= n, 300, 1,
+               "%d requests in flight" % n)
+    log("    %d sent and in flight in %.1f s" % (n, time.time() - t0))
     time.sleep(5)
-    rss = vm(pid, "VmRSS")
+    rss, threads = vm(pid, "VmRSS"), vm(pid, "Threads")
     log("    resident KiB by kind: %s" % smaps_breakdown(pid, 256))
-    log("%d in-flight: RSS %d KiB (idle %d KiB): +%.1f KiB per request, %d threads" % (
-        n, rss, idle, (rss - idle) / n, vm(pid, "Threads")))
+    root = latency_sample(admin.port, "GET", "/")
+    status = latency_sample(admin.port, "GET", PREFIX + "/get_status?sandbox_id=" + sid)
+    upstream = latency_sample(sim.port, "GET", "/v1/sandboxes/" + osid,
+                              {"OPEN-SANDBOX-API-KEY": API_KEY})
+    log("    meanwhile the simulator's own GET /v1/sandboxes/{id}: p50 %.2f ms p99 %.2f ms %s" % upstream)
+    log("%d in-flight: RSS %d KiB (idle %d KiB): +%.1f KiB per request, %d threads (idle %d)" % (
+        n, rss, idle, (rss - idle) / n, threads, idle_threads))
+    log("    meanwhile GET / p50 %.2f ms p99 %.2f ms (idle: p50 %.2f p99 %.2f) %s; get_status p50 %.2f ms "
+        "p99 %.2f ms %s" % (root[0], root[1], base_p50, base_p99, root[2], status[0], status[1],
+                            status[2]))
     RESULTS.append({"name": "%d in-flight /execute, opensandbox.so" % n, "rss_kib": rss,
-                    "idle_kib": idle, "per_req_kib": (rss - idle) / n})
+                    "idle_kib": idle, "per_req_kib": (rss - idle) / n, "threads": threads,
+                    "root_p99_ms": root[1], "get_status_p99_ms": status[1]})
     ok = 0
     failures = {}
     for c in conns:
@@ -628,6 +682,52 @@ def scenario_wsrelays(n):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def scenario_startup(runs=7):
+    """Start-up time (exec to the first 200 from /readyz, polled every 1 ms) and idle RSS, with
+    opensandbox.so, the simulator and Redis; medians of `runs`."""
+    from harness import deep_merge, tmpdir, yaml_dump, ADMIN_BIN, OS_PLUGIN_DIR
+    log("== start-up and idle memory (opensandbox.so + Redis) ==")
+    redis = Redis()
+    sim = Sim(api_key=API_KEY, ready_delay_ms=0)
+    times, rss = [], []
+    for i in range(runs):
+        port = free_port()
+        cfg = {"server": {"host": "127.0.0.1", "port": port},
+               "runtime": {"operator_type": "opensandbox", "plugin_dir": OS_PLUGIN_DIR},
+               "redis": {"host": "127.0.0.1", "port": redis.port},
+               "opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY},
+               "log": {"level": "warning"}}
+        path = os.path.join(tmpdir(), "startup-%d.yml" % i)
+        with open(path, "w") as f:
+            f.write(yaml_dump(cfg) + "\n")
+        t0 = time.perf_counter()
+        p = subprocess.Popen([ADMIN_BIN, "-c", path], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        ready = None
+        while time.perf_counter() - t0 < 10:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+                c.request("GET", "/readyz")
+                if c.getresponse().status == 200:
+                    ready = time.perf_counter() - t0
+                    c.close()
+                    break
+                c.close()
+            except OSError:
+                pass
+            time.sleep(0.001)
+        time.sleep(2)
+        rss.append(vm(p.pid, "VmRSS"))
+        times.append(ready * 1000 if ready else float("nan"))
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+    log("start-up to ready: median %.1f ms (runs %s); idle RSS median %d KiB (runs %s)" % (
+        statistics.median(times), ", ".join("%.1f" % t for t in times), statistics.median(rss),
+        ", ".join(str(x) for x in rss)))
+    RESULTS.append({"name": "start-up", "ready_ms": statistics.median(times),
+                    "idle_rss_kib": statistics.median(rss)})
+
+
 def main():
     global SECONDS
     args = sys.argv[1:]
@@ -654,6 +754,8 @@ def main():
         if what in ("all", "inflight"):
             n = int(args[1]) if what == "inflight" and len(args) > 1 else 5000
             scenario_inflight(n)
+        if what in ("all", "startup"):
+            scenario_startup()
         if what == "wsrelays":
             scenario_wsrelays(int(args[1]) if len(args) > 1 else 10000)
     finally:
