@@ -253,8 +253,9 @@ rk_status os_stream_feed(struct os_stream *st, const char *data, size_t len)
     st->scanned = st->len;
     if (st->status == RK_OK && st->len > st->max_line)
         st->status = RK_E_TOO_LARGE;
-    /* Shrink a buffer that once held a huge line. */
-    if (st->len == 0 && st->cap > 1u << 20) {
+    /* Nothing pending: give the buffer back, so an idle stream (a long command
+     * between its events) holds none; the next chunk allocates again. */
+    if (st->len == 0 && st->cap > 0) {
         free(st->buf);
         st->buf = NULL;
         st->cap = 0;
