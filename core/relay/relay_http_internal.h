@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "base/bytepipe.h"
+#include "rkcurlloop.h"
 
 struct rk_app;
 struct rk_req;
@@ -68,12 +69,9 @@ struct px_http {
     struct rk_req *waiter;
     int64_t peer_checked_ms; /* last client-gone check */
     /* the relay transfer loop (relay_http_loop.c; loop thread only unless noted) */
-    struct px_http *lnext, *lprev; /* submitted / active list */
-    struct px_http *unext;         /* unpause list (under the loop's lock) */
-    int unpause_queued;            /* under the loop's lock */
-    int in_loop;                   /* added to the multi */
-    int paused_recv;               /* the response pipe was full */
-    int paused_send;               /* the request pipe was empty */
+    struct rku_curl_job job; /* the transfer on the relay loop (relay_http_loop.c) */
+    int paused_recv;         /* the response pipe was full */
+    int paused_send;         /* the request pipe was empty */
     int64_t last_io_ms;
     int64_t wait_start_ms;
     curl_off_t last_dl, last_ul;

@@ -42,6 +42,8 @@
 
 #include <rock-admin/operator.h>
 
+#include "rkcurlloop.h"
+
 /** Port execd listens on inside every sandbox. */
 /** Size of the "execd answered" ring (os_ep_ready_*) and the longest key it holds. */
 #define OS_READY_KEYS 256
@@ -151,10 +153,10 @@ struct os_loop_job {
      *  set, the handle out of the multi); the job is the caller's again. */
     void (*on_done)(struct os_loop_job *j);
     /* loop-private */
-    int done;                 /**< guarded by the loop's mutex */
-    pthread_cond_t cv;        /**< signalled when done is set */
-    struct os_loop_job *next; /**< submission queue / active list link */
-    struct os_loop_job *prev; /**< active list link (loop thread only) */
+    int done;               /**< guarded by the loop's mutex */
+    pthread_cond_t cv;      /**< signalled when done is set */
+    struct os_loop *lp;     /**< the loop running it */
+    struct rku_curl_job rj; /**< the transfer on librkutil's curl loop */
 };
 
 /** A new loop; its thread starts on first use. NULL on OOM (streams then run on the

@@ -12,11 +12,11 @@
  * the loop runs every stream in one multi handle (one shared connection cache, so execd
  * connections are reused across requests) and wakes the waiter when its transfer ends.
  *
- * The loop is event driven (curl_multi_socket_action on epoll): a pass touches only the streams
- * with socket activity or an expired curl timer, so thousands of idle streams cost nothing.
- * Idle streams still need their progress check (client gone, deadlines), which curl runs only
- * for active transfers, so the loop runs each job's should_abort callback over every open stream
- * each OS_LOOP_SWEEP_MS.
+ * The loop itself is librkutil's (lib/rkcurlloop.h, shared with the core's HTTP relay): event
+ * driven (curl_multi_socket_action on epoll), so thousands of idle streams cost nothing, and each
+ * job's should_abort runs over every open stream each OS_LOOP_SWEEP_MS (curl checks progress
+ * only for active transfers). This file adds what the plugin needs on top: waiters that sleep
+ * until their job ended (os_loop_run), and the helper thread for blocking follow-ups.
  *
  * The loop knows jobs (struct os_loop_job), not the plugin's exchanges: os_http.c submits a job
  * and gets its result back, and nothing here calls into os_http.c.
@@ -31,37 +31,23 @@
  * contract of their sinks). Transfers whose callbacks may wait for a client (uploads, downloads)
  * keep using curl_easy_perform on the request thread (os_xfer_perform).
  */
-#include <errno.h>
 #include <pthread.h>
-#include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <curl/curl.h>
 
 #include "os_internal.h"
+#include "rkcurlloop.h"
 #include "rkutil.h"
 
 /** How often every open stream gets its abort check (client gone, deadlines). */
 #define OS_LOOP_SWEEP_MS 500
-/** epoll events handled per wake-up. */
-#define OS_LOOP_EVENTS 64
 
 struct os_loop {
-    pthread_mutex_t mu;
-    pthread_t thread;
-    int started;
-    int stop;                   /**< guarded by mu */
-    struct os_loop_job *queue;  /**< submitted, not yet in the multi (guarded by mu) */
-    CURLM *multi;               /**< loop thread only (after start) */
-    int epfd;                   /**< epoll set: curl's sockets and the wake-up eventfd */
-    int wakefd;                 /**< eventfd: a submission or stop is pending */
-    int64_t timer_at;           /**< curl's next timeout (monotonic ms), -1 when none */
-    struct os_loop_job *active; /**< transfers in the multi (loop thread only) */
+    pthread_mutex_t mu;       /**< the waiters' done flags and the helper's queue */
+    struct rku_curl_loop *cl; /**< the transfer loop (its thread starts on first use) */
     /* the helper thread for blocking follow-ups (os_loop_defer), guarded by mu */
     pthread_t helper;
     int helper_started;
@@ -70,218 +56,36 @@ struct os_loop {
     struct os_loop_task *tasks, *tasks_tail;
 };
 
-/** Monotonic milliseconds. */
-static int64_t mono_ms(void)
+static struct os_loop_job *job_of(struct rku_curl_job *rj)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (struct os_loop_job *)((char *)rj - offsetof(struct os_loop_job, rj));
 }
 
-/** CURLMOPT_SOCKETFUNCTION: mirror curl's interest in a socket into the epoll set. */
-static int sock_cb(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
+/** The transfer ended (loop thread): hand the result to on_done, or wake the waiter. */
+static void job_done(struct rku_curl_job *rj, int cc)
 {
-    (void)e;
-    (void)socketp;
-    struct os_loop *lp = userp;
-    if (what == CURL_POLL_REMOVE) {
-        epoll_ctl(lp->epfd, EPOLL_CTL_DEL, s, NULL);
-        return 0;
-    }
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
-    ev.data.fd = s;
-    if (epoll_ctl(lp->epfd, EPOLL_CTL_MOD, s, &ev) != 0 && errno == ENOENT)
-        epoll_ctl(lp->epfd, EPOLL_CTL_ADD, s, &ev);
-    return 0;
-}
-
-/** CURLMOPT_TIMERFUNCTION: remember when curl wants to be called back. */
-static int timer_cb(CURLM *m, long timeout_ms, void *userp)
-{
-    (void)m;
-    struct os_loop *lp = userp;
-    lp->timer_at = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
-    return 0;
-}
-
-/** Unlink j from the active list. */
-static void active_unlink(struct os_loop *lp, struct os_loop_job *j)
-{
-    if (j->prev)
-        j->prev->next = j->next;
-    else
-        lp->active = j->next;
-    if (j->next)
-        j->next->prev = j->prev;
-    j->next = j->prev = NULL;
-}
-
-/** Take j out of the multi, mark it finished with cc and wake its waiter. */
-static void finish(struct os_loop *lp, struct os_loop_job *j, CURLcode cc)
-{
-    curl_multi_remove_handle(lp->multi, j->curl);
-    active_unlink(lp, j);
+    struct os_loop_job *j = job_of(rj);
+    if (cc == CURLE_FAILED_INIT && j->errbuf && j->errbuf_len && !j->errbuf[0])
+        snprintf(j->errbuf, j->errbuf_len, "the transfer loop could not take the request");
     if (j->on_done) {
         /* Submitted without a waiter: hand the result back on this thread. */
-        curl_easy_setopt(j->curl, CURLOPT_PRIVATE, NULL);
-        j->curl_code = (int)cc;
+        j->curl_code = cc;
         j->on_done(j);
         return;
     }
-    pthread_mutex_lock(&lp->mu);
-    j->curl_code = (int)cc;
+    pthread_mutex_lock(&j->lp->mu);
+    j->curl_code = cc;
     j->done = 1;
     pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&lp->mu);
+    pthread_mutex_unlock(&j->lp->mu);
 }
 
-/** Add the submitted transfers to the multi. Returns the stop flag. */
-static int take_submissions(struct os_loop *lp)
+/** The periodic check of an open stream (loop thread). */
+static int job_check(struct rku_curl_job *rj, int64_t now_ms)
 {
-    uint64_t n;
-    while (read(lp->wakefd, &n, sizeof n) == (ssize_t)sizeof n)
-        ;
-    pthread_mutex_lock(&lp->mu);
-    struct os_loop_job *q = lp->queue;
-    lp->queue = NULL;
-    int stop = lp->stop;
-    pthread_mutex_unlock(&lp->mu);
-    while (q) {
-        struct os_loop_job *next = q->next;
-        q->prev = NULL;
-        q->next = lp->active;
-        if (lp->active)
-            lp->active->prev = q;
-        lp->active = q;
-        CURLMcode mc = curl_multi_add_handle(lp->multi, q->curl);
-        if (mc != CURLM_OK) {
-            if (q->errbuf && q->errbuf_len)
-                snprintf(q->errbuf, q->errbuf_len, "%s", curl_multi_strerror(mc));
-            finish(lp, q, CURLE_FAILED_INIT);
-        }
-        q = next;
-    }
-    return stop;
-}
-
-/** Hand back every transfer curl reports finished. */
-static void reap(struct os_loop *lp)
-{
-    CURLMsg *msg;
-    int left;
-    while ((msg = curl_multi_info_read(lp->multi, &left))) {
-        if (msg->msg != CURLMSG_DONE)
-            continue;
-        struct os_loop_job *j = NULL;
-        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
-        CURLcode cc = msg->data.result;
-        if (j)
-            finish(lp, j, cc);
-        else
-            curl_multi_remove_handle(lp->multi, msg->easy_handle);
-    }
-}
-
-/** The abort check for every open stream (curl runs it only for active ones). */
-static void sweep(struct os_loop *lp)
-{
-    struct os_loop_job *j = lp->active;
-    while (j) {
-        struct os_loop_job *next = j->next;
-        if (j->should_abort && j->should_abort(j->ctx))
-            finish(lp, j, CURLE_ABORTED_BY_CALLBACK);
-        j = next;
-    }
-}
-
-/** The loop thread. */
-static void *loop_main(void *arg)
-{
-    struct os_loop *lp = arg;
-    rku_thread_c_locale(); /* the stream parser runs json-c on every event */
-    int64_t sweep_at = mono_ms() + OS_LOOP_SWEEP_MS;
-    struct epoll_event evs[OS_LOOP_EVENTS];
-    int running = 0;
-    for (;;) {
-        int stop = take_submissions(lp);
-        if (stop && !lp->active)
-            break;
-        int64_t now = mono_ms();
-        int64_t until = sweep_at;
-        if (lp->timer_at >= 0 && lp->timer_at < until)
-            until = lp->timer_at;
-        int wait = until > now ? (int)(until - now) : 0;
-        int n = epoll_wait(lp->epfd, evs, OS_LOOP_EVENTS, wait);
-        for (int i = 0; i < n; i++) {
-            int fd = evs[i].data.fd;
-            if (fd == lp->wakefd)
-                continue; /* drained by take_submissions */
-            int mask = 0;
-            if (evs[i].events & EPOLLIN)
-                mask |= CURL_CSELECT_IN;
-            if (evs[i].events & EPOLLOUT)
-                mask |= CURL_CSELECT_OUT;
-            if (evs[i].events & (EPOLLERR | EPOLLHUP))
-                mask |= CURL_CSELECT_ERR;
-            curl_multi_socket_action(lp->multi, fd, mask, &running);
-        }
-        now = mono_ms();
-        if (lp->timer_at >= 0 && now >= lp->timer_at) {
-            lp->timer_at = -1;
-            curl_multi_socket_action(lp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-        }
-        reap(lp);
-        if (now >= sweep_at) {
-            sweep(lp);
-            sweep_at = now + OS_LOOP_SWEEP_MS;
-        }
-    }
-    return NULL;
-}
-
-/** Start the loop on first use (config checks never create it); called with lp->mu held.
- *  0 on success. */
-static int loop_start(struct os_loop *lp)
-{
-    if (lp->started)
-        return 0;
-    lp->multi = curl_multi_init();
-    lp->epfd = epoll_create1(EPOLL_CLOEXEC);
-    lp->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!lp->multi || lp->epfd < 0 || lp->wakefd < 0)
-        goto fail;
-    struct epoll_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.events = EPOLLIN;
-    ev.data.fd = lp->wakefd;
-    if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, lp->wakefd, &ev) != 0)
-        goto fail;
-    lp->timer_at = -1;
-    curl_multi_setopt(lp->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
-    curl_multi_setopt(lp->multi, CURLMOPT_SOCKETDATA, lp);
-    curl_multi_setopt(lp->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-    curl_multi_setopt(lp->multi, CURLMOPT_TIMERDATA, lp);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    int rc = pthread_create(&lp->thread, &attr, loop_main, lp);
-    pthread_attr_destroy(&attr);
-    if (rc != 0)
-        goto fail;
-    lp->started = 1;
-    return 0;
-fail:
-    if (lp->multi)
-        curl_multi_cleanup(lp->multi);
-    if (lp->epfd >= 0)
-        close(lp->epfd);
-    if (lp->wakefd >= 0)
-        close(lp->wakefd);
-    lp->multi = NULL;
-    lp->epfd = lp->wakefd = -1;
-    return -1;
+    (void)now_ms;
+    struct os_loop_job *j = job_of(rj);
+    return j->should_abort && j->should_abort(j->ctx);
 }
 
 /** Create a loop; its thread starts on first use. NULL on OOM (streams then run on the
@@ -291,9 +95,13 @@ struct os_loop *os_loop_new(void)
     struct os_loop *lp = calloc(1, sizeof(*lp));
     if (!lp)
         return NULL;
+    lp->cl = rku_curl_loop_new(OS_LOOP_SWEEP_MS, 0);
+    if (!lp->cl) {
+        free(lp);
+        return NULL;
+    }
     pthread_mutex_init(&lp->mu, NULL);
     pthread_cond_init(&lp->helper_cv, NULL);
-    lp->epfd = lp->wakefd = -1;
     return lp;
 }
 
@@ -354,28 +162,13 @@ int os_loop_defer(struct os_loop *lp, struct os_loop_task *t)
     return 0;
 }
 
-/** Wake the loop thread. */
-static void wake(struct os_loop *lp)
-{
-    uint64_t one = 1;
-    ssize_t w = write(lp->wakefd, &one, sizeof one);
-    (void)w; /* EAGAIN: a wake-up is already pending */
-}
-
 /** Stop the loop (after the last request): waits for running transfers, which end by their
  *  deadline or cancellation (the host reports every call cancelled at shutdown). */
 void os_loop_free(struct os_loop *lp)
 {
     if (!lp)
         return;
-    pthread_mutex_lock(&lp->mu);
-    int started = lp->started;
-    lp->stop = 1;
-    pthread_mutex_unlock(&lp->mu);
-    if (started) {
-        wake(lp);
-        pthread_join(lp->thread, NULL);
-    }
+    rku_curl_loop_stop(lp->cl);
     /* The helper drains its tasks (completions ending their calls) before it stops; a task
      * that starts a transfer now finds the loop stopped and runs it on the helper itself. */
     pthread_mutex_lock(&lp->mu);
@@ -385,14 +178,21 @@ void os_loop_free(struct os_loop *lp)
     pthread_mutex_unlock(&lp->mu);
     if (helper)
         pthread_join(lp->helper, NULL);
-    if (started) {
-        curl_multi_cleanup(lp->multi);
-        close(lp->epfd);
-        close(lp->wakefd);
-    }
+    rku_curl_loop_free(lp->cl);
     pthread_cond_destroy(&lp->helper_cv);
     pthread_mutex_destroy(&lp->mu);
     free(lp);
+}
+
+/** Prepare j's loop job. */
+static void job_init(struct os_loop *lp, struct os_loop_job *j)
+{
+    j->lp = lp;
+    j->done = 0;
+    j->rj.curl = j->curl;
+    j->rj.on_done = job_done;
+    j->rj.should_abort = job_check;
+    j->rj.on_wake = NULL;
 }
 
 /** Start a job whose on_done reports its end (no waiter). */
@@ -400,19 +200,8 @@ int os_loop_submit(struct os_loop *lp, struct os_loop_job *j)
 {
     if (!lp || !j->on_done)
         return -1;
-    pthread_mutex_lock(&lp->mu);
-    if (lp->stop || loop_start(lp) != 0) {
-        pthread_mutex_unlock(&lp->mu);
-        return -1;
-    }
-    curl_easy_setopt(j->curl, CURLOPT_PRIVATE, (char *)j);
-    j->done = 0;
-    j->prev = NULL;
-    j->next = lp->queue;
-    lp->queue = j; /* the loop acts for the job from here */
-    pthread_mutex_unlock(&lp->mu);
-    wake(lp);
-    return 0;
+    job_init(lp, j);
+    return rku_curl_loop_submit(lp->cl, &j->rj);
 }
 
 /** Run a job's prepared easy handle on the loop and wait for it to end; the result is in
@@ -421,25 +210,17 @@ int os_loop_run(struct os_loop *lp, struct os_loop_job *j)
 {
     if (!lp)
         return -1;
-    pthread_mutex_lock(&lp->mu);
-    if (lp->stop || loop_start(lp) != 0) {
-        pthread_mutex_unlock(&lp->mu);
+    j->on_done = NULL;
+    job_init(lp, j);
+    pthread_cond_init(&j->cv, NULL);
+    if (rku_curl_loop_submit(lp->cl, &j->rj) != 0) {
+        pthread_cond_destroy(&j->cv);
         return -1;
     }
-    j->on_done = NULL;
-    curl_easy_setopt(j->curl, CURLOPT_PRIVATE, (char *)j);
-    pthread_cond_init(&j->cv, NULL);
-    j->done = 0;
-    j->prev = NULL;
-    j->next = lp->queue;
-    lp->queue = j;
-    pthread_mutex_unlock(&lp->mu);
-    wake(lp);
     pthread_mutex_lock(&lp->mu);
     while (!j->done)
         pthread_cond_wait(&j->cv, &lp->mu);
     pthread_mutex_unlock(&lp->mu);
     pthread_cond_destroy(&j->cv);
-    curl_easy_setopt(j->curl, CURLOPT_PRIVATE, NULL);
     return 0;
 }

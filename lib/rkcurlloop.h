@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * librkutil: the one curl-multi transfer loop, used by the core's HTTP relay
+ * (core/relay/relay_http_loop.c) and by the OpenSandbox plugin's command
+ * streams (plugins/opensandbox/os_loop.c).
+ *
+ * One thread drives every submitted easy handle with one libcurl multi handle
+ * on epoll (curl_multi_socket_action): a pass touches only the transfers with
+ * socket activity or an expired curl timer, so thousands of idle transfers
+ * cost no CPU, and the multi's connection cache keeps upstream keep-alive
+ * connections for the next transfer to the same origin. curl calls back only
+ * for active transfers, so every sweep_ms the loop asks each open transfer
+ * whether it must end (client gone, deadline, shutdown).
+ *
+ * Only the loop thread touches the multi and the easy handles in it. Other
+ * threads submit jobs and ask for a job's on_wake to run on the loop (to
+ * unpause a transfer, for instance) through a queue and an eventfd.
+ * Callbacks (curl's and the job's) run on the loop thread and must not block.
+ */
+#ifndef RK_UTIL_CURLLOOP_H
+#define RK_UTIL_CURLLOOP_H
+
+#include <stdint.h>
+
+#include <curl/curl.h>
+
+struct rku_curl_loop;
+
+/** One transfer, embedded in the submitter's own state. The submitter sets
+ *  curl, on_done and, as needed, should_abort and on_wake; the rest is the
+ *  loop's. */
+struct rku_curl_job {
+    CURL *curl; /**< prepared easy handle (CURLOPT_PRIVATE is the loop's) */
+    /** On the loop thread once the transfer ended and the handle is out of the
+     *  multi: curl_code is its CURLcode (CURLE_FAILED_INIT when the multi
+     *  refused it, CURLE_ABORTED_BY_CALLBACK after should_abort). The job is
+     *  the submitter's again. */
+    void (*on_done)(struct rku_curl_job *j, int curl_code);
+    /** Optional, on the loop thread every sweep for every open transfer:
+     *  non-zero ends it. now_ms is CLOCK_MONOTONIC milliseconds. */
+    int (*should_abort)(struct rku_curl_job *j, int64_t now_ms);
+    /** Optional, on the loop thread after rku_curl_loop_wake_job. */
+    void (*on_wake)(struct rku_curl_job *j);
+    /* loop-private */
+    struct rku_curl_job *next, *prev; /* submission queue / active list */
+    struct rku_curl_job *wnext;       /* wake queue (under the loop's lock) */
+    int wake_queued;                  /* under the loop's lock */
+    int in_loop;                      /* in the multi (loop thread only) */
+};
+
+/** A loop (its thread starts on the first submission). sweep_ms: how often
+ *  open transfers get should_abort; max_connects: idle connections the
+ *  multi keeps (0: libcurl's default). NULL on OOM. */
+struct rku_curl_loop *rku_curl_loop_new(int sweep_ms, long max_connects);
+
+/** Hand j to the loop. 0, or -1 when the loop is stopping or its thread
+ *  cannot start (on_done is then not called). */
+int rku_curl_loop_submit(struct rku_curl_loop *lp, struct rku_curl_job *j);
+
+/** Run j->on_wake on the loop thread soon. 1 when queued now, 0 when a wake
+ *  of j is already queued or the loop stops (nothing queued). j must stay
+ *  valid until on_wake ran: a caller that counts references takes one before
+ *  and drops it in on_wake (and drops it itself when this returns 0). */
+int rku_curl_loop_wake_job(struct rku_curl_loop *lp, struct rku_curl_job *j);
+
+/** Stop taking submissions, wait until every open transfer ended (they end by
+ *  their deadlines or should_abort), join the thread. Idempotent. */
+void rku_curl_loop_stop(struct rku_curl_loop *lp);
+
+/** Stop (as rku_curl_loop_stop) and free the loop (NULL-safe). */
+void rku_curl_loop_free(struct rku_curl_loop *lp);
+
+#endif /* RK_UTIL_CURLLOOP_H */
