@@ -59,6 +59,38 @@ void rk_random_hex(char *out, size_t nchars)
     rku_random_hex(out, nchars);
 }
 
+/* splitmix64: one step of a well-mixed 64-bit sequence. */
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void rk_unique_hex(char *out, size_t nchars)
+{
+    /* Per thread: a state seeded once from the kernel's random source, then
+     * stepped without a system call. Distinct per thread with overwhelming
+     * probability; not for secrets (tokens use rk_random_hex). */
+    static _Thread_local uint64_t state;
+    static _Thread_local int seeded;
+    static const char hex[] = "0123456789abcdef";
+    if (!seeded) {
+        char seed[17];
+        rku_random_hex(seed, 16);
+        state = strtoull(seed, NULL, 16);
+        seeded = 1;
+    }
+    size_t i = 0;
+    while (i < nchars) {
+        uint64_t v = splitmix64(&state);
+        for (int k = 0; k < 16 && i < nchars; k++, v >>= 4)
+            out[i++] = hex[v & 0xf];
+    }
+    out[i] = '\0';
+}
+
 /* ---- buffers ------------------------------------------------------------- */
 
 int rk_buf_base64(struct rk_buf *b, const void *data, size_t len)

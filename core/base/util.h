@@ -19,6 +19,10 @@ void rk_time_init(void);
 void rk_iso_time(int64_t epoch, char out[32]);
 /** 32 lowercase hex characters from the kernel RNG (uuid4().hex-like). */
 void rk_random_hex(char *out, size_t nbytes_hex_chars);
+/** Like rk_random_hex (nchars hex digits + NUL) for identifiers that must be
+ *  unique, not unguessable (request ids): no system call after a thread's
+ *  first. Never for tokens or secrets. */
+void rk_unique_hex(char *out, size_t nchars);
 
 /** A growable byte buffer with a hard cap (cap 0 = unbounded). */
 struct rk_buf {

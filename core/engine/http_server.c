@@ -223,7 +223,7 @@ static void choose_request_id(struct rk_req *r)
             return;
         }
     }
-    rk_random_hex(r->request_id, 32);
+    rk_unique_hex(r->request_id, 32);
 }
 
 static int is_websocket_upgrade(struct rk_req *r)

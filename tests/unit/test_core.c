@@ -17,6 +17,7 @@
 #include "base/budget.h"
 #include "base/bytepipe.h"
 #include "base/ident.h"
+#include "base/util.h"
 #include "domain/dispatch.h"
 #include "engine/envelope.h"
 #include "host/host.h"
@@ -62,6 +63,20 @@ static void test_envelope_success_and_failures(void **state)
     assert_int_equal(rk_status_rock_code(RK_E_UNAVAILABLE), 5000);
     assert_int_equal(rk_status_rock_code(RK_E_TIMEOUT), 0);
     assert_int_equal(rk_status_rock_code(RK_E_COMMAND), 0);
+}
+
+/* Request ids: 32 lowercase hex digits, different every time (no system call after the first). */
+static void test_unique_hex(void **state)
+{
+    (void)state;
+    char a[33], b[33], c[9];
+    rk_unique_hex(a, 32);
+    rk_unique_hex(b, 32);
+    assert_int_equal(strlen(a), 32);
+    assert_int_equal(strspn(a, "0123456789abcdef"), 32);
+    assert_string_not_equal(a, b);
+    rk_unique_hex(c, 8);
+    assert_int_equal(strlen(c), 8);
 }
 
 static void test_shell_quote(void **state)
@@ -595,6 +610,7 @@ int main(void)
         cmocka_unit_test(test_envelope_success_and_failures),
         cmocka_unit_test(test_log_repeats_rate_limited),
         cmocka_unit_test(test_shell_quote),
+        cmocka_unit_test(test_unique_hex),
         cmocka_unit_test(test_py_repr_and_float),
         cmocka_unit_test(test_memory_normalize),
         cmocka_unit_test(test_status_object),
