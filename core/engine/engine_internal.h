@@ -42,9 +42,6 @@ struct http_state {
     int port;
     atomic_int inflight;
     int quiesced;
-    int quiesced_fd; /* the listening socket after quiesce: shut down at once (new connections
-                      * are refused), closed once libmicrohttpd stopped (its loops may still be
-                      * taking it out of their epoll sets); -1 if none */
     /* limits */
     int conn_limit;         /* MHD connection limit (server.max_connections) */
     int data_limit;         /* data-route requests admitted at once */

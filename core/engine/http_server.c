@@ -16,6 +16,8 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -598,7 +600,6 @@ int rk_http_start(struct rk_app *app)
     struct http_state *hs = calloc(1, sizeof *hs);
     if (!hs)
         return -1;
-    hs->quiesced_fd = -1;
     app->http = hs;
     const struct rk_config *cfg = app->cfg;
     pthread_mutex_init(&hs->mu, NULL);
@@ -692,14 +693,26 @@ void rk_http_quiesce(struct rk_app *app)
     struct http_state *hs = app->http;
     if (!hs || !hs->daemon || hs->quiesced)
         return;
-    MHD_socket fd = MHD_quiesce_daemon(hs->daemon);
-    if (fd != MHD_INVALID_SOCKET) {
-        /* Not closed yet: the event loops take it out of their epoll sets on their own time.
-         * A listening socket that is shut down stops listening (new connections are
-         * refused, the backlog is reset), which is what a balancer needs to see. */
-        shutdown(fd, SHUT_RDWR);
-        hs->quiesced_fd = fd;
-    }
+    /* Not MHD_quiesce_daemon: with its event threads in epoll mode it races
+     * with them over the listening socket's removal from their epoll sets, and
+     * the loser aborts the process (libmicrohttpd 0.9.75, "Failed to remove
+     * listen FD from epoll set"). Instead the listening descriptor is pointed
+     * at a fresh unbound socket: the listener itself is released at once (the
+     * kernel takes it out of every epoll set and refuses new connections, which
+     * is what a balancer needs to see), and the descriptor libmicrohttpd holds
+     * stays valid — nothing ever fires on it — until MHD_stop_daemon closes it. */
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(hs->daemon, MHD_DAEMON_INFO_LISTEN_FD);
+    int lfd = di ? di->listen_fd : -1;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int family =
+        lfd >= 0 && getsockname(lfd, (struct sockaddr *)&ss, &sl) == 0 ? ss.ss_family : AF_INET;
+    int idle = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (lfd < 0 || idle < 0 || dup3(idle, lfd, O_CLOEXEC) < 0)
+        rk_warn("cannot stop listening for the drain (%s): new connections are still accepted",
+                strerror(errno));
+    if (idle >= 0)
+        close(idle);
     hs->quiesced = 1;
 }
 
@@ -740,8 +753,6 @@ void rk_http_stop(struct rk_app *app)
     }
     if (hs->daemon)
         MHD_stop_daemon(hs->daemon);
-    if (hs->quiesced_fd >= 0)
-        close(hs->quiesced_fd);
     rk_workers_free(hs->workers);
     pthread_mutex_destroy(&hs->mu);
     pthread_cond_destroy(&hs->cv);
