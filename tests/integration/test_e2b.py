@@ -9,10 +9,15 @@ and E2B's GET sees a ROCK one.
 """
 import base64
 import http.client
+import hashlib
 import json
 import os
+import resource
+import selectors
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import harness
@@ -29,7 +34,7 @@ FLOW_JS = os.path.join(os.environ.get("ROCK_SRCDIR", "."), "tests", "integration
                        "e2b-sdk-flow.js")
 
 
-def stack(auth=False, admin_cfg=None):
+def stack(auth=False, admin_cfg=None, sim_extra=None):
     """redis + sim + rock-admin (opensandbox); with auth a token file holding TOKEN."""
     redis = Redis()
     if REAL_ENDPOINT:
@@ -38,7 +43,7 @@ def stack(auth=False, admin_cfg=None):
                                "protocol": os.environ.get("ROCK_E2B_OPENSANDBOX_PROTOCOL", "https"),
                                "api_key": os.environ.get("ROCK_E2B_OPENSANDBOX_KEY", "")}}
     else:
-        sim = Sim(api_key=SIM_KEY)
+        sim = Sim(api_key=SIM_KEY, extra=sim_extra)
         cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": SIM_KEY,
                                "use_server_proxy": False}}
     if auth:
@@ -276,6 +281,117 @@ def envd_output_outrunning_its_client_is_bounded():
     assert ev[-1][0] == 2 and ev[-1][1]["error"]["code"] == "resource_exhausted", ev[-1]
     st, _ = e2b(admin, "GET", "/sandboxes/" + js["sandboxID"], key=None)
     assert st == 200
+
+
+def daemon_threads(pid):
+    """The number of threads of pid (/proc/<pid>/status)."""
+    with open("/proc/%d/status" % pid) as f:
+        return int([l.split()[1] for l in f if l.startswith("Threads:")][0])
+
+
+def read_streams(socks, timeout):
+    """Read every socket to EOF; [(http status, body bytes)] in order (chunked bodies decoded)."""
+    sel = selectors.DefaultSelector()
+    bufs = {}
+    for i, s in enumerate(socks):
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, i)
+        bufs[i] = b""
+    left, deadline = len(socks), time.time() + timeout
+    while left and time.time() < deadline:
+        for key, _ in sel.select(timeout=1):
+            chunk = key.fileobj.recv(65536)
+            if chunk:
+                bufs[key.data] += chunk
+            else:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                left -= 1
+    assert left == 0, "%d streams unfinished after %ds" % (left, timeout)
+    out = []
+    for i in range(len(socks)):
+        head, _, body = bufs[i].partition(b"\r\n\r\n")
+        if b"transfer-encoding: chunked" in head.lower():
+            plain = b""
+            while body:
+                size, _, rest = body.partition(b"\r\n")
+                n = int(size.split(b";")[0], 16)
+                if n == 0:
+                    break
+                plain += rest[:n]
+                body = rest[n + 2:]
+            body = plain
+        out.append((int(head.split(b" ", 2)[1]), body))
+    return out
+
+
+@test
+def envd_commands_in_flight_hold_no_thread_each():
+    # process.Process/Start runs through the plugin's exec_start (opensandbox.so's curl-multi
+    # loop): N commands in flight at once, the daemon's threads stay a constant well below N,
+    # and every command streams its output and its exit code to the end.
+    n = 300
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    admin, _ = stack(sim_extra=["--max-connections", str(n + 100)], admin_cfg={
+        "server": {"workers": 16, "event_threads": 2, "max_connections": n + 100,
+                   "per_ip_connections": n + 100},
+        "proxy": {"relay_threads": 2}})
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"}, key=None)
+    assert st == 201, (st, js)
+    sid = js["sandboxID"]
+    pid = admin.proc.pid
+    baseline = daemon_threads(pid)
+    # Each command waits until the test releases it (the simulator's commands run on this
+    # host: opening the FIFO's write end ends every `cat` on it); a real sandbox sleeps.
+    if REAL_ENDPOINT:
+        fifo, wait_cmd = None, "sleep 20"
+    else:
+        fifo = os.path.join(tmpdir("rock-e2b-fifo-"), "release")
+        os.mkfifo(fifo)
+        wait_cmd = "cat '%s' >/dev/null" % fifo
+    socks = []
+    for i in range(n):
+        body = envelope({"process": {"cmd": "/bin/bash",
+                                     "args": ["-l", "-c", "%s; echo done %d" % (wait_cmd, i)]}})
+        s = socket.create_connection(("127.0.0.1", admin.port))
+        s.sendall(("POST /process.Process/Start HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                   "E2b-Sandbox-Id: %s\r\nContent-Type: application/connect+json\r\n"
+                   "Connect-Protocol-Version: 1\r\nContent-Length: %d\r\n\r\n"
+                   % (sid, len(body))).encode() + body)
+        socks.append(s)
+    uh = {"E2b-Sandbox-Id": sid, "Content-Type": "application/json"}
+    harness.wait_until(lambda: len(admin.request("POST", "/process.Process/List", {}, uh)[1]
+                                   ["processes"]) == n, 120, 0.3, "%d commands in flight" % n)
+    time.sleep(1)  # every command is running in the sandbox
+    busy = daemon_threads(pid)
+    print("envd: %d threads idle, %d with %d commands in flight" % (baseline, busy, n))
+    assert busy <= baseline + 8 and busy < n // 4, (baseline, busy)
+    stop = threading.Event()
+
+    def release():  # until every stream ended: late readers are released too
+        while fifo and not stop.is_set():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass  # no reader at the moment
+            stop.wait(0.2)
+    t = threading.Thread(target=release, daemon=True)
+    t.start()
+    try:
+        replies = read_streams(socks, 180)
+    finally:
+        stop.set()
+        t.join()
+    for i, (status, body) in enumerate(replies):
+        assert status == 200, (i, status, body[:200])
+        ev = envelopes(body)
+        assert ev[-1] == (2, {}), (i, ev[-3:])
+        end = ev[-2][1]["event"]["end"]
+        assert end["exitCode"] == 0, (i, ev[-3:])
+        out = b"".join(base64.b64decode(e[1]["event"]["data"].get("stdout", ""))
+                       for e in ev if e[0] == 0 and "data" in e[1]["event"])
+        assert out == b"done %d\n" % i, (i, out)
 
 
 @test
