@@ -140,7 +140,36 @@ async function envdAuth() {
   }
 }
 
-const steps = { lifecycle, errors, page, auth, envd, envdAuth };
+async function bigFile() {
+  // A file larger than rock-admin's memory budget, written and read back through the SDK
+  // (multipart upload, then a streamed read); the Python side compares the hashes and the
+  // daemon's peak RSS.
+  const crypto = require('crypto');
+  const n = Number(process.env.E2B_TEST_BYTES);
+  const data = Buffer.alloc(n);
+  for (let off = 0; off < n; off += 1 << 20)
+    crypto.randomFillSync(data, off, Math.min(1 << 20, n - off));
+  const sha = (b) => crypto.createHash('sha256').update(b).digest('hex');
+  const sbx = await Sandbox.create('python:3.11');
+  const path = '/tmp/rock-e2b-big-' + sbx.sandboxId + '/big.bin';
+  try {
+    const t0 = Date.now();
+    const w = await sbx.files.write(path, data.buffer.slice(data.byteOffset, data.byteOffset + n),
+                                    { requestTimeoutMs: 600000 });
+    const t1 = Date.now();
+    const back = Buffer.from(await sbx.files.read(path, { format: 'bytes', requestTimeoutMs: 600000 }));
+    const t2 = Date.now();
+    const info = await sbx.files.getInfo(path);
+    await sbx.files.remove(path.replace(/\/big\.bin$/, ''));
+    return { sandboxId: sbx.sandboxId, path, written: { name: w.name, path: w.path },
+             size: info.size, sent: sha(data), got: sha(back), gotBytes: back.length,
+             writeMs: t1 - t0, readMs: t2 - t1 };
+  } finally {
+    await sbx.kill();
+  }
+}
+
+const steps = { lifecycle, errors, page, auth, envd, envdAuth, bigFile };
 steps[process.argv[2]]().then(
   (r) => { process.stdout.write(JSON.stringify(r) + '\n'); },
   (e) => { process.stdout.write(JSON.stringify({ crashed: errInfo(e), stack: e && e.stack }) + '\n'); });

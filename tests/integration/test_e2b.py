@@ -58,7 +58,7 @@ def stack(auth=False, admin_cfg=None, sim_extra=None):
     return admin, sim
 
 
-def sdk(admin, step, api_key=TOKEN, tag="t", timeout=120):
+def sdk(admin, step, api_key=TOKEN, tag="t", timeout=120, env_extra=None):
     """Run one step of e2b-sdk-flow.js against admin; its JSON answer."""
     assert harness.node_available(), \
         "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
@@ -66,6 +66,7 @@ def sdk(admin, step, api_key=TOKEN, tag="t", timeout=120):
     base = "http://127.0.0.1:%d" % admin.port
     env.update({"NODE_PATH": harness.NODE_MODULES, "E2B_API_URL": base, "E2B_SANDBOX_URL": base,
                 "E2B_API_KEY": api_key, "E2B_TEST_TAG": tag})
+    env.update(env_extra or {})
     out = subprocess.run(["node", FLOW_JS, step], capture_output=True, text=True, env=env,
                          timeout=timeout)
     assert out.stdout.strip(), (out.returncode, out.stderr[-3000:])
@@ -281,6 +282,98 @@ def envd_output_outrunning_its_client_is_bounded():
     assert ev[-1][0] == 2 and ev[-1][1]["error"]["code"] == "resource_exhausted", ev[-1]
     st, _ = e2b(admin, "GET", "/sandboxes/" + js["sandboxID"], key=None)
     assert st == 200
+
+
+def peak_rss_kib(pid):
+    """The peak resident set size of pid (VmHWM, KiB)."""
+    with open("/proc/%d/status" % pid) as f:
+        return int([l.split()[1] for l in f if l.startswith("VmHWM:")][0])
+
+
+@test
+def envd_files_larger_than_the_memory_budget_stream_both_ways():
+    # /files never holds a file whole: with a 4 MiB memory budget a 40 MiB file goes up
+    # (the SDK's multipart write) and comes back (its read) intact, and the daemon's peak RSS
+    # grows by far less than the file.
+    size = 40 << 20
+    admin, _ = stack(admin_cfg={"server": {"max_buffered_bytes": 4 << 20,
+                                           "max_body_bytes": 1 << 20}})
+    pid = admin.proc.pid
+    e2b(admin, "GET", "/v2/sandboxes", key=None)  # warm
+    before = peak_rss_kib(pid)
+    r = sdk(admin, "bigFile", api_key="unused-without-auth",
+            env_extra={"E2B_TEST_BYTES": str(size)}, timeout=600)
+    grew = peak_rss_kib(pid) - before
+    print("envd /files: %d MiB written in %d ms, read in %d ms; peak RSS grew %d KiB"
+          % (size >> 20, r["writeMs"], r["readMs"], grew))
+    assert r["gotBytes"] == size and r["size"] == size, r
+    assert r["got"] == r["sent"], r
+    assert r["written"] == {"name": "big.bin", "path": r["path"]}, r
+    assert grew < (size >> 10) // 4, (grew, size)
+
+
+@test
+def envd_files_raw_octet_stream_limits_and_errors():
+    # The SDK's other upload form (application/octet-stream, the query's path), sent in chunks;
+    # server.max_upload_bytes bounds an upload (413); a missing file is a clean 404, an empty
+    # one an empty 200; gzip is refused with a reason.
+    admin, _ = stack(admin_cfg={"server": {"max_buffered_bytes": 4 << 20,
+                                           "max_body_bytes": 1 << 20,
+                                           "max_upload_bytes": 8 << 20}})
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"}, key=None)
+    assert st == 201, (st, js)
+    sid = js["sandboxID"]
+    d = "/tmp/rock-e2b-raw-" + sid
+    h = {"E2b-Sandbox-Id": sid, "Content-Type": "application/octet-stream"}
+
+    def chunks(total, seed):
+        rnd = hashlib.sha256(seed).digest() * 2048  # 64 KiB pattern
+        sent = 0
+        while sent < total:
+            piece = rnd[:min(len(rnd), total - sent)]
+            sent += len(piece)
+            yield piece
+
+    def upload(path, total, seed, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=120)
+        try:
+            conn.request("POST", "/files?path=" + path, body=chunks(total, seed),
+                         headers=dict(h, **(headers or {})), encode_chunked=True)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the whole body was sent: the answer is still there
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        return resp.status, json.loads(body) if body else None
+
+    def download(path):
+        conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=120)
+        conn.request("GET", "/files?path=" + path, headers={"E2b-Sandbox-Id": sid})
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        return resp.status, body
+
+    size = 6 << 20
+    st, js = upload(d + "/raw.bin", size, b"one")
+    assert st == 200 and js == [{"name": "raw.bin", "type": "file", "path": d + "/raw.bin"}], \
+        (st, js)
+    st, body = download(d + "/raw.bin")
+    assert st == 200 and len(body) == size, (st, len(body))
+    assert hashlib.sha256(body).digest() == hashlib.sha256(b"".join(chunks(size, b"one"))).digest()
+    st, js = upload(d + "/big.bin", 9 << 20, b"two")
+    assert st == 413 and "server.max_upload_bytes" in js["message"], (st, js)
+    st, body = download(d + "/no-such-file")
+    assert st == 404 and b"does not exist" in body, (st, body)
+    st, js = upload(d + "/empty.bin", 0, b"")
+    assert st == 200, (st, js)
+    st, body = download(d + "/empty.bin")
+    assert st == 200 and body == b"", (st, body)
+    st, js = upload(d + "/gz.bin", 10, b"gz", {"Content-Encoding": "gzip"})
+    assert st == 400 and "Content-Encoding" in js["message"], (st, js)
+    st, js = e2b(admin, "GET", "/sandboxes/" + sid, key=None)
+    assert st == 200, (st, js)
+    subprocess.run(["rm", "-rf", d]) if not REAL_ENDPOINT else None
 
 
 def daemon_threads(pid):
