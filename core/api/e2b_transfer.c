@@ -25,16 +25,16 @@
  *                 413) and the memory budget (the pipe is charged to it).
  *
  * The upload state is shared by the request and the consumer and freed by
- * whichever leaves it last (as in upload.c). File contents are never logged.
+ * whichever leaves it last (body_handoff.h, as for /upload). File contents are never logged.
  */
 #include <microhttpd.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "api/body_handoff.h"
 #include "api/e2b_envd.h"
 #include "api/e2b_map.h"
 #include "api/upload.h"
@@ -194,12 +194,8 @@ void rk_envd_files_get(struct rk_req *r)
 
 /* The state of one POST /files (r->route_ctx; shared with the consumer job). */
 struct upload_files {
-    struct rk_req *r;   /* NULL once the request ended (under mu) */
-    pthread_mutex_t mu; /* guards r, refs, consumer_done, reply_waiting */
-    int refs;           /* the request, the consumer job */
-    int consumer_done;
-    int reply_waiting; /* the handler deferred the answer to the consumer */
-    int64_t charged;   /* bytes of rk_mem_budget the pipe holds */
+    struct rk_handoff h; /* the request (h.r, NULL once it ended) and the consumer */
+    int64_t charged;     /* bytes of rk_mem_budget the pipe holds */
 
     /* the loop's side */
     struct MHD_PostProcessor *pp; /* NULL for an octet-stream body */
@@ -225,17 +221,13 @@ struct upload_files {
 
 static void uf_unref(struct upload_files *u)
 {
-    pthread_mutex_lock(&u->mu);
-    int last = --u->refs == 0;
-    pthread_mutex_unlock(&u->mu);
-    if (!last)
+    if (!rk_handoff_unref(&u->h))
         return;
     rk_bytepipe_free(u->pipe);
     rk_budget_give(&rk_mem_budget, u->charged);
     rk_call_free(u->wcall);
     json_object_put(u->written);
     free(u->part_name);
-    pthread_mutex_destroy(&u->mu);
     free(u);
 }
 
@@ -246,15 +238,7 @@ static void uf_free(struct rk_req *r)
     if (!u)
         return;
     r->route_ctx = NULL;
-    u->closing = 1;
-    if (u->pp)
-        MHD_destroy_post_processor(u->pp);
-    u->pp = NULL;
-    pthread_mutex_lock(&u->mu);
-    u->r = NULL;
-    pthread_mutex_unlock(&u->mu);
-    if (u->pipe)
-        rk_bytepipe_abort(u->pipe);
+    rk_handoff_request_ended(&u->h, &u->closing, &u->pp, u->pipe);
     uf_unref(u);
 }
 
@@ -378,10 +362,7 @@ static void uf_job(void *arg)
     }
     u->wst = st;
     rk_bytepipe_abort(u->pipe); /* a suspended body is resumed; the rest is dropped */
-    pthread_mutex_lock(&u->mu);
-    u->consumer_done = 1;
-    struct rk_req *answer = u->reply_waiting ? u->r : NULL;
-    pthread_mutex_unlock(&u->mu);
+    struct rk_req *answer = rk_handoff_consumer_done(&u->h);
     if (answer) {
         uf_answer(answer, u);
         rk_req_finish(answer);
@@ -502,10 +483,8 @@ int rk_envd_files_begin(struct rk_req *r)
     struct upload_files *u = calloc(1, sizeof *u);
     if (!u)
         abort();
-    u->r = r;
-    u->refs = 1;
+    rk_handoff_init(&u->h, r);
     u->charged = PIPE_BYTES;
-    pthread_mutex_init(&u->mu, NULL);
     r->route_ctx = u;
     r->route_ctx_free = uf_free;
     u->cap = r->app->cfg->server.max_upload_bytes;
@@ -525,13 +504,9 @@ int rk_envd_files_begin(struct rk_req *r)
                            multipart ? "the multipart body has no boundary" : "out of memory");
         return 1;
     }
-    pthread_mutex_lock(&u->mu);
-    u->refs++;
-    pthread_mutex_unlock(&u->mu);
+    rk_handoff_ref(&u->h);
     if (rk_req_submit(r, uf_job, u) != 0) {
-        pthread_mutex_lock(&u->mu);
-        u->refs--;
-        pthread_mutex_unlock(&u->mu);
+        rk_handoff_unref(&u->h); /* the request still holds it */
         rk_e2b_reply_error(r, 503,
                            "admin is busy: all workers are busy and their queue is full "
                            "(server.worker_queue); retry later");
@@ -540,13 +515,6 @@ int rk_envd_files_begin(struct rk_req *r)
     if (!multipart)
         start_file(u, NULL); /* the body is the file at the query's path */
     return 0;
-}
-
-/* The pipe has room again (the consumer's thread): take the body's next bytes. */
-static void room_cb(void *ctx)
-{
-    struct upload_files *u = ctx;
-    rk_req_resume(u->r);
 }
 
 int rk_envd_files_body(struct rk_req *r, const char *data, size_t len)
@@ -565,10 +533,7 @@ int rk_envd_files_body(struct rk_req *r, const char *data, size_t len)
     }
     if (u->malformed || rk_bytepipe_aborted(u->pipe))
         return 0; /* drained and dropped: the handler answers */
-    size_t room = rk_bytepipe_room(u->pipe);
-    size_t take = room > PIPE_SLACK ? room - PIPE_SLACK : 0;
-    if (take > len)
-        take = len;
+    size_t take = rk_handoff_feed_limit(u->pipe, len, PIPE_SLACK);
     if (take > 0) {
         if (u->pp) {
             if (MHD_post_process(u->pp, data, take) != MHD_YES) {
@@ -579,13 +544,8 @@ int rk_envd_files_body(struct rk_req *r, const char *data, size_t len)
             file_bytes(u, data, take);
         }
     }
-    if (take < len) {
-        /* the pipe is full: keep the rest, wait for the consumer to drain it */
-        r->body_kept = len - take;
-        rk_req_suspend(r);
-        if (rk_bytepipe_notify_room(u->pipe, PIPE_SLACK + RK_UPLOAD_PP_BUFFER, room_cb, u))
-            rk_req_resume(r);
-    }
+    if (take < len) /* the pipe is full: keep the rest, wait for the consumer to drain it */
+        rk_handoff_hold_body(r, u->pipe, len, take, PIPE_SLACK + RK_UPLOAD_PP_BUFFER);
     return 0;
 }
 
@@ -611,14 +571,7 @@ void rk_envd_files_post(struct rk_req *r)
                                             : "the multipart body could not be parsed");
         return;
     }
-    pthread_mutex_lock(&u->mu);
-    int done = u->consumer_done;
-    if (!done) {
-        /* the consumer answers once the last file is written */
-        rk_req_defer(r);
-        u->reply_waiting = 1;
-    }
-    pthread_mutex_unlock(&u->mu);
-    if (done)
+    /* the consumer answers once the last file is written */
+    if (!rk_handoff_handler_waits(&u->h, r))
         uf_answer(r, u);
 }
