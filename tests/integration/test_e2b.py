@@ -488,6 +488,44 @@ def envd_commands_in_flight_hold_no_thread_each():
 
 
 @test
+def envd_commands_of_a_plugin_without_exec_start_run_on_the_worker_pool():
+    # A plugin built for ABI 1.1 has no exec_start: Start runs its blocking exec as a job on the
+    # worker pool, streams the output and the exit code, and SendSignal still ends a command.
+    if REAL_ENDPOINT:
+        raise harness.Skip("needs the test operator")
+    admin = Admin(operator="testop_v11")
+    sid = admin.start_sandbox()
+    h = {"E2b-Sandbox-Id": sid, "Content-Type": "application/connect+json"}
+    uh = {"E2b-Sandbox-Id": sid, "Content-Type": "application/json"}
+    st, payload, _ = admin.request("POST", "/process.Process/Start", envelope(
+        {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo blocking"]}}), h, raw=True)
+    ev = envelopes(payload)
+    assert st == 200 and ev[-1] == (2, {}), (st, ev)
+    assert ev[-2][1]["event"]["end"]["exitCode"] == 0, ev
+    out = b"".join(base64.b64decode(e[1]["event"]["data"].get("stdout", ""))
+                   for e in ev if e[0] == 0 and "data" in e[1]["event"])
+    assert out == b"blocking\n", ev
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
+    conn.request("POST", "/process.Process/Start", envelope(
+        {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "wait 20"]}}), h)
+    resp = conn.getresponse()
+    head = resp.read(5)
+    assert resp.status == 200 and head[0] == 0, (resp.status, head)
+    assert "start" in json.loads(resp.read(int.from_bytes(head[1:5], "big")))["event"]
+    lst = admin.request("POST", "/process.Process/List", {}, uh)[1]["processes"]
+    assert len(lst) == 1, lst
+    t0 = time.time()
+    st, js = admin.request("POST", "/process.Process/SendSignal",
+                           {"process": {"pid": lst[0]["pid"]}, "signal": "SIGNAL_SIGKILL"}, uh)
+    assert st == 200, (st, js)
+    rest = resp.read()
+    conn.close()
+    assert time.time() - t0 < 10
+    end = [e for e in envelopes(rest) if e[0] == 0 and "end" in e[1]["event"]]
+    assert end and end[0][1]["event"]["end"]["status"] == "signal: killed", rest
+
+
+@test
 def sandbox_port_other_than_envd_goes_to_the_http_proxy():
     admin, _ = stack(auth=True)
     bearer = {"Authorization": "Bearer " + TOKEN}
