@@ -137,9 +137,9 @@ static void download_job(void *arg)
             r->outcome = "success";
             rk_req_reply_bytes(r, 200, "application/octet-stream", "", 0);
         } else if (d->busy) {
-            rk_e2b_reply_error(r, 503,
-                               "admin is busy: memory budget reached "
-                               "(server.max_buffered_bytes)");
+            rk_envd_reply_error(r, "unavailable",
+                                "admin is busy: memory budget reached "
+                                "(server.max_buffered_bytes)");
         } else if (code == RK_E_NOT_FOUND || (st == RK_E_NOT_FOUND && code == RK_OK)) {
             rk_e2b_reply_error(r, 404,
                                rk_arena_printf(r->call, "path '%s' does not exist", d->path));
@@ -182,9 +182,9 @@ void rk_envd_files_get(struct rk_req *r)
     rk_target_release(&t);
     rk_req_defer(r);
     if (rk_req_submit(r, download_job, d) != 0) {
-        rk_e2b_reply_error(r, 503,
-                           "admin is busy: all workers are busy and their queue is full "
-                           "(server.worker_queue); retry later");
+        rk_envd_reply_error(r, "unavailable",
+                            "admin is busy: all workers are busy and their queue is full "
+                            "(server.worker_queue); retry later");
         rk_req_finish(r);
         download_unref(d);
     }
@@ -475,9 +475,9 @@ int rk_envd_files_begin(struct rk_req *r)
         return 1;
     if (rk_budget_take(&rk_mem_budget, PIPE_BYTES) != 0) {
         rk_target_release(&t);
-        rk_e2b_reply_error(r, 503,
-                           "admin is busy: memory budget reached "
-                           "(server.max_buffered_bytes)");
+        rk_envd_reply_error(r, "unavailable",
+                            "admin is busy: memory budget reached "
+                            "(server.max_buffered_bytes)");
         return 1;
     }
     struct upload_files *u = calloc(1, sizeof *u);
@@ -500,16 +500,18 @@ int rk_envd_files_begin(struct rk_req *r)
     if (multipart)
         u->pp = MHD_create_post_processor(r->conn, RK_UPLOAD_PP_BUFFER, on_part, u);
     if (!u->pipe || (multipart && !u->pp)) {
-        rk_e2b_reply_error(r, multipart ? 400 : 503,
-                           multipart ? "the multipart body has no boundary" : "out of memory");
+        if (multipart)
+            rk_e2b_reply_error(r, 400, "the multipart body has no boundary");
+        else
+            rk_envd_reply_error(r, "resource_exhausted", "out of memory");
         return 1;
     }
     rk_handoff_ref(&u->h);
     if (rk_req_submit(r, uf_job, u) != 0) {
         rk_handoff_unref(&u->h); /* the request still holds it */
-        rk_e2b_reply_error(r, 503,
-                           "admin is busy: all workers are busy and their queue is full "
-                           "(server.worker_queue); retry later");
+        rk_envd_reply_error(r, "unavailable",
+                            "admin is busy: all workers are busy and their queue is full "
+                            "(server.worker_queue); retry later");
         return 1;
     }
     if (!multipart)

@@ -169,7 +169,33 @@ async function bigFile() {
   }
 }
 
-const steps = { lifecycle, errors, page, auth, envd, envdAuth, bigFile };
+async function lifetime() {
+  // setTimeout, Sandbox.connect (a second handle with its own envd token) and pause.
+  const out = {};
+  const sbx = await Sandbox.create('python:3.11', { timeoutMs: 61000 });
+  try {
+    const end = async () => { const i = await sbx.getInfo(); return (i.endAt.getTime() - Date.now()) / 1000; };
+    out.before = await end();
+    await sbx.setTimeout(600000);
+    out.after = await end();
+    const other = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 1200000 });
+    out.afterConnect = await end();
+    out.otherToken = !!other.envdAccessToken && other.envdAccessToken !== sbx.envdAccessToken;
+    out.viaConnect = (await other.commands.run('echo connected')).stdout;
+    out.viaCreate = (await sbx.commands.run('echo still')).stdout;
+    out.pause = await attempt(() => sbx.pause());
+    out.betaPause = await attempt(() => Sandbox.betaPause(sbx.sandboxId));
+    out.stillRunning = await sbx.isRunning();
+  } finally {
+    await sbx.kill();
+  }
+  out.connectGone = await attempt(() => Sandbox.connect(sbx.sandboxId));
+  out.timeoutGone = await attempt(() => Sandbox.setTimeout(sbx.sandboxId, 60000));
+  out.connectUnknown = await attempt(() => Sandbox.connect('no-such-sandbox'));
+  return out;
+}
+
+const steps = { lifecycle, errors, page, auth, envd, envdAuth, bigFile, lifetime };
 steps[process.argv[2]]().then(
   (r) => { process.stdout.write(JSON.stringify(r) + '\n'); },
   (e) => { process.stdout.write(JSON.stringify({ crashed: errInfo(e), stack: e && e.stack }) + '\n'); });

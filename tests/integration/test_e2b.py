@@ -177,6 +177,33 @@ def sdk_envd_token_of_one_sandbox_cannot_drive_another():
     assert not o["ok"] and "envdAccessToken" in o["error"]["message"], r
 
 
+@test
+def sdk_set_timeout_connect_and_pause():
+    admin, _ = stack(auth=True)
+    r = sdk(admin, "lifetime")
+    # timeout 61 s -> 2 minutes; setTimeout(600 s) -> 10 minutes; connect's 1200 s -> 20 minutes
+    assert 60 < r["before"] <= 125 and 540 < r["after"] <= 605, r
+    assert 1140 < r["afterConnect"] <= 1205, r
+    # the connected handle drives envd with its own token, and the first one still works
+    assert r["otherToken"] is True, r
+    assert r["viaConnect"] == "connected\n" and r["viaCreate"] == "still\n", r
+    for k in ("pause", "betaPause"):
+        assert not r[k]["ok"] and "not supported" in r[k]["error"]["message"], r
+    assert r["stillRunning"] is True, r
+    for k in ("connectGone", "timeoutGone", "connectUnknown"):
+        assert not r[k]["ok"] and r[k]["error"]["sandboxNotFound"], r
+    # setTimeout over raw HTTP: validation
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"})
+    assert st == 201, (st, js)
+    st, err = e2b(admin, "POST", "/sandboxes/%s/timeout" % js["sandboxID"], {})
+    assert st == 400 and "timeout" in err["message"], (st, err)
+    st, err = e2b(admin, "POST", "/sandboxes/%s/timeout" % js["sandboxID"], {"timeout": 30},
+                  key="wrong-key-0000000000")
+    assert st == 401, (st, err)
+    log = admin.output()
+    assert TOKEN not in log
+
+
 def envelopes(payload):
     """Connect envelopes of a streamed body: [(flags, parsed JSON)]."""
     out, i = [], 0
