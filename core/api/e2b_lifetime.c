@@ -10,14 +10,18 @@
  *                                      expiry. 204.
  *   POST /v2/sandboxes/{id}/connect    Sandbox.connect: a pending or running sandbox
  *                                      answers 200 with E2B's Sandbox object (a given
- *                                      timeout applied as above); with authentication
- *                                      on it carries a new envdAccessToken, valid next
- *                                      to the ones issued before (the record keeps only
- *                                      digests, so the first one cannot be shown
- *                                      again). A stopped or archived sandbox is not
- *                                      resumed here (409 naming ROCK's /restart).
- *   POST /sandboxes/{id}/pause         pause / betaPause: refused (501): rock-admin
- *                                      pauses only through ROCK's /stop.
+ *                                      timeout applied as above); a paused one (stopped
+ *                                      or archived) is resumed as ROCK's /restart does
+ *                                      when the plugin can, and answered 201 once it
+ *                                      runs (runtime.start_wait_s). With
+ *                                      authentication on the answer carries a new
+ *                                      envdAccessToken, valid next to the ones issued
+ *                                      before (the record keeps only digests, so the
+ *                                      first one cannot be shown again).
+ *   POST /sandboxes/{id}/pause         pause / betaPause: ROCK's /stop (204) when the
+ *                                      plugin can stop (opensandbox.stop_mode: pause);
+ *                                      already paused is 409 (the SDK's false);
+ *                                      otherwise 501 with the reason.
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,13 +31,17 @@
 #include "api/e2b.h"
 #include "api/e2b_map.h"
 #include "api/route_path.h"
+#include "api/sandbox_ops.h"
 #include "base/app.h"
 #include "base/util.h"
+#include "config/config.h"
 #include "domain/dispatch.h"
 #include "domain/endpoint_cache.h"
+#include "domain/lifecycle.h"
 #include "domain/record.h"
 #include "engine/http_server.h"
 #include "host/host.h"
+#include "host/plugin_loader.h"
 #include "obs/log.h"
 #include "store/store.h"
 
@@ -68,10 +76,18 @@ static int apply_update(json_object *rec, void *ctx)
     return 0;
 }
 
-/* The sandbox of the path, through the gate (the backend tag rule), active: 0 with t filled,
- * or -1 after the E2B error reply (404 for unknown, deleted; 409 naming /restart for a
- * stopped or archived one). */
-static int lifetime_target(struct rk_req *r, struct rk_target *t)
+/* 1 when the plugin can resume a sandbox paused in state st (ROCK's /restart). */
+static int can_resume(const struct rk_app *app, enum rk_state st)
+{
+    uint64_t caps = app->plugin->caps;
+    return (st == RK_STATE_STOPPED && (caps & RK_CAP_STOP)) ||
+           (st == RK_STATE_ARCHIVED && (caps & RK_CAP_SNAPSHOT));
+}
+
+/* The sandbox of the path, through the gate (the backend tag rule): 0 with t filled when it
+ * is active, or paused and paused_ok; else -1 after the E2B error reply (404 for unknown and
+ * deleted; 409 for a paused one). */
+static int lifetime_target(struct rk_req *r, struct rk_target *t, int paused_ok)
 {
     const char *id = r->params[0];
     if (!id || !rk_id_valid(id, strlen(id))) {
@@ -83,16 +99,15 @@ static int lifetime_target(struct rk_req *r, struct rk_target *t)
         return -1;
     }
     enum rk_state st = t->ref.state;
-    if (!rk_state_is_active(st)) {
+    if (!rk_state_is_active(st) && !(paused_ok && can_resume(r->app, st))) {
         if (st == RK_STATE_DELETED)
             rk_e2b_reply_error(r, 404, rk_arena_printf(r->call, "Sandbox %s not found", id));
         else
-            rk_e2b_reply_error(r, 409,
-                               rk_arena_printf(r->call,
-                                               "Sandbox %s is %s: rock-admin does not resume "
-                                               "sandboxes through the E2B API; resume it with "
-                                               "ROCK's /restart",
-                                               id, rk_state_name(st)));
+            rk_e2b_reply_error(
+                r, 409,
+                rk_arena_printf(r->call, "Sandbox %s is paused (%s)%s", id, rk_state_name(st),
+                                can_resume(r->app, st) ? ": connect resumes it"
+                                                       : ": the operator cannot resume it"));
         rk_target_release(t);
         return -1;
     }
@@ -150,7 +165,7 @@ void rk_e2b_set_timeout(struct rk_req *r)
     if (timeout_of(r, 1, &u.minutes) < 0)
         return;
     struct rk_target t;
-    if (lifetime_target(r, &t) != 0)
+    if (lifetime_target(r, &t, 0) != 0)
         return;
     const char *id = rk_arena_strdup(r->call, t.ref.sandbox_id);
     rk_target_release(&t);
@@ -167,9 +182,10 @@ void rk_e2b_connect(struct rk_req *r)
     if (timeout_of(r, 0, &u.minutes) < 0)
         return;
     struct rk_target t;
-    if (lifetime_target(r, &t) != 0)
+    if (lifetime_target(r, &t, 1) != 0)
         return;
     const char *id = rk_arena_strdup(r->call, t.ref.sandbox_id);
+    int paused = !rk_state_is_active(t.ref.state);
     const char *image =
         rk_arena_strdup(r->call, rk_rec_str(t.rec, "image") ? rk_rec_str(t.rec, "image") : "");
     rk_target_release(&t);
@@ -183,21 +199,39 @@ void rk_e2b_connect(struct rk_req *r)
         }
         u.digest = digest;
     }
+    if (paused) {
+        /* resumed as ROCK's /restart does, answered once it runs (the SDK calls envd next) */
+        if (rk_sandbox_restart(r, id) != RK_OK ||
+            rk_lifecycle_wait_running(r->app, r->call, id, r->app->cfg->runtime.start_wait_s) !=
+                RK_OK) {
+            rk_e2b_reply_call_error(r);
+            return;
+        }
+    }
     if ((u.minutes > 0 || u.digest) && lifetime_write(r, id, &u) != 0)
         return;
     r->outcome = "success";
-    rk_req_reply_json(r, 200, rk_e2b_sandbox(id, image, with_token ? token : NULL));
+    rk_req_reply_json(r, paused ? 201 : 200, rk_e2b_sandbox(id, image, with_token ? token : NULL));
 }
 
 /* POST /sandboxes/{sandboxID}/pause */
 void rk_e2b_pause(struct rk_req *r)
 {
     struct rk_target t;
-    if (lifetime_target(r, &t) != 0)
+    if (lifetime_target(r, &t, 0) != 0)
         return;
+    const char *id = rk_arena_strdup(r->call, t.ref.sandbox_id);
     rk_target_release(&t);
-    rk_e2b_reply_error(r, 501,
-                       "pausing is not supported through the E2B API: rock-admin deletes idle "
-                       "sandboxes; pause with ROCK's /stop (opensandbox.stop_mode: pause) and "
-                       "resume with /restart");
+    if (!(r->app->plugin->caps & RK_CAP_STOP)) {
+        rk_e2b_reply_error(r, 501,
+                           "pausing is not supported by this operator's configuration: it "
+                           "cannot stop sandboxes (opensandbox.stop_mode: pause enables it)");
+        return;
+    }
+    if (rk_sandbox_stop(r, id) != RK_OK) {
+        rk_e2b_reply_call_error(r);
+        return;
+    }
+    r->outcome = "success";
+    rk_req_reply_empty(r, 204);
 }

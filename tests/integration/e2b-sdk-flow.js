@@ -195,7 +195,26 @@ async function lifetime() {
   return out;
 }
 
-const steps = { lifecycle, errors, page, auth, envd, envdAuth, bigFile, lifetime };
+async function pauseResume() {
+  const out = {};
+  const sbx = await Sandbox.create('python:3.11');
+  out.sandboxId = sbx.sandboxId;
+  try {
+    out.paused = await sbx.pause();
+    out.pausedAgain = await sbx.pause();
+    out.stateWhilePaused = (await sbx.getInfo()).state;
+    out.envdWhilePaused = await attempt(() => sbx.commands.run('echo no'));
+    const back = await Sandbox.connect(sbx.sandboxId);
+    out.stateAfterConnect = (await back.getInfo()).state;
+    out.afterResume = (await back.commands.run('echo back')).stdout;
+  } catch (e) {
+    await sbx.kill();
+    throw e;
+  }
+  return out;
+}
+
+const steps = { lifecycle, errors, page, auth, envd, envdAuth, bigFile, lifetime, pauseResume };
 steps[process.argv[2]]().then(
   (r) => { process.stdout.write(JSON.stringify(r) + '\n'); },
   (e) => { process.stdout.write(JSON.stringify({ crashed: errInfo(e), stack: e && e.stack }) + '\n'); });

@@ -34,7 +34,7 @@ FLOW_JS = os.path.join(os.environ.get("ROCK_SRCDIR", "."), "tests", "integration
                        "e2b-sdk-flow.js")
 
 
-def stack(auth=False, admin_cfg=None, sim_extra=None):
+def stack(auth=False, admin_cfg=None, sim_extra=None, os_extra=None):
     """redis + sim + rock-admin (opensandbox); with auth a token file holding TOKEN."""
     redis = Redis()
     if REAL_ENDPOINT:
@@ -46,6 +46,7 @@ def stack(auth=False, admin_cfg=None, sim_extra=None):
         sim = Sim(api_key=SIM_KEY, extra=sim_extra)
         cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": SIM_KEY,
                                "use_server_proxy": False}}
+    cfg["opensandbox"].update(os_extra or {})
     if auth:
         path = os.path.join(tmpdir("rock-e2b-"), "tokens")
         with open(path, "w") as f:
@@ -202,6 +203,26 @@ def sdk_set_timeout_connect_and_pause():
     assert st == 401, (st, err)
     log = admin.output()
     assert TOKEN not in log
+
+
+@test
+def sdk_pause_and_connect_resume_with_stop_mode_pause():
+    # With opensandbox.stop_mode: pause the operator can stop: pause is ROCK's /stop (the
+    # detail says paused, a second pause is the SDK's false) and connect resumes it as ROCK's
+    # /restart does, answering once it runs; commands work again through the new handle.
+    admin, _ = stack(auth=True, os_extra={"stop_mode": "pause"})
+    r = sdk(admin, "pauseResume")
+    assert r["paused"] is True and r["pausedAgain"] is False, r
+    assert r["stateWhilePaused"] == "paused", r
+    assert r["envdWhilePaused"]["ok"] is False, r
+    assert r["stateAfterConnect"] == "running", r
+    assert r["afterResume"] == "back\n", r
+    # ROCK sees the same record running again
+    st, js = admin.api("GET", "/get_status", query={"sandbox_id": r["sandboxId"]},
+                       headers={"Authorization": "Bearer " + TOKEN})
+    assert js["status"] == "Success" and js["result"]["state"] == "running", js
+    st, _ = e2b(admin, "DELETE", "/sandboxes/" + r["sandboxId"])
+    assert st == 204, st
 
 
 def envelopes(payload):
