@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The sandbox reads and moves that more than one API answers (ROCK's routes
- * and E2B's: get, delete, pause as stop, connect as restart): each records its error on r->call
- * instead of replying, so every route answers in its own wire format from the same decision.
+ * and E2B's: get, delete, pause as stop, connect as restart): each records
+ * its error on r->call instead of replying, so every route answers in its own
+ * wire format from the same decision.
  */
 #ifndef RK_SANDBOX_OPS_H
 #define RK_SANDBOX_OPS_H
