@@ -198,6 +198,21 @@ static void fail(struct rk_req *r, int stream, const char *code, const char *mes
         rk_envd_reply_error(r, code, message);
 }
 
+/* 1 when presented is one of the sandbox's envd tokens: the one its create issued
+ * (envd_token_sha256) or one a connect issued (envd_tokens_sha256, e2b_lifetime.c). Every
+ * digest is compared, each in constant time. */
+static int token_matches(json_object *rec, const char *presented)
+{
+    int ok = rk_secret_matches(rk_rec_str(rec, "envd_token_sha256"), presented);
+    json_object *list = NULL;
+    if (json_object_object_get_ex(rec, "envd_tokens_sha256", &list) &&
+        json_object_is_type(list, json_type_array))
+        for (size_t i = 0; i < json_object_array_length(list); i++)
+            ok |= rk_secret_matches(json_object_get_string(json_object_array_get_idx(list, i)),
+                                    presented);
+    return ok;
+}
+
 int rk_envd_target(struct rk_req *r, enum rk_op op, int stream, struct rk_target *t)
 {
     memset(t, 0, sizeof *t);
@@ -232,8 +247,7 @@ int rk_envd_target(struct rk_req *r, enum rk_op op, int stream, struct rk_target
     }
     /* The sandbox's own token when authentication is on: one sandbox's token
      * cannot drive another. Compared in constant time; never logged. */
-    if (rk_auth_enabled() && !rk_secret_matches(rk_rec_str(rec, "envd_token_sha256"),
-                                                rk_req_header(r, "X-Access-Token"))) {
+    if (rk_auth_enabled() && !token_matches(rec, rk_req_header(r, "X-Access-Token"))) {
         json_object_put(rec);
         r->outcome = "unauthorized";
         fail(r, stream, "unauthenticated",

@@ -71,6 +71,7 @@ void rk_envd_fs_list(struct rk_req *r);
 void rk_envd_fs_mkdir(struct rk_req *r);
 void rk_envd_fs_remove(struct rk_req *r);
 void rk_envd_fs_move(struct rk_req *r);
+/* e2b_transfer.c: /files, streamed both ways */
 void rk_envd_files_get(struct rk_req *r);
 int rk_envd_files_begin(struct rk_req *r);
 int rk_envd_files_body(struct rk_req *r, const char *data, size_t len);

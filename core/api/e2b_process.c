@@ -2,13 +2,17 @@
 /*
  * envd's process service mapped onto the plugin's exec (docs/e2b.md):
  *
- *   Start       the command runs through exec on a worker thread with its own
- *               call; the start event, every stdout/stderr chunk and the end
- *               event go to the client as Connect envelopes as they come
- *               (engine/stream_reply.h: bounded, never buffered whole), then
- *               the end-of-stream message. The command's deadline is the
- *               client's connect-timeout-ms; a client that leaves cancels it
- *               (execd kills a command whose stream is closed).
+ *   Start       the command runs on its own call, through the plugin's
+ *               asynchronous exec_start (ABI 1.2: held by the plugin's event
+ *               loop, no thread waits for it) or, for a plugin without it,
+ *               through the blocking exec as a job on the worker pool
+ *               (server.workers bounds those); the start event, every
+ *               stdout/stderr chunk and the end event go to the client as
+ *               Connect envelopes as they come (engine/stream_reply.h:
+ *               bounded, never buffered whole), then the end-of-stream
+ *               message. The command's deadline is the client's
+ *               connect-timeout-ms; a client that leaves cancels it (execd
+ *               kills a command whose stream is closed).
  *   List        the commands this rock-admin process streams for the sandbox.
  *   SendSignal  SIGKILL / SIGTERM: cancel the command's exec (execd kills it).
  *
@@ -33,6 +37,7 @@
 #include "host/host.h"
 #include "host/plugin_loader.h"
 #include "obs/log.h"
+#include "obs/metrics.h"
 
 /* Bytes one command's stream may hold while the client reads: server.max_output_bytes, or
  * this when that is 0 (unlimited for collected output, but a stream keeps a bound). */
@@ -50,6 +55,9 @@ struct proc_job {
     struct rk_outstream *stream;
     struct rk_sandbox_ref ref;
     struct rk_exec_req req;
+    struct rk_sink sink;
+    struct rk_exec_res res; /* the plugin's until the command ended */
+    int64_t mark;           /* metrics: the asynchronous call's start */
     uint32_t pid;
     char sandbox_id[RK_ID_MAX + 1];
     char *config;       /* the ProcessConfig as asked (for List) */
@@ -153,18 +161,15 @@ static void push_end_event(struct proc_job *j, int exit_code, int exited, const 
     push_message(j, 0, event("end", end), 0);
 }
 
-/* The worker: run the command, then end the stream the way it ended. */
-static void *proc_worker(void *arg)
+/* The command ended with st (the plugin's report, or the blocking exec's return): end the
+ * stream the way it ended and drop the command's reference. Any thread. */
+static void proc_finish(struct proc_job *j, rk_status st)
 {
-    struct proc_job *j = arg;
-    struct rk_sink sink = {proc_sink, j};
-    struct rk_exec_res res = {0};
-    rk_status st;
-    RK_UPSTREAM(st, j->pl, exec, j->call, &j->ref, &j->req, &sink, &res);
+    struct rk_exec_res *res = &j->res;
     if (j->killed) {
         push_end_event(j, -1, 0, "signal: killed", NULL);
         push_end_stream(j, NULL, NULL);
-    } else if (rk_command_timed_out(j->call, st, &res)) {
+    } else if (rk_command_timed_out(j->call, st, res)) {
         push_end_stream(j, "deadline_exceeded",
                         rk_arena_printf(j->call, "the command ran longer than %lld ms",
                                         (long long)j->req.timeout_ms));
@@ -177,18 +182,48 @@ static void *proc_worker(void *arg)
         rk_status code = rk_call_error_code(j->call);
         push_end_stream(j, rk_envd_code(code ? code : st), rk_call_error_text(j->call));
     } else {
-        int code = res.has_exit_code ? res.exit_code : -1;
-        const char *status = res.has_exit_code
-                                 ? rk_arena_printf(j->call, "exit status %d", res.exit_code)
+        int code = res->has_exit_code ? res->exit_code : -1;
+        const char *status = res->has_exit_code
+                                 ? rk_arena_printf(j->call, "exit status %d", res->exit_code)
                                  : "exit status unknown";
-        push_end_event(j, code, res.has_exit_code, status, res.error_text);
+        push_end_event(j, code, res->has_exit_code, status, res->error_text);
         push_end_stream(j, NULL, NULL);
     }
     rk_stream_close(j->stream);
     job_unlink(j);
     job_unref(j);
-    rk_app_bg_leave();
-    return NULL;
+}
+
+/* host->call_done of exec_start (the plugin's loop, or the starting thread). */
+static void proc_done(void *ctx, rk_status st)
+{
+    struct proc_job *j = ctx;
+    rk_metrics_upstream_end("exec", st, j->mark);
+    proc_finish(j, st);
+}
+
+/* A worker-pool job for a plugin without exec_start: the blocking exec. */
+static void proc_blocking(void *arg)
+{
+    struct proc_job *j = arg;
+    rk_status st;
+    RK_UPSTREAM(st, j->pl, exec, j->call, &j->ref, &j->req, &j->sink, &j->res);
+    proc_finish(j, st);
+}
+
+/* Start the command: 0 once it is in flight (its end reaches proc_finish), -1 when it could
+ * not be started (the worker queue is full; nothing will report). */
+static int proc_launch(struct rk_req *r, struct proc_job *j)
+{
+    const struct rk_plugin *pl = j->pl;
+    if (!pl->ops.exec_start)
+        return rk_req_submit(r, proc_blocking, j);
+    j->mark = rk_metrics_upstream_start();
+    rk_call_on_done(j->call, proc_done, j);
+    rk_status st = pl->ops.exec_start(pl->inst, j->call, &j->ref, &j->req, &j->sink, &j->res);
+    if (st != RK_OK)
+        rk_call_done(j->call, st); /* not started: the end is reported here */
+    return 0;
 }
 
 /* The response ended (sent whole, or the client left): stop the command. */
@@ -333,11 +368,14 @@ void rk_envd_process_start(struct rk_req *r)
     json_object_object_add(start, "pid", json_object_new_int64(j->pid));
     push_message(j, 0, event("start", start), 0);
     rk_target_release(&t);
-    if (rk_app_bg_start(proc_worker, j) != 0) {
+    j->sink = (struct rk_sink){proc_sink, j};
+    if (proc_launch(r, j) != 0) {
         job_unlink(j);
         j->refs = 1;
         job_unref(j);
-        rk_envd_reply_stream_error(r, "resource_exhausted", "cannot start the command's thread");
+        rk_envd_reply_stream_error(r, "unavailable",
+                                   "admin is busy: all workers are busy and their queue is full "
+                                   "(server.worker_queue); retry later");
         goto out;
     }
     r->outcome = "success";

@@ -408,6 +408,12 @@ const struct rk_route rk_e2b_routes[] = {
               RK_ROUTE_SANDBOX_PARAM),
     E2B_ROUTE("DELETE", "/sandboxes/{sandboxID}", "e2b_delete", RK_BODY_NONE, rk_e2b_delete,
               RK_ROUTE_SANDBOX_PARAM),
+    E2B_ROUTE("POST", "/sandboxes/{sandboxID}/timeout", "e2b_set_timeout", RK_BODY_JSON,
+              rk_e2b_set_timeout, RK_ROUTE_SANDBOX_PARAM),
+    E2B_ROUTE("POST", "/v2/sandboxes/{sandboxID}/connect", "e2b_connect", RK_BODY_JSON,
+              rk_e2b_connect, RK_ROUTE_SANDBOX_PARAM),
+    E2B_ROUTE("POST", "/sandboxes/{sandboxID}/pause", "e2b_pause", RK_BODY_JSON, rk_e2b_pause,
+              RK_ROUTE_SANDBOX_PARAM),
     RK_E2B_ENVD_ROUTES,
     {.pattern = NULL},
 };

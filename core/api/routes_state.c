@@ -86,7 +86,7 @@ void rk_route_delete(struct rk_req *r)
 /* The plugin's stop or restart on a target that passed the gate (released
  * here), then from -> to persisted with a guard; a sandbox the backend no
  * longer has is marked vanished and the record otherwise stays as it was.
- * Replies on failure and returns -1. */
+ * Returns -1 with the error on r->call. */
 static int backend_move(struct rk_req *r, struct rk_target *t, enum rk_op op, enum rk_state to)
 {
     const struct rk_plugin *pl = r->app->plugin;
@@ -106,10 +106,8 @@ static int backend_move(struct rk_req *r, struct rk_target *t, enum rk_op op, en
     rk_target_release(t);
     if (st == RK_E_NOT_FOUND && had_upstream) /* e.g. its parked lifetime ran out */
         rk_lifecycle_vanished(r->app, id, from);
-    if (st != RK_OK) {
-        rk_reply_call_error(r);
+    if (st != RK_OK)
         return -1;
-    }
     /* a stop also applies when the record meanwhile moved pending -> running */
     enum rk_state also = op == RK_OP_STOP ? RK_STATE_PENDING : from;
     rk_lifecycle_transition(r->app, id, op == RK_OP_STOP ? RK_STATE_RUNNING : from, also, to,
@@ -117,35 +115,37 @@ static int backend_move(struct rk_req *r, struct rk_target *t, enum rk_op op, en
     return 0;
 }
 
-/* The refusal of a move from a state the state machine does not allow;
- * releases t and returns -1. */
+/* The status of a failed move: the error recorded on r->call (internal when none was). */
+static rk_status failed(struct rk_req *r)
+{
+    rk_status st = rk_call_error_code(r->call);
+    return st != RK_OK ? st : RK_E_INTERNAL;
+}
+
+/* The refusal of a move from a state the state machine does not allow (on
+ * r->call); releases t and returns -1. */
 static int refuse_state(struct rk_req *r, struct rk_target *t, const char *verb)
 {
-    rk_reply_error(r, RK_E_INVALID,
-                   rk_arena_printf(r->call, "Sandbox %s cannot be %s: current state is '%s'",
-                                   t->ref.sandbox_id, verb, rk_state_name(t->ref.state)));
+    rk_call_set_error(r->call, RK_E_INVALID, "Sandbox %s cannot be %s: current state is '%s'",
+                      t->ref.sandbox_id, verb, rk_state_name(t->ref.state));
     rk_target_release(t);
     return -1;
 }
 
-/* Stop through the gate (ROCK: pending or running -> stopped). Already
- * stopped is Success (SDK close() may call it twice); archiving, archived and
- * deleted are refused by the state machine. Replies on failure. */
-static int stop_sandbox(struct rk_req *r, const char *id)
+rk_status rk_sandbox_stop(struct rk_req *r, const char *id)
 {
     struct rk_target t;
-    if (rk_dispatch(r->app, r->call, RK_OP_STOP, id, &t) != RK_OK) {
-        rk_reply_call_error(r);
-        return -1;
-    }
+    if (rk_dispatch(r->app, r->call, RK_OP_STOP, id, &t) != RK_OK)
+        return failed(r);
     enum rk_state from = t.ref.state;
     if (from == RK_STATE_STOPPED) {
         rk_target_release(&t);
-        return 0;
+        return RK_OK;
     }
-    if (from != RK_STATE_RUNNING && from != RK_STATE_PENDING)
-        return refuse_state(r, &t, "stopped");
-    return backend_move(r, &t, RK_OP_STOP, RK_STATE_STOPPED);
+    int rc = from != RK_STATE_RUNNING && from != RK_STATE_PENDING
+                 ? refuse_state(r, &t, "stopped")
+                 : backend_move(r, &t, RK_OP_STOP, RK_STATE_STOPPED);
+    return rc == 0 ? RK_OK : failed(r);
 }
 
 /* POST /stop (§5.12). */
@@ -172,35 +172,27 @@ void rk_route_stop(struct rk_req *r)
             rk_reply_id_text(r, id, "stopped");
         return;
     }
-    if (stop_sandbox(r, id) == 0)
+    if (rk_sandbox_stop(r, id) == RK_OK)
         rk_reply_id_text(r, id, "stopped");
+    else
+        rk_reply_call_error(r);
 }
 
-/* Shared restart logic for both route forms: stopped -> pending (resume),
- * archived -> pending (restore from the snapshot, RK_CAP_SNAPSHOT). The SDKs
- * then poll get_status until is_alive, which the refresh reports once the
- * backend says running (pending -> running, "alive"). */
-static void restart(struct rk_req *r, const char *id)
+rk_status rk_sandbox_restart(struct rk_req *r, const char *id)
 {
     struct rk_app *app = r->app;
     struct rk_target t;
-    if (rk_dispatch(app, r->call, RK_OP_RESTART, id, &t) != RK_OK) {
-        rk_reply_call_error(r);
-        return;
-    }
+    if (rk_dispatch(app, r->call, RK_OP_RESTART, id, &t) != RK_OK)
+        return failed(r);
     enum rk_state from = t.ref.state;
     if (from == RK_STATE_ARCHIVED && (app->plugin->caps & RK_CAP_SNAPSHOT)) {
         rk_status st = rk_restore_start(app, r->call, t.rec);
         rk_target_release(&t);
-        if (st != RK_OK)
-            rk_reply_call_error(r);
-        else
-            rk_reply_ok(r, rk_start_result(id, NULL));
-        return;
+        return st;
     }
     if (from != RK_STATE_STOPPED) {
         refuse_state(r, &t, "restarted");
-        return;
+        return RK_E_INVALID;
     }
     if (!t.ref.upstream_id) {
         /* Stopped while its create was still queued: the backend never had the sandbox, so
@@ -209,22 +201,19 @@ static void restart(struct rk_req *r, const char *id)
         char serr[RK_STORE_ERRLEN];
         rk_store_rc rc = rk_lifecycle_transition(app, id, RK_STATE_STOPPED, RK_STATE_STOPPED,
                                                  RK_STATE_PENDING, "restart");
-        if (rc != RK_STORE_OK) {
-            rk_reply_error(r, rc == RK_STORE_ERROR ? RK_E_UNAVAILABLE : RK_E_INVALID,
-                           rk_arena_printf(r->call, "Sandbox %s cannot be restarted: %s", id,
-                                           rc == RK_STORE_ERROR ? "sandbox store unavailable"
-                                                                : "its state changed meanwhile"));
-            return;
-        }
+        if (rc != RK_STORE_OK)
+            return rk_call_set_error(
+                r->call, rc == RK_STORE_ERROR ? RK_E_UNAVAILABLE : RK_E_INVALID,
+                "Sandbox %s cannot be restarted: %s", id,
+                rc == RK_STORE_ERROR ? "sandbox store unavailable" : "its state changed meanwhile");
         if (rk_create_queue_submit(app, r->call, id) != RK_OK) {
             snprintf(serr, sizeof serr, "%s", rk_call_error_text(r->call));
             rk_lifecycle_transition(app, id, RK_STATE_PENDING, RK_STATE_PENDING, RK_STATE_STOPPED,
                                     "submit_failed");
-            rk_reply_error(r, RK_E_INTERNAL, rk_arena_strdup(r->call, serr));
-            return;
+            return rk_call_set_error(r->call, RK_E_INTERNAL, "%s", serr);
         }
     } else if (backend_move(r, &t, RK_OP_RESTART, RK_STATE_PENDING) != 0) {
-        return;
+        return failed(r);
     }
     /* Active again: the idle timer runs from now; the old sessions end with the restart. */
     char err[RK_STORE_ERRLEN];
@@ -234,7 +223,16 @@ static void restart(struct rk_req *r, const char *id)
         rk_lifecycle_reset_sessions(app, r->call, rec);
     }
     json_object_put(rec);
-    rk_reply_ok(r, rk_start_result(id, NULL));
+    return RK_OK;
+}
+
+/* Both route forms of restart: Success with the start result, or the error. */
+static void restart(struct rk_req *r, const char *id)
+{
+    if (rk_sandbox_restart(r, id) == RK_OK)
+        rk_reply_ok(r, rk_start_result(id, NULL));
+    else
+        rk_reply_call_error(r);
 }
 
 /* POST /restart (§5.14). */

@@ -51,6 +51,7 @@
 #include "obs/log.h"
 #include "obs/metrics.h"
 #include "host/plugin_loader.h"
+#include "api/body_handoff.h"
 #include "api/routes.h"
 #include "base/util.h"
 #include "api/validate.h"
@@ -81,12 +82,8 @@ struct field {
 
 /* Per-request upload state (r->route_ctx; shared with the consumer job). */
 struct upload {
-    struct rk_req *r; /* NULL once the request ended (under mu) */
+    struct rk_handoff h; /* the request (h.r, NULL once it ended) and the consumer */
     struct rk_app *app;
-    pthread_mutex_t mu; /* guards r, refs, consumer_done, reply_waiting */
-    int refs;           /* the request, the consumer job */
-    int consumer_done;
-    int reply_waiting;  /* the handler deferred the answer to the consumer */
     int gate_needed;    /* run the early gate once the parser returns */
     struct rk_buf held; /* PART_FILE_HOLD bytes */
     struct MHD_PostProcessor *pp;
@@ -227,10 +224,7 @@ static void upload_job(void *arg)
     u->wst = upload_consume(u, &src);
     /* Wake a suspended writer; what it still sends is dropped. */
     rk_bytepipe_abort(u->pipe);
-    pthread_mutex_lock(&u->mu);
-    u->consumer_done = 1;
-    struct rk_req *answer = u->reply_waiting ? u->r : NULL;
-    pthread_mutex_unlock(&u->mu);
+    struct rk_req *answer = rk_handoff_consumer_done(&u->h);
     if (answer) {
         upload_answer(answer, u);
         rk_req_finish(answer);
@@ -252,7 +246,7 @@ static int start_worker(struct upload *u)
     }
     memcpy(u->w_sid, sid, n);
     u->w_sid[n] = '\0';
-    u->wcall = rk_call_new(u->r->request_id, rk_req_client_fd(u->r), 0);
+    u->wcall = rk_call_new(u->h.r->request_id, rk_req_client_fd(u->h.r), 0);
     u->frozen = 1;
     return 0;
 }
@@ -261,13 +255,9 @@ static int start_worker(struct upload *u)
  * failure when the worker queue is full. */
 static int queue_consumer(struct upload *u)
 {
-    pthread_mutex_lock(&u->mu);
-    u->refs++;
-    pthread_mutex_unlock(&u->mu);
-    if (rk_req_submit(u->r, upload_job, u) != 0) {
-        pthread_mutex_lock(&u->mu);
-        u->refs--;
-        pthread_mutex_unlock(&u->mu);
+    rk_handoff_ref(&u->h);
+    if (rk_req_submit(u->h.r, upload_job, u) != 0) {
+        rk_handoff_unref(&u->h); /* the request still holds it */
         upload_fail(u, RK_E_UNAVAILABLE,
                     "admin is busy: all workers are busy and their queue is full "
                     "(server.worker_queue); retry later");
@@ -307,7 +297,7 @@ static void note_sandbox(struct upload *u)
         return;
     memcpy(id, s, n);
     id[n] = '\0';
-    rk_req_set_sandbox(u->r, id);
+    rk_req_set_sandbox(u->h.r, id);
 }
 
 /* 1 if the sandbox_id field arrived and breaks the identifier rule. */
@@ -327,11 +317,11 @@ static int early_gate(struct upload *u)
     const char *s = stripped_sandbox(u, &n);
     char *sid = rk_strdup_printf("%.*s", (int)n, s);
     struct rk_target t;
-    rk_status st = sid ? rk_dispatch(u->r->app, u->r->call, RK_OP_UPLOAD, sid, &t) : RK_E_NOMEM;
+    rk_status st = sid ? rk_dispatch(u->h.r->app, u->h.r->call, RK_OP_UPLOAD, sid, &t) : RK_E_NOMEM;
     free(sid);
     if (st != RK_OK) {
-        if (rk_call_error_code(u->r->call) == RK_OK)
-            rk_call_set_error(u->r->call, st, "%s", rk_status_name(st));
+        if (rk_call_error_code(u->h.r->call) == RK_OK)
+            rk_call_set_error(u->h.r->call, st, "%s", rk_status_name(st));
         u->gate_failed = 1;
         return -1;
     }
@@ -428,7 +418,7 @@ static void field_append(struct upload *u, struct field *f, const char *data, si
 /* Handle file bytes: enforce the size cap, then pipe or spool them. */
 static void file_data(struct upload *u, const char *data, size_t size)
 {
-    int64_t max = u->r->app->cfg->server.max_upload_bytes;
+    int64_t max = u->h.r->app->cfg->server.max_upload_bytes;
     if (max > 0 && u->file_bytes + size > (uint64_t)max) {
         upload_fail(u, RK_E_TOO_LARGE,
                     "upload exceeds the configured limit of %lld bytes (server.max_upload_bytes)",
@@ -516,10 +506,7 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind, const char *k
 
 static void upload_unref(struct upload *u)
 {
-    pthread_mutex_lock(&u->mu);
-    int last = --u->refs == 0;
-    pthread_mutex_unlock(&u->mu);
-    if (!last)
+    if (!rk_handoff_unref(&u->h))
         return;
     rk_bytepipe_free(u->pipe);
     rk_call_free(u->wcall);
@@ -532,7 +519,6 @@ static void upload_unref(struct upload *u)
     free(u->cur_key);
     free(u->w_sid);
     free(u->w_path);
-    pthread_mutex_destroy(&u->mu);
     free(u);
 }
 
@@ -544,15 +530,7 @@ static void upload_free(struct rk_req *r)
     if (!u)
         return;
     r->route_ctx = NULL;
-    u->closing = 1;
-    if (u->pp)
-        MHD_destroy_post_processor(u->pp);
-    u->pp = NULL;
-    pthread_mutex_lock(&u->mu);
-    u->r = NULL;
-    pthread_mutex_unlock(&u->mu);
-    if (u->pipe)
-        rk_bytepipe_abort(u->pipe);
+    rk_handoff_request_ended(&u->h, &u->closing, &u->pp, u->pipe);
     upload_unref(u);
 }
 
@@ -563,10 +541,8 @@ int rk_route_upload_begin(struct rk_req *r)
         rk_reply_error(r, RK_E_NOMEM, "out of memory");
         return 1;
     }
-    u->r = r;
+    rk_handoff_init(&u->h, r);
     u->app = r->app;
-    u->refs = 1;
-    pthread_mutex_init(&u->mu, NULL);
     r->route_ctx = u;
     r->route_ctx_free = upload_free;
     /* NULL unless the body is multipart/form-data or urlencoded: then every
@@ -575,19 +551,12 @@ int rk_route_upload_begin(struct rk_req *r)
     return 0;
 }
 
-/* The pipe has room again (the consumer's thread): resume the connection. */
-static void upload_room_cb(void *ctx)
-{
-    struct upload *u = ctx;
-    rk_req_resume(u->r);
-}
-
 /* The early gate (a job; the connection is suspended): decide what the held
  * file bytes become, then resume. */
 static void upload_gate_job(void *arg)
 {
     struct upload *u = arg;
-    struct rk_req *r = u->r;
+    struct rk_req *r = u->h.r;
     int passed = early_gate(u) == 0;
     int holding = u->cur_kind == PART_FILE_HOLD;
     if (passed) {
@@ -634,12 +603,8 @@ int rk_route_upload_body(struct rk_req *r, const char *data, size_t len)
     if (!u->pp || u->malformed)
         return 0;
     size_t take = len;
-    if (u->cur_kind == PART_FILE_PIPE && !u->pipe_closed && !rk_bytepipe_aborted(u->pipe)) {
-        size_t room = rk_bytepipe_room(u->pipe);
-        take = room > UPLOAD_PIPE_SLACK ? room - UPLOAD_PIPE_SLACK : 0;
-        if (take > len)
-            take = len;
-    }
+    if (u->cur_kind == PART_FILE_PIPE && !u->pipe_closed && !rk_bytepipe_aborted(u->pipe))
+        take = rk_handoff_feed_limit(u->pipe, len, UPLOAD_PIPE_SLACK);
     if (take > 0 && MHD_post_process(u->pp, data, take) != MHD_YES)
         u->malformed = 1;
     if (u->gate_needed) {
@@ -657,14 +622,8 @@ int rk_route_upload_body(struct rk_req *r, const char *data, size_t len)
         r->body_kept = len - take;
         return 0;
     }
-    if (take < len) {
-        /* The pipe is full: keep the rest, wait for the consumer to drain. */
-        r->body_kept = len - take;
-        rk_req_suspend(r);
-        if (rk_bytepipe_notify_room(u->pipe, UPLOAD_PIPE_SLACK + RK_UPLOAD_PP_BUFFER,
-                                    upload_room_cb, u))
-            rk_req_resume(r);
-    }
+    if (take < len) /* the pipe is full: keep the rest, wait for the consumer to drain */
+        rk_handoff_hold_body(r, u->pipe, len, take, UPLOAD_PIPE_SLACK + RK_UPLOAD_PP_BUFFER);
     return 0;
 }
 
@@ -771,15 +730,7 @@ void rk_route_upload(struct rk_req *r)
         return;
     }
     close_pipe(u);
-    pthread_mutex_lock(&u->mu);
-    int done = u->consumer_done;
-    if (!done) {
-        /* The consumer answers when it has written the file (it finishes
-         * the request; the deferral is taken before it can see the flag). */
-        rk_req_defer(r);
-        u->reply_waiting = 1;
-    }
-    pthread_mutex_unlock(&u->mu);
-    if (done)
+    /* The consumer answers when it has written the file (it finishes the request). */
+    if (!rk_handoff_handler_waits(&u->h, r))
         upload_answer(r, u);
 }

@@ -24,10 +24,12 @@
 
 struct rk_outstream {
     pthread_mutex_t mu;
+    pthread_cond_t room; /* the reader took bytes, or the response ended (push_wait) */
     int refs;
     char *buf; /* ring of alloc bytes (<= cap), charged to rk_mem_budget */
     size_t cap, alloc, head, len;
     int closed;   /* no more pushes: end once drained */
+    int aborted;  /* end with an error at once (rk_stream_abort) */
     int finished; /* the response ended */
     int64_t idle_ms;
     rk_stream_idle_fn idle;
@@ -58,6 +60,11 @@ struct rk_outstream *rk_stream_new(size_t cap, int64_t idle_ms, rk_stream_idle_f
     if (!s)
         return NULL;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->room, &ca);
+    pthread_condattr_destroy(&ca);
     s->refs = 1;
     s->client_fd = -1;
     s->cap = cap;
@@ -84,6 +91,7 @@ void rk_stream_unref(struct rk_outstream *s)
     if (!last)
         return;
     pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->room);
     rk_budget_give(&rk_mem_budget, (int64_t)s->alloc);
     free(s->buf);
     free(s);
@@ -155,10 +163,69 @@ int rk_stream_push(struct rk_outstream *s, const void *data, size_t len, size_t 
     return rc;
 }
 
+int rk_stream_push_wait(struct rk_outstream *s, const void *data, size_t len, int64_t deadline_ms)
+{
+    const char *p = data;
+    pthread_mutex_lock(&s->mu);
+    while (len > 0) {
+        if (s->closed || s->finished) {
+            pthread_mutex_unlock(&s->mu);
+            return -1;
+        }
+        /* at most half the capacity at a time, so a piece always fits a drained queue */
+        size_t piece = len < s->cap / 2 ? len : (s->cap / 2 ? s->cap / 2 : 1);
+        if (s->len + piece > s->alloc && grow(s, s->len + piece) != 0) {
+            if (s->alloc == 0) { /* the budget refuses even the first bytes */
+                pthread_mutex_unlock(&s->mu);
+                return -3;
+            }
+            piece = s->alloc - s->len < piece ? s->alloc - s->len : piece;
+        } else if (s->len + piece > s->cap) {
+            piece = 0;
+        }
+        if (piece == 0) {
+            /* full: wait for the reader (a bounded slice, then look again) */
+            int64_t now = rk_now_ms();
+            if (deadline_ms > 0 && now >= deadline_ms) {
+                pthread_mutex_unlock(&s->mu);
+                return -2;
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += 200 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->room, &s->mu, &ts);
+            continue;
+        }
+        size_t tail = (s->head + s->len) % s->alloc;
+        size_t first = s->alloc - tail < piece ? s->alloc - tail : piece;
+        memcpy(s->buf + tail, p, first);
+        memcpy(s->buf, p + first, piece - first);
+        s->len += piece;
+        p += piece;
+        len -= piece;
+        wake_reader_unlock(s);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
 void rk_stream_close(struct rk_outstream *s)
 {
     pthread_mutex_lock(&s->mu);
     s->closed = 1;
+    wake_reader_unlock(s);
+}
+
+void rk_stream_abort(struct rk_outstream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->closed = 1;
+    s->aborted = 1;
     wake_reader_unlock(s);
 }
 
@@ -203,6 +270,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
     struct rk_outstream *s = cls;
     for (int round = 0; round < 2; round++) {
         pthread_mutex_lock(&s->mu);
+        if (s->aborted) {
+            pthread_mutex_unlock(&s->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         if (s->len > 0) {
             size_t n = s->len < max ? s->len : max;
             size_t first = s->alloc - s->head < n ? s->alloc - s->head : n;
@@ -211,6 +282,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
             s->head = (s->head + n) % s->alloc;
             s->len -= n;
             s->quiet_since = rk_now_ms();
+            pthread_cond_broadcast(&s->room);
             pthread_mutex_unlock(&s->mu);
             return (ssize_t)n;
         }
@@ -276,6 +348,7 @@ static void stream_free(void *cls)
     struct rk_outstream *s = cls;
     pthread_mutex_lock(&s->mu);
     s->finished = 1;
+    pthread_cond_broadcast(&s->room);
     pthread_mutex_unlock(&s->mu);
     if (s->gone)
         s->gone(s->gone_ctx);

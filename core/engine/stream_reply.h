@@ -43,8 +43,20 @@ void rk_stream_unref(struct rk_outstream *s);
  *  of the capacity free (room a producer keeps for its last message): 0, or
  *  -1 when they do not fit or the stream is closed or finished. */
 int rk_stream_push(struct rk_outstream *s, const void *data, size_t len, size_t keep_free);
+/**
+ * Queue len bytes, waiting while the queue is full: for a producer on a
+ * worker that may block (a plugin's blocking transfer feeding a download).
+ * Returns 0; -1 once the response ended (the client left) or the stream was
+ * closed; -2 when deadline_ms (monotonic ms, 0 = none) passed while waiting;
+ * -3 when the memory budget (server.max_buffered_bytes) refuses even the
+ * first bytes of the queue.
+ */
+int rk_stream_push_wait(struct rk_outstream *s, const void *data, size_t len, int64_t deadline_ms);
 /** End of data: the reader finishes the response once the queue is drained. */
 void rk_stream_close(struct rk_outstream *s);
+/** End the response with an error: the client sees the transfer cut short
+ *  (no final chunk), never a complete-looking body. */
+void rk_stream_abort(struct rk_outstream *s);
 /** 1 once the response has ended (the client left or got everything). */
 int rk_stream_finished(struct rk_outstream *s);
 

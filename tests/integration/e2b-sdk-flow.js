@@ -140,7 +140,81 @@ async function envdAuth() {
   }
 }
 
-const steps = { lifecycle, errors, page, auth, envd, envdAuth };
+async function bigFile() {
+  // A file larger than rock-admin's memory budget, written and read back through the SDK
+  // (multipart upload, then a streamed read); the Python side compares the hashes and the
+  // daemon's peak RSS.
+  const crypto = require('crypto');
+  const n = Number(process.env.E2B_TEST_BYTES);
+  const data = Buffer.alloc(n);
+  for (let off = 0; off < n; off += 1 << 20)
+    crypto.randomFillSync(data, off, Math.min(1 << 20, n - off));
+  const sha = (b) => crypto.createHash('sha256').update(b).digest('hex');
+  const sbx = await Sandbox.create('python:3.11');
+  const path = '/tmp/rock-e2b-big-' + sbx.sandboxId + '/big.bin';
+  try {
+    const t0 = Date.now();
+    const w = await sbx.files.write(path, data.buffer.slice(data.byteOffset, data.byteOffset + n),
+                                    { requestTimeoutMs: 600000 });
+    const t1 = Date.now();
+    const back = Buffer.from(await sbx.files.read(path, { format: 'bytes', requestTimeoutMs: 600000 }));
+    const t2 = Date.now();
+    const info = await sbx.files.getInfo(path);
+    await sbx.files.remove(path.replace(/\/big\.bin$/, ''));
+    return { sandboxId: sbx.sandboxId, path, written: { name: w.name, path: w.path },
+             size: info.size, sent: sha(data), got: sha(back), gotBytes: back.length,
+             writeMs: t1 - t0, readMs: t2 - t1 };
+  } finally {
+    await sbx.kill();
+  }
+}
+
+async function lifetime() {
+  // setTimeout, Sandbox.connect (a second handle with its own envd token) and pause.
+  const out = {};
+  const sbx = await Sandbox.create('python:3.11', { timeoutMs: 61000 });
+  try {
+    const end = async () => { const i = await sbx.getInfo(); return (i.endAt.getTime() - Date.now()) / 1000; };
+    out.before = await end();
+    await sbx.setTimeout(600000);
+    out.after = await end();
+    const other = await Sandbox.connect(sbx.sandboxId, { timeoutMs: 1200000 });
+    out.afterConnect = await end();
+    out.otherToken = !!other.envdAccessToken && other.envdAccessToken !== sbx.envdAccessToken;
+    out.viaConnect = (await other.commands.run('echo connected')).stdout;
+    out.viaCreate = (await sbx.commands.run('echo still')).stdout;
+    out.pause = await attempt(() => sbx.pause());
+    out.betaPause = await attempt(() => Sandbox.betaPause(sbx.sandboxId));
+    out.stillRunning = await sbx.isRunning();
+  } finally {
+    await sbx.kill();
+  }
+  out.connectGone = await attempt(() => Sandbox.connect(sbx.sandboxId));
+  out.timeoutGone = await attempt(() => Sandbox.setTimeout(sbx.sandboxId, 60000));
+  out.connectUnknown = await attempt(() => Sandbox.connect('no-such-sandbox'));
+  return out;
+}
+
+async function pauseResume() {
+  const out = {};
+  const sbx = await Sandbox.create('python:3.11');
+  out.sandboxId = sbx.sandboxId;
+  try {
+    out.paused = await sbx.pause();
+    out.pausedAgain = await sbx.pause();
+    out.stateWhilePaused = (await sbx.getInfo()).state;
+    out.envdWhilePaused = await attempt(() => sbx.commands.run('echo no'));
+    const back = await Sandbox.connect(sbx.sandboxId);
+    out.stateAfterConnect = (await back.getInfo()).state;
+    out.afterResume = (await back.commands.run('echo back')).stdout;
+  } catch (e) {
+    await sbx.kill();
+    throw e;
+  }
+  return out;
+}
+
+const steps = { lifecycle, errors, page, auth, envd, envdAuth, bigFile, lifetime, pauseResume };
 steps[process.argv[2]]().then(
   (r) => { process.stdout.write(JSON.stringify(r) + '\n'); },
   (e) => { process.stdout.write(JSON.stringify({ crashed: errInfo(e), stack: e && e.stack }) + '\n'); });

@@ -9,10 +9,15 @@ and E2B's GET sees a ROCK one.
 """
 import base64
 import http.client
+import hashlib
 import json
 import os
+import resource
+import selectors
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import harness
@@ -29,7 +34,7 @@ FLOW_JS = os.path.join(os.environ.get("ROCK_SRCDIR", "."), "tests", "integration
                        "e2b-sdk-flow.js")
 
 
-def stack(auth=False, admin_cfg=None):
+def stack(auth=False, admin_cfg=None, sim_extra=None, os_extra=None):
     """redis + sim + rock-admin (opensandbox); with auth a token file holding TOKEN."""
     redis = Redis()
     if REAL_ENDPOINT:
@@ -38,9 +43,10 @@ def stack(auth=False, admin_cfg=None):
                                "protocol": os.environ.get("ROCK_E2B_OPENSANDBOX_PROTOCOL", "https"),
                                "api_key": os.environ.get("ROCK_E2B_OPENSANDBOX_KEY", "")}}
     else:
-        sim = Sim(api_key=SIM_KEY)
+        sim = Sim(api_key=SIM_KEY, extra=sim_extra)
         cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": SIM_KEY,
                                "use_server_proxy": False}}
+    cfg["opensandbox"].update(os_extra or {})
     if auth:
         path = os.path.join(tmpdir("rock-e2b-"), "tokens")
         with open(path, "w") as f:
@@ -53,7 +59,7 @@ def stack(auth=False, admin_cfg=None):
     return admin, sim
 
 
-def sdk(admin, step, api_key=TOKEN, tag="t", timeout=120):
+def sdk(admin, step, api_key=TOKEN, tag="t", timeout=120, env_extra=None):
     """Run one step of e2b-sdk-flow.js against admin; its JSON answer."""
     assert harness.node_available(), \
         "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
@@ -61,6 +67,7 @@ def sdk(admin, step, api_key=TOKEN, tag="t", timeout=120):
     base = "http://127.0.0.1:%d" % admin.port
     env.update({"NODE_PATH": harness.NODE_MODULES, "E2B_API_URL": base, "E2B_SANDBOX_URL": base,
                 "E2B_API_KEY": api_key, "E2B_TEST_TAG": tag})
+    env.update(env_extra or {})
     out = subprocess.run(["node", FLOW_JS, step], capture_output=True, text=True, env=env,
                          timeout=timeout)
     assert out.stdout.strip(), (out.returncode, out.stderr[-3000:])
@@ -171,6 +178,53 @@ def sdk_envd_token_of_one_sandbox_cannot_drive_another():
     assert not o["ok"] and "envdAccessToken" in o["error"]["message"], r
 
 
+@test
+def sdk_set_timeout_connect_and_pause():
+    admin, _ = stack(auth=True)
+    r = sdk(admin, "lifetime")
+    # timeout 61 s -> 2 minutes; setTimeout(600 s) -> 10 minutes; connect's 1200 s -> 20 minutes
+    assert 60 < r["before"] <= 125 and 540 < r["after"] <= 605, r
+    assert 1140 < r["afterConnect"] <= 1205, r
+    # the connected handle drives envd with its own token, and the first one still works
+    assert r["otherToken"] is True, r
+    assert r["viaConnect"] == "connected\n" and r["viaCreate"] == "still\n", r
+    for k in ("pause", "betaPause"):
+        assert not r[k]["ok"] and "not supported" in r[k]["error"]["message"], r
+    assert r["stillRunning"] is True, r
+    for k in ("connectGone", "timeoutGone", "connectUnknown"):
+        assert not r[k]["ok"] and r[k]["error"]["sandboxNotFound"], r
+    # setTimeout over raw HTTP: validation
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"})
+    assert st == 201, (st, js)
+    st, err = e2b(admin, "POST", "/sandboxes/%s/timeout" % js["sandboxID"], {})
+    assert st == 400 and "timeout" in err["message"], (st, err)
+    st, err = e2b(admin, "POST", "/sandboxes/%s/timeout" % js["sandboxID"], {"timeout": 30},
+                  key="wrong-key-0000000000")
+    assert st == 401, (st, err)
+    log = admin.output()
+    assert TOKEN not in log
+
+
+@test
+def sdk_pause_and_connect_resume_with_stop_mode_pause():
+    # With opensandbox.stop_mode: pause the operator can stop: pause is ROCK's /stop (the
+    # detail says paused, a second pause is the SDK's false) and connect resumes it as ROCK's
+    # /restart does, answering once it runs; commands work again through the new handle.
+    admin, _ = stack(auth=True, os_extra={"stop_mode": "pause"})
+    r = sdk(admin, "pauseResume")
+    assert r["paused"] is True and r["pausedAgain"] is False, r
+    assert r["stateWhilePaused"] == "paused", r
+    assert r["envdWhilePaused"]["ok"] is False, r
+    assert r["stateAfterConnect"] == "running", r
+    assert r["afterResume"] == "back\n", r
+    # ROCK sees the same record running again
+    st, js = admin.api("GET", "/get_status", query={"sandbox_id": r["sandboxId"]},
+                       headers={"Authorization": "Bearer " + TOKEN})
+    assert js["status"] == "Success" and js["result"]["state"] == "running", js
+    st, _ = e2b(admin, "DELETE", "/sandboxes/" + r["sandboxId"])
+    assert st == 204, st
+
+
 def envelopes(payload):
     """Connect envelopes of a streamed body: [(flags, parsed JSON)]."""
     out, i = [], 0
@@ -276,6 +330,250 @@ def envd_output_outrunning_its_client_is_bounded():
     assert ev[-1][0] == 2 and ev[-1][1]["error"]["code"] == "resource_exhausted", ev[-1]
     st, _ = e2b(admin, "GET", "/sandboxes/" + js["sandboxID"], key=None)
     assert st == 200
+
+
+def peak_rss_kib(pid):
+    """The peak resident set size of pid (VmHWM, KiB)."""
+    with open("/proc/%d/status" % pid) as f:
+        return int([l.split()[1] for l in f if l.startswith("VmHWM:")][0])
+
+
+@test
+def envd_files_larger_than_the_memory_budget_stream_both_ways():
+    # /files never holds a file whole: with a 4 MiB memory budget a 40 MiB file goes up
+    # (the SDK's multipart write) and comes back (its read) intact, and the daemon's peak RSS
+    # grows by far less than the file.
+    size = 40 << 20
+    admin, _ = stack(admin_cfg={"server": {"max_buffered_bytes": 4 << 20,
+                                           "max_body_bytes": 1 << 20}})
+    pid = admin.proc.pid
+    e2b(admin, "GET", "/v2/sandboxes", key=None)  # warm
+    before = peak_rss_kib(pid)
+    r = sdk(admin, "bigFile", api_key="unused-without-auth",
+            env_extra={"E2B_TEST_BYTES": str(size)}, timeout=600)
+    grew = peak_rss_kib(pid) - before
+    print("envd /files: %d MiB written in %d ms, read in %d ms; peak RSS grew %d KiB"
+          % (size >> 20, r["writeMs"], r["readMs"], grew))
+    assert r["gotBytes"] == size and r["size"] == size, r
+    assert r["got"] == r["sent"], r
+    assert r["written"] == {"name": "big.bin", "path": r["path"]}, r
+    assert grew < (size >> 10) // 4, (grew, size)
+
+
+@test
+def envd_files_raw_octet_stream_limits_and_errors():
+    # The SDK's other upload form (application/octet-stream, the query's path), sent in chunks;
+    # server.max_upload_bytes bounds an upload (413); a missing file is a clean 404, an empty
+    # one an empty 200; gzip is refused with a reason.
+    admin, _ = stack(admin_cfg={"server": {"max_buffered_bytes": 4 << 20,
+                                           "max_body_bytes": 1 << 20,
+                                           "max_upload_bytes": 8 << 20}})
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"}, key=None)
+    assert st == 201, (st, js)
+    sid = js["sandboxID"]
+    d = "/tmp/rock-e2b-raw-" + sid
+    h = {"E2b-Sandbox-Id": sid, "Content-Type": "application/octet-stream"}
+
+    def chunks(total, seed):
+        rnd = hashlib.sha256(seed).digest() * 2048  # 64 KiB pattern
+        sent = 0
+        while sent < total:
+            piece = rnd[:min(len(rnd), total - sent)]
+            sent += len(piece)
+            yield piece
+
+    def upload(path, total, seed, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=120)
+        try:
+            conn.request("POST", "/files?path=" + path, body=chunks(total, seed),
+                         headers=dict(h, **(headers or {})), encode_chunked=True)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the whole body was sent: the answer is still there
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        return resp.status, json.loads(body) if body else None
+
+    def download(path):
+        conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=120)
+        conn.request("GET", "/files?path=" + path, headers={"E2b-Sandbox-Id": sid})
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        return resp.status, body
+
+    size = 6 << 20
+    st, js = upload(d + "/raw.bin", size, b"one")
+    assert st == 200 and js == [{"name": "raw.bin", "type": "file", "path": d + "/raw.bin"}], \
+        (st, js)
+    st, body = download(d + "/raw.bin")
+    assert st == 200 and len(body) == size, (st, len(body))
+    assert hashlib.sha256(body).digest() == hashlib.sha256(b"".join(chunks(size, b"one"))).digest()
+    st, js = upload(d + "/big.bin", 9 << 20, b"two")
+    assert st == 413 and "server.max_upload_bytes" in js["message"], (st, js)
+    st, body = download(d + "/no-such-file")
+    assert st == 404 and b"does not exist" in body, (st, body)
+    st, js = upload(d + "/empty.bin", 0, b"")
+    assert st == 200, (st, js)
+    st, body = download(d + "/empty.bin")
+    assert st == 200 and body == b"", (st, body)
+    st, js = upload(d + "/gz.bin", 10, b"gz", {"Content-Encoding": "gzip"})
+    assert st == 400 and "Content-Encoding" in js["message"], (st, js)
+    st, js = e2b(admin, "GET", "/sandboxes/" + sid, key=None)
+    assert st == 200, (st, js)
+    st, _ = e2b(admin, "DELETE", "/sandboxes/" + sid, key=None)
+    assert st == 204, st
+    if not REAL_ENDPOINT:  # the simulator's sandboxes share the host's file system
+        subprocess.run(["rm", "-rf", d], check=False)
+
+
+def daemon_threads(pid):
+    """The number of threads of pid (/proc/<pid>/status)."""
+    with open("/proc/%d/status" % pid) as f:
+        return int([l.split()[1] for l in f if l.startswith("Threads:")][0])
+
+
+def read_streams(socks, timeout):
+    """Read every socket to EOF; [(http status, body bytes)] in order (chunked bodies decoded)."""
+    sel = selectors.DefaultSelector()
+    bufs = {}
+    for i, s in enumerate(socks):
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, i)
+        bufs[i] = b""
+    left, deadline = len(socks), time.time() + timeout
+    while left and time.time() < deadline:
+        for key, _ in sel.select(timeout=1):
+            chunk = key.fileobj.recv(65536)
+            if chunk:
+                bufs[key.data] += chunk
+            else:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                left -= 1
+    assert left == 0, "%d streams unfinished after %ds" % (left, timeout)
+    out = []
+    for i in range(len(socks)):
+        head, _, body = bufs[i].partition(b"\r\n\r\n")
+        if b"transfer-encoding: chunked" in head.lower():
+            plain = b""
+            while body:
+                size, _, rest = body.partition(b"\r\n")
+                n = int(size.split(b";")[0], 16)
+                if n == 0:
+                    break
+                plain += rest[:n]
+                body = rest[n + 2:]
+            body = plain
+        out.append((int(head.split(b" ", 2)[1]), body))
+    return out
+
+
+@test
+def envd_commands_in_flight_hold_no_thread_each():
+    # process.Process/Start runs through the plugin's exec_start (opensandbox.so's curl-multi
+    # loop): N commands in flight at once, the daemon's threads stay a constant well below N,
+    # and every command streams its output and its exit code to the end.
+    n = 50 if REAL_ENDPOINT else 300
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    admin, _ = stack(sim_extra=["--max-connections", str(n + 100)], admin_cfg={
+        "server": {"workers": 16, "event_threads": 2, "max_connections": n + 100,
+                   "per_ip_connections": n + 100},
+        "proxy": {"relay_threads": 2}})
+    st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"}, key=None)
+    assert st == 201, (st, js)
+    sid = js["sandboxID"]
+    pid = admin.proc.pid
+    baseline = daemon_threads(pid)
+    # Each command waits until the test releases it (the simulator's commands run on this
+    # host: opening the FIFO's write end ends every `cat` on it); a real sandbox sleeps.
+    if REAL_ENDPOINT:
+        fifo, wait_cmd = None, "sleep 20"
+    else:
+        fifo = os.path.join(tmpdir("rock-e2b-fifo-"), "release")
+        os.mkfifo(fifo)
+        wait_cmd = "cat '%s' >/dev/null" % fifo
+    socks = []
+    for i in range(n):
+        body = envelope({"process": {"cmd": "/bin/bash",
+                                     "args": ["-l", "-c", "%s; echo done %d" % (wait_cmd, i)]}})
+        s = socket.create_connection(("127.0.0.1", admin.port))
+        s.sendall(("POST /process.Process/Start HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                   "E2b-Sandbox-Id: %s\r\nContent-Type: application/connect+json\r\n"
+                   "Connect-Protocol-Version: 1\r\nContent-Length: %d\r\n\r\n"
+                   % (sid, len(body))).encode() + body)
+        socks.append(s)
+    uh = {"E2b-Sandbox-Id": sid, "Content-Type": "application/json"}
+    harness.wait_until(lambda: len(admin.request("POST", "/process.Process/List", {}, uh)[1]
+                                   ["processes"]) == n, 120, 0.3, "%d commands in flight" % n)
+    time.sleep(1)  # every command is running in the sandbox
+    busy = daemon_threads(pid)
+    print("envd: %d threads idle, %d with %d commands in flight" % (baseline, busy, n))
+    assert busy <= baseline + 8 and busy < n // 4, (baseline, busy)
+    stop = threading.Event()
+
+    def release():  # until every stream ended: late readers are released too
+        while fifo and not stop.is_set():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass  # no reader at the moment
+            stop.wait(0.2)
+    t = threading.Thread(target=release, daemon=True)
+    t.start()
+    try:
+        replies = read_streams(socks, 180)
+    finally:
+        stop.set()
+        t.join()
+    for i, (status, body) in enumerate(replies):
+        assert status == 200, (i, status, body[:200])
+        ev = envelopes(body)
+        assert ev[-1] == (2, {}), (i, ev[-3:])
+        end = ev[-2][1]["event"]["end"]
+        assert end["exitCode"] == 0, (i, ev[-3:])
+        out = b"".join(base64.b64decode(e[1]["event"]["data"].get("stdout", ""))
+                       for e in ev if e[0] == 0 and "data" in e[1]["event"])
+        assert out == b"done %d\n" % i, (i, out)
+
+
+@test
+def envd_commands_of_a_plugin_without_exec_start_run_on_the_worker_pool():
+    # A plugin built for ABI 1.1 has no exec_start: Start runs its blocking exec as a job on the
+    # worker pool, streams the output and the exit code, and SendSignal still ends a command.
+    if REAL_ENDPOINT:
+        raise harness.Skip("needs the test operator")
+    admin = Admin(operator="testop_v11")
+    sid = admin.start_sandbox()
+    h = {"E2b-Sandbox-Id": sid, "Content-Type": "application/connect+json"}
+    uh = {"E2b-Sandbox-Id": sid, "Content-Type": "application/json"}
+    st, payload, _ = admin.request("POST", "/process.Process/Start", envelope(
+        {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo blocking"]}}), h, raw=True)
+    ev = envelopes(payload)
+    assert st == 200 and ev[-1] == (2, {}), (st, ev)
+    assert ev[-2][1]["event"]["end"]["exitCode"] == 0, ev
+    out = b"".join(base64.b64decode(e[1]["event"]["data"].get("stdout", ""))
+                   for e in ev if e[0] == 0 and "data" in e[1]["event"])
+    assert out == b"blocking\n", ev
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
+    conn.request("POST", "/process.Process/Start", envelope(
+        {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "wait 20"]}}), h)
+    resp = conn.getresponse()
+    head = resp.read(5)
+    assert resp.status == 200 and head[0] == 0, (resp.status, head)
+    assert "start" in json.loads(resp.read(int.from_bytes(head[1:5], "big")))["event"]
+    lst = admin.request("POST", "/process.Process/List", {}, uh)[1]["processes"]
+    assert len(lst) == 1, lst
+    t0 = time.time()
+    st, js = admin.request("POST", "/process.Process/SendSignal",
+                           {"process": {"pid": lst[0]["pid"]}, "signal": "SIGNAL_SIGKILL"}, uh)
+    assert st == 200, (st, js)
+    rest = resp.read()
+    conn.close()
+    assert time.time() - t0 < 10
+    end = [e for e in envelopes(rest) if e[0] == 0 and "end" in e[1]["event"]]
+    assert end and end[0][1]["event"]["end"]["status"] == "signal: killed", rest
 
 
 @test

@@ -601,6 +601,18 @@ static void test_e2b_mapping_secret_stream(void **state)
     }
     assert_int_equal(rk_stream_push(s, chunk, 1 << 20, 0), -1); /* over the capacity */
     rk_stream_unref(s);
+
+    /* a waiting push fills what is free, then waits for a reader until its deadline; an
+     * aborted stream refuses at once */
+    s = rk_stream_new(10, 0, NULL, NULL);
+    assert_int_equal(rk_stream_push_wait(s, "123456", 6, 0), 0);
+    int64_t t0 = rk_now_ms();
+    assert_int_equal(rk_stream_push_wait(s, "abcdef", 6, t0 + 300), -2);
+    assert_true(rk_now_ms() - t0 >= 300);
+    assert_int_equal(rk_stream_push(s, "x", 1, 0), -1); /* the 4 bytes that fitted went in */
+    rk_stream_abort(s);
+    assert_int_equal(rk_stream_push_wait(s, "y", 1, 0), -1);
+    rk_stream_unref(s);
 }
 
 int main(void)
