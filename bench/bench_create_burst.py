@@ -11,6 +11,8 @@ Reports, per scenario:
                   (get_status reads the reconciler's store state, so add up to one
                   runtime.reconcile_interval_ms of resolution)
   wait p50        the admin's rock_admin_create_wait_seconds (enqueue -> backend call), from /metrics
+  CPU             user + system seconds of each admin, the simulator and this client over the run
+                  (burst + polling), from /proc: where a 2-core machine's time goes
 
 Scenarios: "memory" (one admin, in-process store) and "redis" (two admins on one Redis, the
 client connections split between them). Run from a configured build directory with ROCK_ADMIN_BIN,
@@ -129,6 +131,13 @@ async def poll_alive(cs, sent, timeout):
     return alive
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds a process used so far (/proc/<pid>/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_median(port):
     """Median of rock_admin_create_wait_seconds from its buckets (upper bound of the bucket)."""
     body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
@@ -165,7 +174,12 @@ def scenario(name, n, conns):
             for c in cs:
                 c.close()
             return sent, accepted, refused, secs, alive
+        procs = [a.proc.pid for a in admins] + [sim.proc.pid]
+        cpu0 = [cpu_seconds(p) for p in procs] + [sum(os.times()[:2])]
+        wall0 = time.monotonic()
         sent, accepted, refused, secs, alive = asyncio.run(run())
+        wall = time.monotonic() - wall0
+        cpu = [cpu_seconds(p) - c for p, c in zip(procs, cpu0)] + [sum(os.times()[:2]) - cpu0[-1]]
         lat = [alive[s] - sent[s] for s in alive]
         waits = [wait_median(p) for p in ports]
         print("%-7s n=%d conns=%d admins=%d: accepted %d/%d (%.1f%%), %.0f start_async answers/s, "
@@ -173,6 +187,8 @@ def scenario(name, n, conns):
               % (name, n, conns, len(admins), len(accepted), n, 100.0 * len(accepted) / n,
                  n / secs, len(alive), pct(lat, 50), pct(lat, 99), max(lat) if lat else 0,
                  "/".join("%g" % w[0] for w in waits), "+".join(str(w[1]) for w in waits)))
+        print("  CPU over the %.1f s run: admin %s s, simulator %.1f s, client %.1f s"
+              % (wall, " + ".join("%.1f" % c for c in cpu[:-2]), cpu[-2], cpu[-1]))
         if refused:
             print("  first refusal: %s" % refused[0])
         return statistics.median(lat) if lat else None

@@ -155,6 +155,15 @@ static const struct listed *find_listed(const struct listing *l, const char *roc
     return lo;
 }
 
+/* Wall clock in epoch milliseconds (the mark is shared between admins; whole seconds would
+ * make a pass look up to a second older than it is). */
+static int64_t epoch_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Staleness bound of store-only reads, ms: three intervals, at least 3 s. */
 static int64_t fresh_ms(const struct rk_app *app)
 {
@@ -168,7 +177,7 @@ int rk_reconciler_mark_fresh(const struct rk_app *app, const char *mark)
     long long ok_ms = 0;
     if (!mark || sscanf(mark, "%lld", &ok_ms) != 1 || ok_ms <= 0)
         return 0;
-    int64_t age = rk_epoch_s() * 1000 - ok_ms;
+    int64_t age = epoch_ms() - ok_ms;
     return age < fresh_ms(app);
 }
 
@@ -176,7 +185,7 @@ int rk_reconciler_mark_fresh(const struct rk_app *app, const char *mark)
 static void put_mark(struct rk_app *app, int ok, const char *error)
 {
     static long long last_ok_ms;
-    long long now = (long long)rk_epoch_s() * 1000;
+    long long now = (long long)epoch_ms();
     if (ok)
         last_ok_ms = now;
     char mark[RK_STORE_MARK_MAX], err[RK_STORE_ERRLEN];
@@ -207,6 +216,7 @@ int rk_reconciler_run_once(struct rk_app *app)
     char err[RK_STORE_ERRLEN];
     char **ids = NULL;
     size_t n = 0;
+    int64_t t0 = rk_now_ms(), t_read = 0, t_list = 0;
     /* 1. Snapshot the active records first (see the ordering note above). */
     if (rk_store_list_active(app->store, &ids, &n, err, sizeof err) != RK_STORE_OK) {
         rk_warn("reconciler: %s", err);
@@ -220,6 +230,7 @@ int rk_reconciler_run_once(struct rk_app *app)
         rk_store_free_ids(ids, n);
         return -1;
     }
+    t_read = rk_now_ms();
     /* 2. One complete list pass. */
     const struct rk_plugin *pl = app->plugin;
     struct rk_call *call = rk_call_new("reconciler", -1, rk_now_ms() + RECONCILE_PASS_MS);
@@ -234,6 +245,7 @@ int rk_reconciler_run_once(struct rk_app *app)
                                                       : "out of memory");
         goto out;
     }
+    t_list = rk_now_ms();
     if (l.n)
         qsort(l.v, l.n, sizeof *l.v, by_rock_id);
     /* 3. Apply: only differences are written (rk_lifecycle_reconcile patches on change). */
@@ -268,6 +280,10 @@ int rk_reconciler_run_once(struct rk_app *app)
         }
     }
     put_mark(app, 1, NULL);
+    rk_debug("reconciler: pass over %zu records, %zu listed, %d changed in %lld ms (store read "
+             "%lld ms, list %lld ms, apply %lld ms)",
+             n, l.n, changed, (long long)(rk_now_ms() - t0), (long long)(t_read - t0),
+             (long long)(t_list - t_read), (long long)(rk_now_ms() - t_list));
 out:
     listing_free(&l);
     if (call)
@@ -279,7 +295,9 @@ out:
     return changed;
 }
 
-/* Thread: one pass per interval until stopped. */
+/* Thread: one pass per interval until stopped. Passes start an interval apart (a long pass is
+ * followed by a quarter interval's rest), so the time between two pass ends, which bounds the
+ * staleness of store reads, stays an interval while a pass takes less than one. */
 static void *reconciler_main(void *arg)
 {
     rku_thread_c_locale(); /* it parses every stored record each pass */
@@ -288,15 +306,19 @@ static void *reconciler_main(void *arg)
     pthread_mutex_lock(&rc_mu);
     while (!rc_stop) {
         pthread_mutex_unlock(&rc_mu);
+        int64_t began = rk_now_ms();
         rk_reconciler_run_once(app);
         rk_lifecycle_run_deferred(app);
+        int64_t rest = interval - (rk_now_ms() - began);
+        if (rest < interval / 4)
+            rest = interval / 4;
         pthread_mutex_lock(&rc_mu);
         if (rc_stop)
             break;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += interval / 1000;
-        ts.tv_nsec += (long)(interval % 1000) * 1000000L;
+        ts.tv_sec += rest / 1000;
+        ts.tv_nsec += (long)(rest % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;

@@ -108,7 +108,12 @@ rk_store_rc rkm_get(struct rk_store *st, const char *id, json_object **out, char
     return rc;
 }
 
-/* Fetch several records; unknown ids give NULL. */
+/* Records copied per hold of the store lock by get_many: the reconciler reads every active
+ * record each pass, and copying 16,000 under one hold stalled every request for that long. */
+#define GET_MANY_CHUNK 256
+
+/* Fetch several records; unknown ids give NULL. Each record is read atomically, the set is
+ * not (the lock is released between chunks, as the Redis store reads in chunks too). */
 rk_store_rc rkm_get_many(struct rk_store *st, const char *const *ids, size_t n, json_object **out,
                          char *err, size_t errlen)
 {
@@ -116,6 +121,10 @@ rk_store_rc rkm_get_many(struct rk_store *st, const char *const *ids, size_t n, 
     rk_store_rc rc = RK_STORE_OK;
     pthread_mutex_lock(&m->mu);
     for (size_t i = 0; i < n && rc == RK_STORE_OK; i++) {
+        if (i > 0 && i % GET_MANY_CHUNK == 0) {
+            pthread_mutex_unlock(&m->mu);
+            pthread_mutex_lock(&m->mu);
+        }
         rk_store_rc r = get_locked(m, ids[i], &out[i], err, errlen);
         if (r == RK_STORE_ERROR)
             rc = r;

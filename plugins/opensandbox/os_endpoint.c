@@ -12,6 +12,13 @@
 
 #include "os_internal.h"
 
+/* One sandbox whose execd answered: "<osid>@<since>" and when that was noted. */
+struct os_ready_entry {
+    struct os_ready_entry *next;
+    int64_t noted_ms;
+    char key[];
+};
+
 /** Free one cache entry. */
 static void ep_entry_free(struct os_ep_entry *e)
 {
@@ -32,8 +39,9 @@ int os_ep_cache_init(struct os_inst *inst)
 {
     inst->ep_head = NULL;
     inst->ep_count = 0;
-    memset(inst->ready_keys, 0, sizeof inst->ready_keys);
-    inst->ready_next = 0;
+    inst->ready_tab = NULL;
+    inst->ready_count = 0;
+    inst->ready_pruned_ms = 0;
     return pthread_mutex_init(&inst->ep_lock, NULL) == 0 ? 0 : -1;
 }
 
@@ -48,6 +56,17 @@ void os_ep_cache_free(struct os_inst *inst)
     }
     inst->ep_head = NULL;
     inst->ep_count = 0;
+    for (size_t b = 0; inst->ready_tab && b < OS_READY_BUCKETS; b++) {
+        struct os_ready_entry *r = inst->ready_tab[b];
+        while (r) {
+            struct os_ready_entry *n = r->next;
+            free(r);
+            r = n;
+        }
+    }
+    free(inst->ready_tab);
+    inst->ready_tab = NULL;
+    inst->ready_count = 0;
     pthread_mutex_destroy(&inst->ep_lock);
 }
 
@@ -69,11 +88,51 @@ void os_ep_invalidate(struct os_inst *inst, const char *osid, int port)
     pthread_mutex_unlock(&inst->ep_lock);
 }
 
-/* The ring key of osid and since; 0 when it does not fit (then never known). */
+/* The set key of osid and since; 0 when it does not fit (then never known). */
 static int ready_key(char out[OS_READY_KEY_MAX], const char *osid, const char *since)
 {
     int n = snprintf(out, OS_READY_KEY_MAX, "%s@%s", osid, since ? since : "");
     return n > 0 && n < OS_READY_KEY_MAX;
+}
+
+/* The bucket of a key (FNV-1a). */
+static size_t ready_bucket(const char *k)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)k; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % OS_READY_BUCKETS;
+}
+
+/* The entry of key k or NULL (caller holds ep_lock). */
+static struct os_ready_entry *ready_find_locked(struct os_inst *inst, const char *k)
+{
+    if (!inst->ready_tab)
+        return NULL;
+    for (struct os_ready_entry *r = inst->ready_tab[ready_bucket(k)]; r; r = r->next)
+        if (strcmp(r->key, k) == 0)
+            return r;
+    return NULL;
+}
+
+/* Drop the entries noted more than OS_READY_WINDOW_S ago: their transition is older still, so
+ * they are never asked for again (caller holds ep_lock). */
+static void ready_prune_locked(struct os_inst *inst, int64_t now)
+{
+    inst->ready_pruned_ms = now;
+    for (size_t b = 0; b < OS_READY_BUCKETS; b++) {
+        struct os_ready_entry **pp = &inst->ready_tab[b];
+        while (*pp) {
+            struct os_ready_entry *r = *pp;
+            if (now - r->noted_ms > (int64_t)OS_READY_WINDOW_S * 1000) {
+                *pp = r->next;
+                free(r);
+                inst->ready_count--;
+            } else {
+                pp = &r->next;
+            }
+        }
+    }
 }
 
 int os_ep_ready_known(struct os_inst *inst, const char *osid, const char *since)
@@ -81,10 +140,8 @@ int os_ep_ready_known(struct os_inst *inst, const char *osid, const char *since)
     char k[OS_READY_KEY_MAX];
     if (!ready_key(k, osid, since))
         return 0;
-    int found = 0;
     pthread_mutex_lock(&inst->ep_lock);
-    for (unsigned i = 0; i < OS_READY_KEYS && !found; i++)
-        found = strcmp(inst->ready_keys[i], k) == 0;
+    int found = ready_find_locked(inst, k) != NULL;
     pthread_mutex_unlock(&inst->ep_lock);
     return found;
 }
@@ -94,9 +151,26 @@ void os_ep_ready_note(struct os_inst *inst, const char *osid, const char *since)
     char k[OS_READY_KEY_MAX];
     if (!ready_key(k, osid, since))
         return;
+    int64_t now = inst->host->now_ms();
     pthread_mutex_lock(&inst->ep_lock);
-    memcpy(inst->ready_keys[inst->ready_next], k, sizeof k);
-    inst->ready_next = (inst->ready_next + 1) % OS_READY_KEYS;
+    if (!inst->ready_tab)
+        inst->ready_tab = calloc(OS_READY_BUCKETS, sizeof *inst->ready_tab);
+    if (inst->ready_tab && !ready_find_locked(inst, k)) {
+        if (inst->ready_count >= OS_READY_MAX ||
+            now - inst->ready_pruned_ms > (int64_t)OS_READY_WINDOW_S * 1000 / 4)
+            ready_prune_locked(inst, now);
+        size_t len = strlen(k);
+        struct os_ready_entry *r =
+            inst->ready_count < OS_READY_MAX ? malloc(sizeof *r + len + 1) : NULL;
+        if (r) { /* full or out of memory: the sandbox is pinged again next time */
+            memcpy(r->key, k, len + 1);
+            r->noted_ms = now;
+            size_t b = ready_bucket(k);
+            r->next = inst->ready_tab[b];
+            inst->ready_tab[b] = r;
+            inst->ready_count++;
+        }
+    }
     pthread_mutex_unlock(&inst->ep_lock);
 }
 

@@ -45,9 +45,15 @@
 #include "rkcurlloop.h"
 
 /** Port execd listens on inside every sandbox. */
-/** Size of the "execd answered" ring (os_ep_ready_*) and the longest key it holds. */
-#define OS_READY_KEYS 256
+/** The "execd answered" set (os_ep_ready_*): its hash buckets, the most entries it keeps and
+ *  the longest key. Entries whose Running transition is older than OS_READY_WINDOW_S are never
+ *  asked for again and are dropped; past the cap a sandbox is simply pinged once more. */
+#define OS_READY_BUCKETS 4096
+#define OS_READY_MAX 65536
 #define OS_READY_KEY_MAX 128
+/** How long after OpenSandbox reports a sandbox Running its execd must have answered a ping
+ *  before the sandbox counts as running (os_lifecycle.c). */
+#define OS_READY_WINDOW_S 120
 #define OS_EXECD_PORT 44772
 /** OpenSandbox's egress sidecar API port (its token: OPENSANDBOX-EGRESS-AUTH). */
 #define OS_EGRESS_PORT 18080
@@ -217,9 +223,12 @@ struct os_inst {
     struct os_ep_entry *ep_head;
     size_t ep_count;
     /** Sandboxes whose execd answered since their last transition to Running ("<osid>@<since>",
-     *  a ring of OS_READY_KEYS, under ep_lock): they are not pinged again. */
-    char ready_keys[OS_READY_KEYS][OS_READY_KEY_MAX];
-    unsigned ready_next;
+     *  a hash set of at most OS_READY_MAX, allocated on first use, under ep_lock): they are not
+     *  pinged again. A ring of a few hundred made every list pass over thousands of new
+     *  sandboxes ping them all again. */
+    struct os_ready_entry **ready_tab;
+    size_t ready_count;
+    int64_t ready_pruned_ms;
     /** os_execd_ping, set by os_config.c: lets os_lifecycle.c (below os_execd.c) ask whether a
      *  sandbox's execd answers yet. */
     int (*execd_ping)(struct os_inst *inst, struct rk_call *call, const char *osid,

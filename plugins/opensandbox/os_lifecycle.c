@@ -19,6 +19,11 @@
 #define OS_LIST_MAX_PAGES 10
 /** Pages of 200 the reconciler's list pass reads at most (100,000 sandboxes). */
 #define OS_RECONCILE_MAX_PAGES 500
+/** Time one list pass may spend pinging the execd of newly Running sandboxes. The pings run one
+ *  after another; those left over show pending for this pass and are pinged by the next one, so
+ *  a burst of thousands of new sandboxes cannot stretch a pass past the reconciler's freshness
+ *  bound (status reads would then all fall back to backend calls). */
+#define OS_LIST_PING_BUDGET_MS 700
 
 /** One sandbox found by metadata. */
 struct lc_found {
@@ -316,11 +321,11 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
 
 /** Fill *out from a status object. */
 /* How long after OpenSandbox reports a sandbox Running (status.lastTransitionAt) its execd must
- * answer GET /ping before the sandbox counts as running. The docker runtime reports Running once
- * the container has started; execd, started by the container's bootstrap script, listens a
- * moment later (seen on the real stand: the first command right after Running was refused).
- * Later, Running is trusted as it is, so a list pass pings only new or resumed sandboxes. */
-#define OS_READY_WINDOW_S 120
+ * answer GET /ping before the sandbox counts as running (OS_READY_WINDOW_S, os_internal.h). The
+ * docker runtime reports Running once the container has started; execd, started by the container's
+ * bootstrap script, listens a moment later (seen on the real stand: the first command right after
+ * Running was refused). Later, Running is trusted as it is, so a list pass pings only new or
+ * resumed sandboxes. */
 #define OS_READY_PING_MS 2000
 
 /* 1 if the ISO-8601 UTC time iso ("2026-01-02T03:04:05.678Z") is within OS_READY_WINDOW_S of
@@ -341,10 +346,17 @@ static int transition_recent(const char *iso)
  * pinged only until its execd answered once). The ping itself is os_execd.c's (a layer
  * above), reached through inst->execd_ping. */
 static int execd_answers(struct os_inst *inst, struct rk_call *call, const char *osid,
-                         const char *since)
+                         const char *since, int64_t *ping_budget)
 {
     if (os_ep_ready_known(inst, osid, since))
         return 1;
+    if (ping_budget) { /* a list pass: OS_LIST_PING_BUDGET_MS from its first ping */
+        int64_t now = inst->host->now_ms();
+        if (*ping_budget == 0)
+            *ping_budget = now;
+        else if (now - *ping_budget >= OS_LIST_PING_BUDGET_MS)
+            return 0;
+    }
     if (!inst->execd_ping || !inst->execd_ping(inst, call, osid, OS_READY_PING_MS))
         return 0;
     os_ep_ready_note(inst, osid, since);
@@ -352,17 +364,19 @@ static int execd_answers(struct os_inst *inst, struct rk_call *call, const char 
 }
 
 /* Map OpenSandbox's status into *out. osid and since (status.lastTransitionAt), when given, let
- * a sandbox that turned Running recently count as running only once its execd answers. */
+ * a sandbox that turned Running recently count as running only once its execd answers.
+ * ping_budget (a list pass; NULL: no limit) holds when the pass pinged first: once its budget
+ * is spent, one not known to answer shows pending without a ping. */
 static rk_status fill_status(struct os_inst *inst, struct rk_call *call, const char *state,
                              char *reason, const char *osid, const char *since,
-                             struct rk_status_info *out)
+                             int64_t *ping_budget, struct rk_status_info *out)
 {
     int failed = 0;
     out->state = os_map_state(state, &failed);
     out->failed = failed;
     out->reason = NULL;
     if (out->state == RK_STATE_RUNNING && osid && transition_recent(since) &&
-        !execd_answers(inst, call, osid, since))
+        !execd_answers(inst, call, osid, since, ping_budget))
         out->state = RK_STATE_PENDING; /* not ready for commands yet */
     if (failed) {
         out->reason =
@@ -394,7 +408,7 @@ rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct 
         size_t pick = found_pick(f, n);
         out->upstream_id = h->arena_strdup(call, f[pick].id);
         s = out->upstream_id ? fill_status(inst, call, f[pick].state, f[pick].reason,
-                                           out->upstream_id, f[pick].since, out)
+                                           out->upstream_id, f[pick].since, NULL, out)
                              : RK_E_NOMEM;
         found_free(f, n);
         return s;
@@ -428,7 +442,7 @@ rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct 
         } else {
             char *reason = status_reason(st);
             s = fill_status(inst, call, os_lc_jstr(st, "state"), reason, osid,
-                            os_lc_jstr(st, "lastTransitionAt"), out);
+                            os_lc_jstr(st, "lastTransitionAt"), NULL, out);
             free(reason);
         }
         json_object_put(o);
@@ -468,6 +482,7 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
 {
     const struct rk_host *h = inst->host;
     struct os_sb sb = {0};
+    int64_t ping_budget = 0; /* when this pass pinged first (fill_status) */
     for (int page = 1; page <= OS_RECONCILE_MAX_PAGES; page++) {
         os_sb_printf(&sb, "/sandboxes?page=%d&pageSize=200", page);
         char *path = os_sb_take(&sb);
@@ -508,7 +523,7 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             char *reason = status_reason(st);
             struct rk_status_info info = {0};
             rk_status fs = fill_status(inst, call, os_lc_jstr(st, "state"), reason, id,
-                                       os_lc_jstr(st, "lastTransitionAt"), &info);
+                                       os_lc_jstr(st, "lastTransitionAt"), &ping_budget, &info);
             free(reason);
             if (fs != RK_OK) {
                 json_object_put(o);

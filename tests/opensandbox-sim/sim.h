@@ -21,6 +21,7 @@
 #define SIM_MAX_STATE (1024 * 1024)
 #define SIM_MAX_CMDS_PER_SANDBOX 256
 #define SIM_MAX_PGIDS 4096
+#define SIM_ID_BUCKETS 16384 /* sandbox id index (a power of two) */
 
 /* Stored sandbox states (Pending -> Running is derived from ready_ms). */
 enum sim_state {
@@ -105,7 +106,8 @@ struct sim_session {
 
 /* A sandbox: a directory plus the processes started in it. */
 struct sim_sandbox {
-    struct sim_sandbox *next;
+    struct sim_sandbox *next, *prev; /* g_sim.sandboxes, newest first */
+    struct sim_sandbox *hnext;       /* its g_sim.by_id bucket */
     char id[37];
     char *dir;
     json_object *image, *entrypoint, *metadata, *env, *platform;
@@ -140,7 +142,8 @@ struct sim_global {
     bool no_pause;      /* --no-pause: pause/resume answer 501 (Kubernetes runtime) */
     bool no_snapshots;  /* --no-snapshots: snapshot creation answers 501 */
     pthread_mutex_t mu; /* protects sandboxes and everything hanging off them */
-    struct sim_sandbox *sandboxes;
+    struct sim_sandbox *sandboxes, *oldest;    /* newest first; oldest = its last element */
+    struct sim_sandbox *by_id[SIM_ID_BUCKETS]; /* the same sandboxes hashed by id */
     int nsandboxes;
     struct sim_snapshot *snapshots; /* newest first; protected by mu */
     int64_t seq;
@@ -220,6 +223,8 @@ enum MHD_Result sim_accept_policy(void *cls, const struct sockaddr *addr, sockle
 enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r, const char *path);
 enum sim_state sim_effective_state(struct sim_sandbox *sb, int64_t now);
 struct sim_sandbox *sim_find_locked(const char *id);
+void sim_link_locked(struct sim_sandbox *sb);
+void sim_unlink_locked(struct sim_sandbox *sb);
 void sim_sandbox_kill_all_locked(struct sim_sandbox *sb);
 void sim_sandbox_free(struct sim_sandbox *sb);
 void sim_expire_locked(int64_t now);

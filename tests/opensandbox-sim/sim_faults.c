@@ -205,10 +205,7 @@ static enum MHD_Result sim_sandbox_fault(struct MHD_Connection *c, const char *i
 {
     bool vanish = action == 0;
     pthread_mutex_lock(&g_sim.mu);
-    struct sim_sandbox **pp = &g_sim.sandboxes;
-    while (*pp && strcmp((*pp)->id, id) != 0)
-        pp = &(*pp)->next;
-    struct sim_sandbox *sb = *pp;
+    struct sim_sandbox *sb = sim_find_locked(id);
     if (!sb) {
         pthread_mutex_unlock(&g_sim.mu);
         return sim_reply_error(c, 404, "DOCKER::SANDBOX_NOT_FOUND", "sandbox not found");
@@ -221,8 +218,7 @@ static enum MHD_Result sim_sandbox_fault(struct MHD_Connection *c, const char *i
     }
     sim_sandbox_kill_all_locked(sb);
     if (vanish) {
-        *pp = sb->next;
-        g_sim.nsandboxes--;
+        sim_unlink_locked(sb);
         pthread_mutex_unlock(&g_sim.mu);
         sim_sandbox_free(sb);
         return sim_reply_empty(c, 204);

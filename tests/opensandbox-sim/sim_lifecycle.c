@@ -18,13 +18,61 @@ const char *sim_state_name(enum sim_state st)
     return sim_state_names[st];
 }
 
-/* Find a sandbox by id; caller holds g_sim.mu. */
+/* The by_id bucket of an id (FNV-1a). */
+static unsigned sim_id_bucket(const char *id)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h & (SIM_ID_BUCKETS - 1);
+}
+
+/* Find a sandbox by id; caller holds g_sim.mu. The real server asks Docker for the container
+ * labelled with the id (docker_service.py _get_container_by_sandbox_id); the hash index only
+ * keeps the lookup O(1) with thousands of sandboxes, the answers are the same. */
 struct sim_sandbox *sim_find_locked(const char *id)
 {
-    for (struct sim_sandbox *sb = g_sim.sandboxes; sb; sb = sb->next)
+    for (struct sim_sandbox *sb = g_sim.by_id[sim_id_bucket(id)]; sb; sb = sb->hnext)
         if (strcmp(sb->id, id) == 0)
             return sb;
     return NULL;
+}
+
+/* Add a new sandbox to the list (newest first) and the id index; caller holds g_sim.mu. */
+void sim_link_locked(struct sim_sandbox *sb)
+{
+    sb->prev = NULL;
+    sb->next = g_sim.sandboxes;
+    if (sb->next)
+        sb->next->prev = sb;
+    else
+        g_sim.oldest = sb;
+    g_sim.sandboxes = sb;
+    unsigned b = sim_id_bucket(sb->id);
+    sb->hnext = g_sim.by_id[b];
+    g_sim.by_id[b] = sb;
+    g_sim.nsandboxes++;
+}
+
+/* Take a sandbox out of the list and the id index (O(1) + its bucket); caller holds g_sim.mu. */
+void sim_unlink_locked(struct sim_sandbox *sb)
+{
+    if (sb->prev)
+        sb->prev->next = sb->next;
+    else
+        g_sim.sandboxes = sb->next;
+    if (sb->next)
+        sb->next->prev = sb->prev;
+    else
+        g_sim.oldest = sb->prev;
+    sb->next = sb->prev = NULL;
+    struct sim_sandbox **pp = &g_sim.by_id[sim_id_bucket(sb->id)];
+    while (*pp && *pp != sb)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = sb->hnext;
+    sb->hnext = NULL;
+    g_sim.nsandboxes--;
 }
 
 /* SIGKILL every process group started in the sandbox; caller holds g_sim.mu. */
@@ -109,7 +157,8 @@ void sim_free_all(void)
 {
     pthread_mutex_lock(&g_sim.mu);
     struct sim_sandbox *sb = g_sim.sandboxes;
-    g_sim.sandboxes = NULL;
+    g_sim.sandboxes = g_sim.oldest = NULL;
+    memset(g_sim.by_id, 0, sizeof g_sim.by_id);
     g_sim.nsandboxes = 0;
     pthread_mutex_unlock(&g_sim.mu);
     while (sb) {
@@ -525,9 +574,7 @@ static enum MHD_Result sim_create(struct MHD_Connection *c, struct sim_req *r)
         goto out;
     }
     sb->seq = ++g_sim.seq;
-    sb->next = g_sim.sandboxes;
-    g_sim.sandboxes = sb;
-    g_sim.nsandboxes++;
+    sim_link_locked(sb);
     json_object *resp = sim_sandbox_json(sb, now);
     pthread_mutex_unlock(&g_sim.mu);
     /* CreateSandboxResponse has no image (server/opensandbox_server/api/schema.py) */
@@ -613,25 +660,53 @@ static void sim_qs_unquote(char *s)
     *o = 0;
 }
 
-/* True if the sandbox metadata contains every k=v pair of the filter string.
- * Like OpenSandbox's list_sandboxes (server/src/api/lifecycle.py), the filter is
- * split with parse_qsl: split on '&', then on the first '=', then each part is
- * percent-decoded, so an escaped '&' or '=' inside a value stays in the value. */
-static bool sim_meta_match(struct sim_sandbox *sb, const char *filter)
+/* A metadata filter split once per list request (not once per sandbox). Like OpenSandbox's
+ * list_sandboxes (server/src/api/lifecycle.py), the filter is split with parse_qsl: split on
+ * '&', then on the first '=', then each part is percent-decoded, so an escaped '&' or '='
+ * inside a value stays in the value. */
+struct sim_meta_filter {
+    char *copy; /* the decoded parts point into it */
+    char **key, **val;
+    int n;
+};
+
+/* Split filter (already checked: every part has a '=' after a non-empty key). */
+static void sim_meta_filter_parse(struct sim_meta_filter *f, const char *filter)
 {
-    char *copy = sim_strdup(filter);
-    bool ok = true;
+    f->copy = sim_strdup(filter);
+    size_t max = 1;
+    for (const char *p = filter; *p; p++)
+        max += *p == '&';
+    f->key = sim_xmalloc(max * sizeof *f->key);
+    f->val = sim_xmalloc(max * sizeof *f->val);
+    f->n = 0;
     char *save = NULL;
-    for (char *tok = strtok_r(copy, "&", &save); tok && ok; tok = strtok_r(NULL, "&", &save)) {
+    for (char *tok = strtok_r(f->copy, "&", &save); tok; tok = strtok_r(NULL, "&", &save)) {
         char *eq = strchr(tok, '=');
         *eq = 0;
         sim_qs_unquote(tok);
         sim_qs_unquote(eq + 1);
-        json_object *v;
-        ok = sb->metadata && json_object_object_get_ex(sb->metadata, tok, &v) &&
-             strcmp(json_object_get_string(v), eq + 1) == 0;
+        f->key[f->n] = tok;
+        f->val[f->n++] = eq + 1;
     }
-    free(copy);
+}
+
+static void sim_meta_filter_free(struct sim_meta_filter *f)
+{
+    free(f->copy);
+    free(f->key);
+    free(f->val);
+}
+
+/* True if the sandbox metadata contains every k=v pair of the filter. */
+static bool sim_meta_match(struct sim_sandbox *sb, const struct sim_meta_filter *f)
+{
+    bool ok = true;
+    for (int i = 0; i < f->n && ok; i++) {
+        json_object *v;
+        ok = sb->metadata && json_object_object_get_ex(sb->metadata, f->key[i], &v) &&
+             strcmp(json_object_get_string(v), f->val[i]) == 0;
+    }
     return ok;
 }
 
@@ -661,9 +736,28 @@ static enum MHD_Result sim_list(struct MHD_Connection *c)
             return sim_reply_error(c, 400, "INVALID_METADATA_FORMAT",
                                    "metadata filter must look like k1=v1&k2=v2");
     }
+    struct sim_meta_filter mf = {0};
+    if (a.metadata && *a.metadata)
+        sim_meta_filter_parse(&mf, a.metadata);
     int64_t now = sim_now_ms();
     pthread_mutex_lock(&g_sim.mu);
     int n = 0;
+    json_object *items = json_object_new_array();
+    long start = (page - 1) * page_size;
+    if (a.nstates == 0 && !(a.metadata && *a.metadata)) {
+        /* No filter: every sandbox matches, so only the page is visited (oldest first), not
+         * every sandbox per page (a full listing would cost O(n^2)). The states of the others
+         * are not needed: Pending -> Running and expiry are computed from their own times
+         * whenever a sandbox is shown, and the janitor applies expiry. */
+        n = g_sim.nsandboxes;
+        struct sim_sandbox *sb = g_sim.oldest;
+        for (long i = 0; sb && i < start; i++)
+            sb = sb->prev;
+        for (long i = 0; sb && i < page_size; i++, sb = sb->prev)
+            json_object_array_add(items, sim_sandbox_json(sb, now));
+        pthread_mutex_unlock(&g_sim.mu);
+        goto reply;
+    }
     struct sim_sandbox **match = sim_xmalloc(sizeof(*match) * (size_t)(g_sim.nsandboxes + 1));
     for (struct sim_sandbox *sb = g_sim.sandboxes; sb; sb = sb->next) {
         enum sim_state st = sim_effective_state(sb, now);
@@ -671,17 +765,17 @@ static enum MHD_Result sim_list(struct MHD_Connection *c)
         for (int i = 0; i < a.nstates; i++)
             ok = ok || strcasecmp(a.states[i], sim_state_names[st]) == 0;
         if (ok && a.metadata && *a.metadata)
-            ok = sim_meta_match(sb, a.metadata);
+            ok = sim_meta_match(sb, &mf);
         if (ok)
             match[n++] = sb;
     }
     /* Oldest first: the list is kept newest-first, so walk it backwards. */
-    json_object *items = json_object_new_array();
-    long start = (page - 1) * page_size;
     for (long i = start; i < n && i < start + page_size; i++)
         json_object_array_add(items, sim_sandbox_json(match[n - 1 - i], now));
     pthread_mutex_unlock(&g_sim.mu);
     free(match);
+reply:
+    sim_meta_filter_free(&mf);
     json_object *pg = json_object_new_object();
     long pages = (n + page_size - 1) / page_size;
     json_object_object_add(pg, "page", json_object_new_int64(page));
@@ -911,11 +1005,7 @@ enum MHD_Result sim_lifecycle_handle(struct MHD_Connection *c, struct sim_req *r
         return sim_reply_json(c, 200, o);
     }
     if (*sub == 0 && strcmp(m, "DELETE") == 0) {
-        struct sim_sandbox **pp = &g_sim.sandboxes;
-        while (*pp != sb)
-            pp = &(*pp)->next;
-        *pp = sb->next;
-        g_sim.nsandboxes--;
+        sim_unlink_locked(sb);
         sim_sandbox_kill_all_locked(sb);
         pthread_mutex_unlock(&g_sim.mu);
         sim_sandbox_free(sb);
