@@ -10,7 +10,8 @@
 
 struct rk_bytepipe;
 
-/** Create a pipe holding at most capacity bytes. */
+/** Create a pipe holding at most capacity bytes (its ring is allocated small and grows
+ *  to capacity only as writes need it). */
 struct rk_bytepipe *rk_bytepipe_new(size_t capacity);
 /** Free a pipe (both sides must be done with it). */
 void rk_bytepipe_free(struct rk_bytepipe *p);

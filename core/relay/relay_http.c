@@ -567,8 +567,13 @@ void rk_px_answer(struct rk_req *r, struct px_http *px)
         size = 0;
     else if (clen >= 0 && !has_te)
         size = (uint64_t)clen;
+    /* MHD allocates the block with the response: a small answer of known length gets a block
+     * its size (one reader call), not 32 KiB per request. */
+    size_t block = PX_REPLY_BLOCK;
+    if (size != MHD_SIZE_UNKNOWN && size < block)
+        block = size < 1024 ? 1024 : (size_t)size;
     struct MHD_Response *resp =
-        MHD_create_response_from_callback(size, 32 * 1024, rk_px_reader, px, rk_px_response_free);
+        MHD_create_response_from_callback(size, block, rk_px_reader, px, rk_px_response_free);
     if (!resp) {
         rk_reply_detail(r, 500, "out of memory");
         return;

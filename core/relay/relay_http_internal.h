@@ -19,8 +19,10 @@
 struct rk_app;
 struct rk_req;
 
-/** Ring sizes of the two body pipes. */
+/** Bounds of the two body pipes (their rings start small and grow to it). */
 #define PX_PIPE_BYTES (256 * 1024)
+/** The block MHD reads a relayed answer in (bodies of known smaller length get their size). */
+#define PX_REPLY_BLOCK (32 * 1024)
 /** Upper bound of the upstream response head we keep. */
 #define PX_MAX_HEAD_BYTES (64 * 1024)
 

@@ -2,6 +2,7 @@
 /* Unit tests of core helpers: envelope shapes, record/status encoding,
  * quoting and Python-compatible formatting, memory normalisation, the
  * gate's decision and its refusal order, and the byte pipe. */
+#include <malloc.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -447,6 +448,66 @@ static void test_bytepipe_streams_bounded(void **state)
     rk_bytepipe_free(j.p);
 }
 
+/* Write n bytes of the sequence k % 251 from *k on; returns what write_timed returned. */
+static int pipe_put(struct rk_bytepipe *p, size_t n, size_t *k, size_t *written)
+{
+    char *b = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (char)((*k + i) % 251);
+    int rc = rk_bytepipe_write_timed(p, b, n, 10, written);
+    *k += *written;
+    free(b);
+    return rc;
+}
+
+/* Read n bytes and check they continue the sequence at *k. */
+static void pipe_check(struct rk_bytepipe *p, size_t n, size_t *k)
+{
+    char buf[4096];
+    while (n > 0) {
+        ssize_t got = rk_bytepipe_read(p, buf, n < sizeof buf ? n : sizeof buf, 1000);
+        assert_true(got > 0);
+        for (ssize_t i = 0; i < got; i++, (*k)++)
+            assert_int_equal((unsigned char)buf[i], (unsigned char)(*k % 251));
+        n -= (size_t)got;
+    }
+}
+
+/* A pipe's ring starts small and grows only as far as its bound, keeping the bytes it holds
+ * in order when it grows while they wrap around the ring's end. */
+static void test_bytepipe_grows_to_its_bound(void **state)
+{
+    (void)state;
+#ifdef __GLIBC__
+    /* a pipe bounded at 1 MiB does not take 1 MiB up front */
+    struct mallinfo2 m0 = mallinfo2();
+    struct rk_bytepipe *big = rk_bytepipe_new(1 << 20);
+    struct mallinfo2 m1 = mallinfo2();
+    assert_true(m1.uordblks + m1.hblkhd < m0.uordblks + m0.hblkhd + 64 * 1024);
+    rk_bytepipe_free(big);
+#endif
+    struct rk_bytepipe *p = rk_bytepipe_new(100000);
+    size_t wk = 0, rk = 0, w = 0;
+    assert_int_equal(rk_bytepipe_room(p), 100000);
+    assert_int_equal(pipe_put(p, 10000, &wk, &w), 0);
+    pipe_check(p, 6000, &rk);
+    assert_int_equal(pipe_put(p, 11000, &wk, &w), 0); /* wraps around the first ring's end */
+    assert_int_equal(pipe_put(p, 30000, &wk, &w), 0); /* grows with wrapped bytes held */
+    assert_int_equal(rk_bytepipe_room(p), 100000 - 45000);
+    /* the bound holds: a write past it waits, times out and says how much went in */
+    assert_int_equal(pipe_put(p, 70000, &wk, &w), 1);
+    assert_int_equal(w, 55000);
+    assert_int_equal(rk_bytepipe_room(p), 0);
+    pipe_check(p, 100000, &rk);
+    assert_int_equal(pipe_put(p, 100000, &wk, &w), 0); /* full bound again, from empty */
+    pipe_check(p, 100000, &rk);
+    rk_bytepipe_close(p);
+    char c;
+    assert_int_equal(rk_bytepipe_read(p, &c, 1, 1000), 0);
+    assert_int_equal(wk, rk);
+    rk_bytepipe_free(p);
+}
+
 /* Identifier rules, range checks and the byte budgets. */
 static void test_identifiers_ranges_budget(void **state)
 {
@@ -630,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_gate_dispatch_store),
         cmocka_unit_test(test_scheduler_cap_reserved),
         cmocka_unit_test(test_bytepipe_streams_bounded),
+        cmocka_unit_test(test_bytepipe_grows_to_its_bound),
         cmocka_unit_test(test_identifiers_ranges_budget),
         cmocka_unit_test(test_e2b_mapping_secret_stream),
     };
