@@ -822,6 +822,31 @@ def test_http_and_websocket_proxy_to_apps_in_any_sandbox():
     assert st >= 400 or b"Failed" in body, (st, body[:300])
     res = ws_client(client, "close", "%s/port/%d/x" % (base, dead))
     assert res["code"] == 1011 and res["reason"].startswith("Proxy error: "), res
+    # the user-doc form /proxy/{id}/port/{port}/{path}
+    st, body, _ = admin.request("GET", "%s/proxy/%s/port/%d/doc?y=2" % (PREFIX, sid, hport),
+                                raw=True)
+    assert st == 200 and json.loads(body)["path"] == "/doc", (st, body[:300])
+    # raw TCP port forwarding is not offered by OpenSandbox: a clear close, never a hang
+    res = ws_client(client, "close", "ws://127.0.0.1:%d%s/sandboxes/%s/portforward?port=%d"
+                    % (admin.port, PREFIX, sid, hport))
+    assert res["code"] == 1011 and res["reason"] == "Proxy error: OpenSandbox backend does " \
+        "not support portforward in this release", res
+    if harness.real_opensandbox() and harness.REAL_OS_NETWORK == "bridge":
+        # VNC (the sandbox's port 8006, fixed): only in a container of its own network
+        # namespace (host networking or the simulator would take the machine's port 8006)
+        vnc = "%s/sandboxes/%s/vnc" % (PREFIX, sid)
+        run_ok(admin, sid, "nohup %s %s/app.py 8006 %s/vnc.pid > %s/vnc.log 2>&1 &"
+               % (py, d, d, d))
+        wait_until(lambda: admin.request("GET", vnc + "/_count", raw=True)[0] == 200, 30, 0.2,
+                   "the app on the VNC port")
+        st, body, _ = admin.request("GET", vnc + "/vnc.html", raw=True)
+        assert st == 200 and json.loads(body)["path"] == "/vnc.html", (st, body[:300])
+        run_ok(admin, sid, "kill $(cat %s/vnc.pid); sleep 0.5; "
+               "nohup %s %s/ws.py 8006 > %s/vnc-ws.log 2>&1 &" % (d, py, d, d))
+        res = wait_until(lambda: (lambda r: r if r.get("open") else None)(
+            ws_client(client, "close", "ws://127.0.0.1:%d%s/websockify" % (admin.port, vnc))),
+            30, 0.5, "the WebSocket app on the VNC port")
+        assert res["code"] == 4001 and res["reason"] == "bye from inside the sandbox", res
     admin.ok("POST", "/delete", {"sandbox_id": sid})
 
 if __name__ == "__main__":
