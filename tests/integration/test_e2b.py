@@ -153,6 +153,8 @@ def sdk_commands_and_files_through_envd_emulation():
     assert r["afterRemove"] is False, r
     rm = r["readMissing"]
     assert not rm["ok"] and rm["error"]["notFound"], r
+    assert r["rename"] == {"name": "c.bin", "path": r["dir"] + "/sub/c.bin", "type": "file",
+                           "from": False, "bytes": [0, 1, 2, 255, 254, 10]}, r
     w = r["watch"]
     assert not w["ok"] and "not emulated" in w["error"]["message"], r
     assert r["running"] is True and r["dirGone"] is True, r
