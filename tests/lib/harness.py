@@ -379,6 +379,8 @@ class Admin(Process):
         return sid
 
     def wait_alive(self, sid, timeout=20.0):
+        if REAL_OS_URL:  # a real container starts in seconds, many more on a loaded machine
+            timeout = max(timeout, 90.0)
         def alive():
             st, js = self.api("GET", "/get_status", query={"sandbox_id": sid,
                                                            "include_all_states": "false"})

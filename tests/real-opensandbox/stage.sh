@@ -16,7 +16,8 @@
 #   real-opensandbox bridge routes: <N>/<M> exercised
 # failing with the list of the routes no request reached. Last, one summary line:
 #   real-opensandbox: <passed> passed, <failed> failed, <skipped> skipped (<seconds> s)
-# ROCK_REAL_OS_TESTS and ROCK_REAL_OS_MODES ("host bridge") narrow a run by hand.
+# ROCK_REAL_OS_TESTS and ROCK_REAL_OS_MODES ("host bridge") narrow a run by hand; the two modes
+# run at the same time (ROCK_REAL_OS_SEQUENTIAL=1: one after the other).
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=$1
@@ -155,8 +156,33 @@ bridge_stage() {
     fi
 }
 
+run_mode() { # mode: its stage with its own counts, written to $log/<mode>.counts
+    pass=0 fail=0 skip=0 early=0
+    "${1}_stage"
+    echo "$pass $fail $skip $early" >"$log/$1.counts"
+}
+
+# The two stands share nothing (own dockerd, data root, server and network namespace), so the
+# modes run at once unless ROCK_REAL_OS_SEQUENTIAL=1; each mode's output follows when both are
+# done (live in BUILD/real-opensandbox/<mode>.out).
+if [ "${ROCK_REAL_OS_SEQUENTIAL:-0}" = 1 ]; then
+    for m in $MODES; do
+        run_mode "$m" >"$log/$m.out" 2>&1
+    done
+else
+    echo "==> [real-opensandbox] $MODES networking at once (live: $log/<mode>.out)"
+    for m in $MODES; do
+        run_mode "$m" >"$log/$m.out" 2>&1 &
+    done
+    wait
+fi
 for m in $MODES; do
-    "${m}_stage"
+    cat "$log/$m.out"
+    if [ -f "$log/$m.counts" ] && read -r p f s e <"$log/$m.counts"; then
+        pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s)) early=$((early + e))
+    else
+        note FAILED "$m: no result"
+    fi
 done
 stop_all
 trap - EXIT INT TERM
