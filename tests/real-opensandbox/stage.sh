@@ -97,7 +97,7 @@ fi
 
 host_stage() {
     echo "==> [real-opensandbox] host networking"
-    if bash "$stand/up.sh" >"$log/up-host.log" 2>&1; then
+    if [ "$(cat "$log/up-host.rc")" = 0 ]; then
         # the simulator held to the real execd and server (before any test sandbox exists)
         if python3 "$here/conformance.py" "$build" "$OSR/bin/execd" http://127.0.0.1:18080 \
             test-api-key >"$log/conformance.log" 2>&1; then
@@ -131,7 +131,7 @@ sys.exit(1)' || note FAILED "host: port 44772 still held after the conformance t
 
 bridge_stage() {
     echo "==> [real-opensandbox] bridge networking in network namespace osb"
-    if bash "$stand/up-netns.sh" start >"$log/up-bridge.log" 2>&1; then
+    if [ "$(cat "$log/up-bridge.rc")" = 0 ]; then
         ns="bash $stand/up-netns.sh exec"
         if $ns sh "$here/quickstart.sh" "$build" 127.0.0.1:18080 test-api-key >"$log/bridge-quickstart.log" 2>&1; then
             note ok "bridge quickstart" "$(tail -n 1 "$log/bridge-quickstart.log")"
@@ -165,6 +165,15 @@ run_mode() { # mode: its stage with its own counts, written to $log/<mode>.count
 # The two stands share nothing (own dockerd, data root, server and network namespace), so the
 # modes run at once unless ROCK_REAL_OS_SEQUENTIAL=1; each mode's output follows when both are
 # done (live in BUILD/real-opensandbox/<mode>.out).
+# The stands start one after the other: both scripts put the server's source into the one root
+# file system they share (rm -rf + cp), so starting them at once races.
+for m in $MODES; do
+    case $m in
+    host) bash "$stand/up.sh" >"$log/up-host.log" 2>&1 ;;
+    bridge) bash "$stand/up-netns.sh" start >"$log/up-bridge.log" 2>&1 ;;
+    esac
+    echo $? >"$log/up-$m.rc"
+done
 if [ "${ROCK_REAL_OS_SEQUENTIAL:-0}" = 1 ]; then
     for m in $MODES; do
         run_mode "$m" >"$log/$m.out" 2>&1
