@@ -206,8 +206,10 @@ fi
 
 # The real OpenSandbox (tests/real-opensandbox/stage.sh): the README quickstart
 # and the opensandbox plugin's integration tests against the real lifecycle
-# server + execd (docker runtime), in host networking and then in bridge
-# networking inside a private network namespace. It runs when the stand
+# server + execd (docker runtime), in host networking and in bridge networking
+# inside a private network namespace (both at once), the E2B SDK flow in both,
+# and the check that every route was served through a bridge-mode endpoint
+# (uses ROCK_TEST_NODE_MODULES, exported above). It runs when the stand
 # (../shared/opensandbox beside the clone, or $OPENSANDBOX_STAND) is present
 # and we are root (dockerd, network namespaces); its set-up is cached in $OSR
 # (default /tmp/osreal) between runs on one machine.

@@ -115,6 +115,10 @@ async function envd() {
     await sbx.files.remove(dir + '/a.txt');
     out.afterRemove = await sbx.files.exists(dir + '/a.txt');
     out.readMissing = await attempt(() => sbx.files.read(dir + '/a.txt'));
+    const moved = await sbx.files.rename(dir + '/b.bin', dir + '/sub/c.bin');
+    out.rename = { name: moved.name, path: moved.path, type: moved.type,
+                   from: await sbx.files.exists(dir + '/b.bin'),
+                   bytes: Array.from(await sbx.files.read(dir + '/sub/c.bin', { format: 'bytes' })) };
     out.watch = await attempt(() => sbx.files.watchDir('/tmp', () => {}));
     out.running = await sbx.isRunning();
     await sbx.files.remove(dir);

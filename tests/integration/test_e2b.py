@@ -42,10 +42,10 @@ def stack(auth=False, admin_cfg=None, sim_extra=None, os_extra=None):
         cfg = {"opensandbox": {"endpoint": REAL_ENDPOINT,
                                "protocol": os.environ.get("ROCK_E2B_OPENSANDBOX_PROTOCOL", "https"),
                                "api_key": os.environ.get("ROCK_E2B_OPENSANDBOX_KEY", "")}}
-    else:
-        sim = Sim(api_key=SIM_KEY, extra=sim_extra)
-        cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": SIM_KEY,
-                               "use_server_proxy": False}}
+    else:  # the simulator, or the real OpenSandbox of the real-opensandbox CI stage
+        sim = Sim(api_key=harness.os_api_key(SIM_KEY), extra=sim_extra)
+        cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http",
+                               "api_key": sim.api_key, "use_server_proxy": False}}
     cfg["opensandbox"].update(os_extra or {})
     if auth:
         path = os.path.join(tmpdir("rock-e2b-"), "tokens")
@@ -68,10 +68,19 @@ def sdk(admin, step, api_key=TOKEN, tag="t", timeout=120, env_extra=None):
     env.update({"NODE_PATH": harness.NODE_MODULES, "E2B_API_URL": base, "E2B_SANDBOX_URL": base,
                 "E2B_API_KEY": api_key, "E2B_TEST_TAG": tag})
     env.update(env_extra or {})
-    out = subprocess.run(["node", FLOW_JS, step], capture_output=True, text=True, env=env,
-                         timeout=timeout)
-    assert out.stdout.strip(), (out.returncode, out.stderr[-3000:])
-    js = json.loads(out.stdout.strip().splitlines()[-1])
+    for attempt in (1, 2):
+        out = subprocess.run(["node", FLOW_JS, step], capture_output=True, text=True, env=env,
+                             timeout=timeout)
+        assert out.stdout.strip(), (out.returncode, out.stderr[-3000:])
+        js = json.loads(out.stdout.strip().splitlines()[-1])
+        # the known upstream fault of the real execd behind its /proxy path (the harness's
+        # Admin.api policy): the whole step once more, said in a line the stage counts
+        if attempt == 1 and harness.real_opensandbox() and \
+                "upstream stream ended early" in json.dumps(js.get("crashed") or ""):
+            print("# upstream stream ended early on %s; sent once more (real OpenSandbox)" % step,
+                  flush=True)
+            continue
+        break
     assert "crashed" not in js, js
     return js
 
@@ -123,6 +132,7 @@ def sdk_errors_not_found_and_bad_template():
 
 @test
 def sdk_list_pages_with_next_token():
+    harness.bridge_only()
     admin, _ = stack()
     r = sdk(admin, "page", api_key="unused-without-auth", tag="pg")
     assert [len(p) for p in r["pages"]] == [2, 1], r
@@ -159,6 +169,8 @@ def sdk_commands_and_files_through_envd_emulation():
     assert r["afterRemove"] is False, r
     rm = r["readMissing"]
     assert not rm["ok"] and rm["error"]["notFound"], r
+    assert r["rename"] == {"name": "c.bin", "path": r["dir"] + "/sub/c.bin", "type": "file",
+                           "from": False, "bytes": [0, 1, 2, 255, 254, 10]}, r
     w = r["watch"]
     assert not w["ok"] and "not emulated" in w["error"]["message"], r
     assert r["running"] is True and r["dirGone"] is True, r
@@ -171,6 +183,7 @@ def sdk_commands_and_files_through_envd_emulation():
 
 @test
 def sdk_envd_token_of_one_sandbox_cannot_drive_another():
+    harness.bridge_only()
     admin, _ = stack(auth=True)
     r = sdk(admin, "envdAuth")
     assert r["own"] == "ok\n", r
@@ -576,6 +589,36 @@ def envd_commands_of_a_plugin_without_exec_start_run_on_the_worker_pool():
     assert end and end[0][1]["event"]["end"]["status"] == "signal: killed", rest
 
 
+def sandbox_dir(sid):
+    """A directory for an app inside the sandbox and the python to run it with: a host
+    directory for the simulator (its sandbox paths are host paths), one in the container
+    against the real OpenSandbox."""
+    if harness.real_opensandbox():
+        return "/tmp/rock-e2b-" + sid, "python3"
+    return tmpdir("rock-e2b-app-"), sys.executable
+
+
+def put_file(admin, sid, path, content, headers):
+    st, js = admin.api("POST", "/write_file", {"sandbox_id": sid, "path": path,
+                                                "content": content}, headers=headers)
+    assert st == 200 and js["status"] == "Success", (st, js)
+
+
+def start_app(admin, sid, command, d, headers):
+    """Start an app in the sandbox in the background (killed at the end of the test)."""
+    st, res = admin.api("POST", "/execute", {
+        "sandbox_id": sid, "timeout": 30,
+        "command": "nohup %s >%s/app.log 2>&1 & echo $! > %s/pid" % (command, d, d)},
+        headers=headers)
+    assert res["status"] == "Success", res
+    if not harness.real_opensandbox():  # the simulator's commands are processes of this host
+        pidfile = os.path.join(d, "pid")
+        harness.wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(),
+                           10, 0.1)
+        pid = int(open(pidfile).read())
+        harness._cleanups.append(lambda: os.kill(pid, 9))
+
+
 @test
 def sandbox_port_other_than_envd_goes_to_the_http_proxy():
     admin, _ = stack(auth=True)
@@ -583,19 +626,11 @@ def sandbox_port_other_than_envd_goes_to_the_http_proxy():
     st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"})
     assert st == 201, (st, js)
     sid = js["sandboxID"]
-    d = tmpdir("rock-e2b-app-")
-    with open(os.path.join(d, "hello.txt"), "w") as f:  # the simulator's paths are host paths
-        f.write("hello from the sandbox\n")
+    d, py = sandbox_dir(sid)
+    put_file(admin, sid, d + "/hello.txt", "hello from the sandbox\n", bearer)
     port = harness.free_port()
-    pidfile = os.path.join(d, "pid")
-    st, res = admin.api("POST", "/execute", {
-        "sandbox_id": sid, "timeout": 30,
-        "command": "nohup %s -m http.server %d --bind 127.0.0.1 --directory %s >/dev/null 2>&1 & "
-                   "echo $! > %s" % (sys.executable, port, d, pidfile)}, headers=bearer)
-    assert res["status"] == "Success", res
-    harness.wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 10, 0.1)
-    pid = int(open(pidfile).read())
-    harness._cleanups.append(lambda: os.kill(pid, 9))
+    start_app(admin, sid, "%s -m http.server %d --bind 127.0.0.1 --directory %s" % (py, port, d),
+              d, bearer)
     h = dict(bearer, **{"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": str(port)})
 
     # relayed answers are the sandbox app's own (not rock-admin's API): not recorded for the
@@ -628,6 +663,52 @@ const { WebSocketServer } = require(process.argv[3]);
 new WebSocketServer({ host: '127.0.0.1', port: Number(process.argv[2]) })
   .on('connection', (ws, req) => ws.on('message', (m) => ws.send(req.url + ' ' + m)));
 """
+# The same echo app in the Python standard library (the real python:3.11 image has no node).
+WS_ECHO_PY = r"""
+import base64, hashlib, socket, struct, sys, threading
+
+
+def serve(c):
+    req = b""
+    while b"\r\n\r\n" not in req:
+        d = c.recv(4096)
+        if not d:
+            return c.close()
+        req += d
+    lines = req.split(b"\r\n")
+    path = lines[0].split()[1]
+    key = [l.split(b":", 1)[1].strip() for l in lines if l.lower().startswith(b"sec-websocket-key:")][0]
+    acc = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              b"Sec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+    f = c.makefile("rb")
+    while True:
+        h = f.read(2)
+        if len(h) < 2:
+            break
+        op, n = h[0] & 15, h[1] & 127
+        if n == 126:
+            n = struct.unpack(">H", f.read(2))[0]
+        elif n == 127:
+            n = struct.unpack(">Q", f.read(8))[0]
+        mask = f.read(4) if h[1] & 128 else b"\0\0\0\0"
+        data = bytes(x ^ mask[i % 4] for i, x in enumerate(f.read(n)))
+        if op == 8:
+            c.sendall(b"\x88\x02\x03\xe8")
+            break
+        if op == 1:
+            out = path + b" " + data
+            c.sendall(bytes([0x81, len(out)]) + out)
+    c.close()
+
+
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(16)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"""
 WS_CLIENT = """
 const WebSocket = require(process.argv[4]);
 const ws = new WebSocket(process.argv[2], { headers: JSON.parse(process.argv[3]) });
@@ -648,23 +729,18 @@ def sandbox_port_websocket_goes_to_the_websocket_proxy():
     st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11"})
     assert st == 201, (st, js)
     sid = js["sandboxID"]
-    d = tmpdir("rock-e2b-ws-")
-    app, client, pidfile = (os.path.join(d, n) for n in ("app.js", "client.js", "pid"))
-    with open(app, "w") as f:  # the simulator's paths are host paths
-        f.write(WS_ECHO_APP)
+    client = os.path.join(tmpdir("rock-e2b-ws-"), "client.js")
     with open(client, "w") as f:
         f.write(WS_CLIENT)
-    port = harness.free_port()
     ws_mod = os.path.join(harness.NODE_MODULES, "ws")
-    st, res = admin.api("POST", "/execute", {
-        "sandbox_id": sid, "timeout": 30,
-        "command": "nohup node %s %d %s >/dev/null 2>&1 & echo $! > %s" % (app, port, ws_mod,
-                                                                           pidfile)},
-        headers=bearer)
-    assert res["status"] == "Success", res
-    harness.wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 10, 0.1)
-    pid = int(open(pidfile).read())
-    harness._cleanups.append(lambda: os.kill(pid, 9))
+    d, py = sandbox_dir(sid)
+    port = harness.free_port()
+    if harness.real_opensandbox():  # the real python:3.11 image has no node
+        put_file(admin, sid, d + "/app.py", WS_ECHO_PY, bearer)
+        start_app(admin, sid, "%s %s/app.py %d" % (py, d, port), d, bearer)
+    else:
+        put_file(admin, sid, d + "/app.js", WS_ECHO_APP, bearer)
+        start_app(admin, sid, "node %s/app.js %d %s" % (d, port, ws_mod), d, bearer)
 
     def ws(headers):
         out = subprocess.run(["node", client, "ws://127.0.0.1:%d/chat/room1" % admin.port,
@@ -683,6 +759,7 @@ def sandbox_port_websocket_goes_to_the_websocket_proxy():
 
 @test
 def parity_status_codes_and_shapes():
+    harness.bridge_only()
     admin, _ = stack(auth=True)
     # 201 with E2B's Sandbox object
     st, js = e2b(admin, "POST", "/sandboxes", {"templateID": "python:3.11", "timeout": 300,

@@ -145,7 +145,9 @@ class App(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = _safe
 
 
-srv = ThreadingHTTPServer(("127.0.0.1", port), App)
+# argv[3]: the address to listen on (the real server's own proxy reaches a bridge-networking
+# container at its IP, so the app listens on all of the container's interfaces there)
+srv = ThreadingHTTPServer((sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1", port), App)
 srv.daemon_threads = True
 with open(pidfile, "w") as f:
     f.write(str(os.getpid()))
@@ -260,7 +262,20 @@ def port_open(port):
 
 
 def start_http_app(admin, sid):
-    """Write the python app into the sandbox and start it in the background via /execute."""
+    """Write the python app into the sandbox and start it in the background via /execute.
+    Against the real OpenSandbox the app runs in the container and is waited for through
+    rock-admin's proxy (its pid file is in the container: None is returned for it)."""
+    if harness.real_opensandbox():
+        d = "/tmp/rock-os-app-%s" % sid
+        port = free_port()  # free here: host networking
+        run_ok(admin, sid, "mkdir -p %s" % d)
+        put_file(admin, sid, d + "/app.py", APP_PY)
+        run_ok(admin, sid, "nohup python3 %s/app.py %d %s/app.pid > %s/app.log 2>&1 &"
+               % (d, port, d, d))
+        wait_until(lambda: admin.request("GET", proxy_path(sid, "/port/%d/_count" % port),
+                                         raw=True)[0] == 200,
+                   30, 0.2, "the app in the sandbox through the proxy")
+        return port, None
     d = tmpdir("rock-os-app-")
     script, pidfile, log = (os.path.join(d, n) for n in ("app.py", "app.pid", "app.log"))
     put_file(admin, sid, script, APP_PY)
@@ -417,8 +432,11 @@ def test_http_app_in_sandbox_port_sources_and_requests():
 
 @test
 def test_big_upload_and_download_flat_memory():
-    admin, sim, _ = setup(use_server_proxy=False)
-    sid = admin.start_sandbox()
+    # the execd header is beside the point here: none against the real OpenSandbox
+    sim = Sim(api_key=API_KEY) if harness.real_opensandbox() else None
+    admin, sim, _ = setup(use_server_proxy=False, sim=sim)
+    sid = admin.start_sandbox(wait_alive=False)
+    admin.wait_alive(sid, 60)
     port, _ = start_http_app(admin, sid)
     want = hashlib.sha256()
     for b in pattern(BIG):
@@ -766,12 +784,26 @@ def test_http_and_websocket_proxy_to_apps_in_any_sandbox():
     through rock-admin (so also against the real OpenSandbox, where the sandbox is a
     container): HTTP GET/POST with a body, a gzip body passed through, a streamed 8 MiB
     download, and a WebSocket echo (text, binary, a 1 MiB frame) with the app's own close
-    code; nothing listening answers an error, never a hang."""
+    code; nothing listening answers an error, never a hang. Also the /proxy/{id}/port/{port}
+    form, port forwarding's refusal and (real bridge networking) VNC."""
+    proxy_to_apps_in_any_sandbox(use_server_proxy=False)
+
+
+@test
+def test_http_and_websocket_through_the_server_proxy_in_any_sandbox():
+    """The same through the OpenSandbox server's own proxy (use_server_proxy: true): every
+    execd call and every app request goes through the lifecycle server's
+    /sandboxes/{id}/proxy/{port} route (the real server's HTTP and WebSocket proxy)."""
+    proxy_to_apps_in_any_sandbox(use_server_proxy=True)
+
+
+def proxy_to_apps_in_any_sandbox(use_server_proxy):
     assert harness.node_available(), \
         "node and tests/js/node_modules are required (scripts/install-deps.sh installs them)"
     redis = Redis()
     sim = Sim(api_key=API_KEY)
-    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY}}
+    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY,
+                           "use_server_proxy": use_server_proxy}}
     admin = Admin(operator="opensandbox", config=cfg, redis=redis)
     sid = admin.start_sandbox(wait_alive=False)
     admin.wait_alive(sid, 60)
@@ -781,8 +813,11 @@ def test_http_and_websocket_proxy_to_apps_in_any_sandbox():
     put_file(admin, sid, d + "/app.py", APP_PY)
     put_file(admin, sid, d + "/ws.py", WS_PY)
     hport, wport = free_port(), free_port()  # free here: the simulator / host networking
-    run_ok(admin, sid, "nohup %s %s/app.py %d %s/app.pid > %s/app.log 2>&1 &"
-           % (py, d, hport, d, d))
+    # the real server's proxy reaches a bridge-networking container at its IP, not loopback
+    bind = "0.0.0.0" if harness.real_opensandbox() and harness.REAL_OS_NETWORK == "bridge" \
+        else "127.0.0.1"
+    run_ok(admin, sid, "nohup %s %s/app.py %d %s/app.pid %s > %s/app.log 2>&1 &"
+           % (py, d, hport, d, bind, d))
     run_ok(admin, sid, "nohup %s %s/ws.py %d > %s/ws.log 2>&1 & echo $! > %s/ws.pid"
            % (py, d, wport, d, d))
     if not harness.real_opensandbox():
@@ -821,7 +856,40 @@ def test_http_and_websocket_proxy_to_apps_in_any_sandbox():
     st, body, _ = admin.request("GET", proxy_path(sid, "/port/%d/x" % dead), raw=True)
     assert st >= 400 or b"Failed" in body, (st, body[:300])
     res = ws_client(client, "close", "%s/port/%d/x" % (base, dead))
-    assert res["code"] == 1011 and res["reason"].startswith("Proxy error: "), res
+    if use_server_proxy and harness.real_opensandbox():
+        # the real server accepts the WebSocket before it connects to the app, then closes it
+        # with 1011 and no reason: relayed as it is
+        assert res["code"] == 1011, res
+    else:
+        assert res["code"] == 1011 and res["reason"].startswith("Proxy error: "), res
+    if use_server_proxy:
+        admin.ok("POST", "/delete", {"sandbox_id": sid})
+        return
+    # the user-doc form /proxy/{id}/port/{port}/{path}
+    st, body, _ = admin.request("GET", "%s/proxy/%s/port/%d/doc?y=2" % (PREFIX, sid, hport),
+                                raw=True)
+    assert st == 200 and json.loads(body)["path"] == "/doc", (st, body[:300])
+    # raw TCP port forwarding is not offered by OpenSandbox: a clear close, never a hang
+    res = ws_client(client, "close", "ws://127.0.0.1:%d%s/sandboxes/%s/portforward?port=%d"
+                    % (admin.port, PREFIX, sid, hport))
+    assert res["code"] == 1011 and res["reason"] == "Proxy error: OpenSandbox backend does " \
+        "not support portforward in this release", res
+    if harness.real_opensandbox() and harness.REAL_OS_NETWORK == "bridge":
+        # VNC (the sandbox's port 8006, fixed): only in a container of its own network
+        # namespace (host networking or the simulator would take the machine's port 8006)
+        vnc = "%s/sandboxes/%s/vnc" % (PREFIX, sid)
+        run_ok(admin, sid, "nohup %s %s/app.py 8006 %s/vnc.pid > %s/vnc.log 2>&1 &"
+               % (py, d, d, d))
+        wait_until(lambda: admin.request("GET", vnc + "/_count", raw=True)[0] == 200, 30, 0.2,
+                   "the app on the VNC port")
+        st, body, _ = admin.request("GET", vnc + "/vnc.html", raw=True)
+        assert st == 200 and json.loads(body)["path"] == "/vnc.html", (st, body[:300])
+        run_ok(admin, sid, "kill $(cat %s/vnc.pid); sleep 0.5; "
+               "nohup %s %s/ws.py 8006 > %s/vnc-ws.log 2>&1 &" % (d, py, d, d))
+        res = wait_until(lambda: (lambda r: r if r.get("open") else None)(
+            ws_client(client, "close", "ws://127.0.0.1:%d%s/websockify" % (admin.port, vnc))),
+            30, 0.5, "the WebSocket app on the VNC port")
+        assert res["code"] == 4001 and res["reason"] == "bye from inside the sandbox", res
     admin.ok("POST", "/delete", {"sandbox_id": sid})
 
 if __name__ == "__main__":

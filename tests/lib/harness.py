@@ -333,6 +333,12 @@ class Admin(Process):
             m = self.wait_for_line(r"rock-admin ready on http://[0-9.:]+:(\d+)")
             self.port = int(m.group(1))
 
+    def kill(self):
+        super().kill()
+        if not getattr(self, "routes_recorded", False):
+            self.routes_recorded = True
+            record_routes(self.output())
+
     # HTTP helpers -------------------------------------------------------------
     def request(self, method, path, body=None, headers=None, raw=False):
         return http_request("127.0.0.1", self.port, method, path, body, headers, raw=raw,
@@ -373,11 +379,35 @@ class Admin(Process):
         return sid
 
     def wait_alive(self, sid, timeout=20.0):
+        if REAL_OS_URL:  # a real container starts in seconds, many more on a loaded machine
+            timeout = max(timeout, 90.0)
         def alive():
             st, js = self.api("GET", "/get_status", query={"sandbox_id": sid,
                                                            "include_all_states": "false"})
             return js.get("status") == "Success" and js["result"]["is_alive"]
         wait_until(alive, timeout, 0.1, "sandbox %s alive" % sid)
+
+
+# ---- routes served (opt-in) ----------------------------------------
+# With ROCK_TEST_ROUTES_FILE=PATH the route name and HTTP status of every access-log line of
+# every rock-admin a test started ("route status", one a line) is appended to PATH when that
+# rock-admin is cleaned up; tests/real-opensandbox/routes.py compares them with the route tables.
+ROUTES_FILE = os.environ.get("ROCK_TEST_ROUTES_FILE", "")
+_ACCESS_TEXT = re.compile(r"\baccess id=\S+ method=\S+ path=\S* route=(\S+) status=(\d+)")
+_ACCESS_JSON = re.compile(r'"msg":"access".*"route":"([^"]+)","status":(\d+)')
+
+
+def record_routes(log):
+    """Append the routes an admin's log shows it served to ROCK_TEST_ROUTES_FILE (if set)."""
+    if not ROUTES_FILE:
+        return
+    lines = []
+    for line in log.splitlines():
+        m = _ACCESS_TEXT.search(line) or _ACCESS_JSON.search(line)
+        if m:
+            lines.append("%s %s\n" % m.groups())
+    with open(ROUTES_FILE, "a") as f:
+        f.writelines(lines)
 
 
 # ---- response recording (opt-in) ----------------------------------
