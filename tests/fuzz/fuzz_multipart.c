@@ -196,10 +196,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     r.call = rk_call_new("fuzz", -1, 0);
     g_request_call = r.call;
     struct upload *u = calloc(1, sizeof *u);
-    u->r = &r;
+    rk_handoff_init(&u->h, &r);
     u->app = &app;
-    u->refs = 1;
-    pthread_mutex_init(&u->mu, NULL);
     r.route_ctx = u;
     r.route_ctx_free = upload_free;
 
