@@ -20,12 +20,11 @@ import json
 import os
 import re
 import resource
-import selectors
 import socket
 import threading
 import time
 
-from harness import PREFIX, Admin, Redis, Sim, run, test, tmpdir, wait_until
+from harness import PREFIX, Admin, Redis, Sim, read_responses, run, test, tmpdir, wait_until
 
 # The daemon's threads with the configuration below (WORKERS): main, the event
 # loops, the worker pool, the watchdog, the relay loops, background jobs
@@ -77,30 +76,7 @@ def send_many(port, bodies):
 
 def read_all(socks, timeout):
     """Read every socket to EOF; returns [(http status, parsed body)] in order."""
-    sel = selectors.DefaultSelector()
-    bufs = {}
-    for i, s in enumerate(socks):
-        s.setblocking(False)
-        sel.register(s, selectors.EVENT_READ, i)
-        bufs[i] = b""
-    open_left = len(socks)
-    deadline = time.time() + timeout
-    while open_left and time.time() < deadline:
-        for key, _ in sel.select(timeout=1):
-            chunk = key.fileobj.recv(65536)
-            if chunk:
-                bufs[key.data] += chunk
-            else:
-                sel.unregister(key.fileobj)
-                key.fileobj.close()
-                open_left -= 1
-    assert open_left == 0, "%d responses missing after %ds" % (open_left, timeout)
-    out = []
-    for i in range(len(socks)):
-        head, _, body = bufs[i].partition(b"\r\n\r\n")
-        status = int(head.split(b" ", 2)[1])
-        out.append((status, json.loads(body)))
-    return out
+    return [(status, json.loads(body)) for status, body in read_responses(socks, timeout)]
 
 
 @test

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import resource
-import selectors
 import socket
 import subprocess
 import sys
@@ -456,42 +455,6 @@ def daemon_threads(pid):
         return int([l.split()[1] for l in f if l.startswith("Threads:")][0])
 
 
-def read_streams(socks, timeout):
-    """Read every socket to EOF; [(http status, body bytes)] in order (chunked bodies decoded)."""
-    sel = selectors.DefaultSelector()
-    bufs = {}
-    for i, s in enumerate(socks):
-        s.setblocking(False)
-        sel.register(s, selectors.EVENT_READ, i)
-        bufs[i] = b""
-    left, deadline = len(socks), time.time() + timeout
-    while left and time.time() < deadline:
-        for key, _ in sel.select(timeout=1):
-            chunk = key.fileobj.recv(65536)
-            if chunk:
-                bufs[key.data] += chunk
-            else:
-                sel.unregister(key.fileobj)
-                key.fileobj.close()
-                left -= 1
-    assert left == 0, "%d streams unfinished after %ds" % (left, timeout)
-    out = []
-    for i in range(len(socks)):
-        head, _, body = bufs[i].partition(b"\r\n\r\n")
-        if b"transfer-encoding: chunked" in head.lower():
-            plain = b""
-            while body:
-                size, _, rest = body.partition(b"\r\n")
-                n = int(size.split(b";")[0], 16)
-                if n == 0:
-                    break
-                plain += rest[:n]
-                body = rest[n + 2:]
-            body = plain
-        out.append((int(head.split(b" ", 2)[1]), body))
-    return out
-
-
 @test
 def envd_commands_in_flight_hold_no_thread_each():
     # process.Process/Start runs through the plugin's exec_start (opensandbox.so's curl-multi
@@ -546,7 +509,7 @@ def envd_commands_in_flight_hold_no_thread_each():
     t = threading.Thread(target=release, daemon=True)
     t.start()
     try:
-        replies = read_streams(socks, 180)
+        replies = harness.read_responses(socks, 180)
     finally:
         stop.set()
         t.join()

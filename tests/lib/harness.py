@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import re
+import selectors
 import shutil
 import signal
 import socket
@@ -542,3 +543,40 @@ def run():
 
 def node_available():
     return bool(NODE_MODULES) and os.path.isdir(NODE_MODULES) and shutil.which("node")
+
+
+def read_responses(socks, timeout):
+    """Read many raw HTTP/1.1 answers at once (one per socket, Connection: close) to EOF:
+    [(http status, body bytes)] in socket order, chunked bodies decoded."""
+    sel = selectors.DefaultSelector()
+    bufs = {}
+    for i, s in enumerate(socks):
+        s.setblocking(False)
+        sel.register(s, selectors.EVENT_READ, i)
+        bufs[i] = b""
+    left, deadline = len(socks), time.time() + timeout
+    while left and time.time() < deadline:
+        for key, _ in sel.select(timeout=1):
+            chunk = key.fileobj.recv(65536)
+            if chunk:
+                bufs[key.data] += chunk
+            else:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                left -= 1
+    assert left == 0, "%d streams unfinished after %ds" % (left, timeout)
+    out = []
+    for i in range(len(socks)):
+        head, _, body = bufs[i].partition(b"\r\n\r\n")
+        if b"transfer-encoding: chunked" in head.lower():
+            plain = b""
+            while body:
+                size, _, rest = body.partition(b"\r\n")
+                n = int(size.split(b";")[0], 16)
+                if n == 0:
+                    break
+                plain += rest[:n]
+                body = rest[n + 2:]
+            body = plain
+        out.append((int(head.split(b" ", 2)[1]), body))
+    return out
