@@ -266,6 +266,10 @@ else
     dp=0 df=0
 fi
 
+# What failed and why, last, where a truncated CI log still shows it.
+python3 scripts/failure-digest.py normal="$top/_build/normal" sanitizers="$top/_build/sanitizers" \
+    tsan="$top/_build/tsan" real-opensandbox="$top/_build/normal/real-opensandbox" \
+    $(for d in "$top"/_build/normal/rock-admin-*/_build/sub; do echo "distcheck=$d"; done) || true
 echo "$summary"
 echo "$((ap + np + sp + tp + fp + rp + pp + dp)) passed, $((af + nf + sf + tf + ff + rf + pf + df)) failed"
 exit $status

@@ -47,6 +47,7 @@ note() { # result name detail
     *) fail=$((fail + 1)) ;;
     esac
     echo "real-opensandbox [$2]: $1${3:+ ($3)}"
+    echo "real-opensandbox [$2]: $1${3:+ ($3)}" >>"$log/notes.txt" # for scripts/failure-digest.py
 }
 
 run_tests() { # mode, prefix command (empty or "up-netns.sh exec")
@@ -90,7 +91,7 @@ if bash "$stand/setup.sh" >"$log/setup.log" 2>&1; then
     note ok setup "$(($(date +%s) - ts)) s"
 else
     tail -n 30 "$log/setup.log"
-    note FAILED setup
+    note FAILED setup "$(grep -v '^[[:space:]]*$' "$log/setup.log" | tail -n 1 | cut -c1-200)"
     echo "real-opensandbox: $pass passed, $fail failed, $skip skipped ($(($(date +%s) - t0)) s)"
     exit 1
 fi
