@@ -32,7 +32,10 @@ struct rku_curl_loop {
     int64_t timer_at;            /* curl's next timeout (monotonic ms), -1 when none */
     struct rku_curl_job *active; /* transfers in the multi (loop thread only) */
     int sweep_ms;
+    int64_t sweep_at; /* next sweep (monotonic ms; loop side) */
     long max_connects;
+    int driven;  /* no thread: the owner runs passes (rku_curl_loop_run) */
+    int drained; /* driven: stopped with nothing open (guarded by mu) */
 };
 
 static int64_t mono_ms(void)
@@ -159,56 +162,69 @@ static void sweep(struct rku_curl_loop *lp, int64_t now)
     }
 }
 
+/* Milliseconds until the loop must act without socket activity (curl's timer, the sweep). */
+static int next_wait(const struct rku_curl_loop *lp)
+{
+    int64_t now = mono_ms();
+    int64_t until = lp->sweep_at;
+    if (lp->timer_at >= 0 && lp->timer_at < until)
+        until = lp->timer_at;
+    return until > now ? (int)(until - now) : 0;
+}
+
+/* One pass: take the queued requests, wait at most max_wait ms (and no longer than curl's timer
+ * and the sweep allow) for socket activity, act on it, hand back finished transfers, sweep when
+ * due. Returns 1 when the loop stops and has nothing open. */
+static int loop_pass(struct rku_curl_loop *lp, int max_wait)
+{
+    struct epoll_event evs[LOOP_EVENTS];
+    int running = 0;
+    int stop = take_requests(lp);
+    if (stop && !lp->active)
+        return 1;
+    int wait = next_wait(lp);
+    if (wait > max_wait)
+        wait = max_wait;
+    int n = epoll_wait(lp->epfd, evs, LOOP_EVENTS, wait);
+    for (int i = 0; i < n; i++) {
+        int fd = evs[i].data.fd;
+        if (fd == lp->wakefd)
+            continue; /* drained by take_requests */
+        int mask = 0;
+        if (evs[i].events & EPOLLIN)
+            mask |= CURL_CSELECT_IN;
+        if (evs[i].events & EPOLLOUT)
+            mask |= CURL_CSELECT_OUT;
+        if (evs[i].events & (EPOLLERR | EPOLLHUP))
+            mask |= CURL_CSELECT_ERR;
+        curl_multi_socket_action(lp->multi, fd, mask, &running);
+    }
+    int64_t now = mono_ms();
+    if (lp->timer_at >= 0 && now >= lp->timer_at) {
+        lp->timer_at = -1;
+        curl_multi_socket_action(lp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+    reap(lp);
+    if (now >= lp->sweep_at) {
+        sweep(lp, now);
+        lp->sweep_at = now + lp->sweep_ms;
+    }
+    return 0;
+}
+
 /* The loop thread. */
 static void *loop_main(void *arg)
 {
     struct rku_curl_loop *lp = arg;
     rku_thread_c_locale(); /* callbacks may parse JSON (json-c's per-parse locale switch) */
-    int64_t sweep_at = mono_ms() + lp->sweep_ms;
-    struct epoll_event evs[LOOP_EVENTS];
-    int running = 0;
-    for (;;) {
-        int stop = take_requests(lp);
-        if (stop && !lp->active)
-            break;
-        int64_t now = mono_ms();
-        int64_t until = sweep_at;
-        if (lp->timer_at >= 0 && lp->timer_at < until)
-            until = lp->timer_at;
-        int wait = until > now ? (int)(until - now) : 0;
-        int n = epoll_wait(lp->epfd, evs, LOOP_EVENTS, wait);
-        for (int i = 0; i < n; i++) {
-            int fd = evs[i].data.fd;
-            if (fd == lp->wakefd)
-                continue; /* drained by take_requests */
-            int mask = 0;
-            if (evs[i].events & EPOLLIN)
-                mask |= CURL_CSELECT_IN;
-            if (evs[i].events & EPOLLOUT)
-                mask |= CURL_CSELECT_OUT;
-            if (evs[i].events & (EPOLLERR | EPOLLHUP))
-                mask |= CURL_CSELECT_ERR;
-            curl_multi_socket_action(lp->multi, fd, mask, &running);
-        }
-        now = mono_ms();
-        if (lp->timer_at >= 0 && now >= lp->timer_at) {
-            lp->timer_at = -1;
-            curl_multi_socket_action(lp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-        }
-        reap(lp);
-        if (now >= sweep_at) {
-            sweep(lp, now);
-            sweep_at = now + lp->sweep_ms;
-        }
-    }
+    while (!loop_pass(lp, 1 << 30))
+        ;
     return NULL;
 }
 
-/* Start the thread on first use (under lp->mu). 0 on success. */
-static int loop_start(struct rku_curl_loop *lp)
+/* The multi, the epoll set and the eventfd (under lp->mu or before the loop is shared). */
+static int loop_init(struct rku_curl_loop *lp)
 {
-    if (lp->started)
-        return 0;
     lp->multi = curl_multi_init();
     lp->epfd = epoll_create1(EPOLL_CLOEXEC);
     lp->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -221,20 +237,13 @@ static int loop_start(struct rku_curl_loop *lp)
     if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, lp->wakefd, &ev) != 0)
         goto fail;
     lp->timer_at = -1;
+    lp->sweep_at = mono_ms() + lp->sweep_ms;
     curl_multi_setopt(lp->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
     curl_multi_setopt(lp->multi, CURLMOPT_SOCKETDATA, lp);
     curl_multi_setopt(lp->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
     curl_multi_setopt(lp->multi, CURLMOPT_TIMERDATA, lp);
     if (lp->max_connects > 0)
         curl_multi_setopt(lp->multi, CURLMOPT_MAXCONNECTS, lp->max_connects);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, LOOP_STACK);
-    int rc = pthread_create(&lp->thread, &attr, loop_main, lp);
-    pthread_attr_destroy(&attr);
-    if (rc != 0)
-        goto fail;
-    lp->started = 1;
     return 0;
 fail:
     if (lp->multi)
@@ -248,6 +257,30 @@ fail:
     return -1;
 }
 
+/* Start the thread on first use (under lp->mu). 0 on success. */
+static int loop_start(struct rku_curl_loop *lp)
+{
+    if (lp->started)
+        return 0;
+    if (lp->driven || loop_init(lp) != 0)
+        return -1; /* a driven loop is started by rku_curl_loop_new_driven */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, LOOP_STACK);
+    int rc = pthread_create(&lp->thread, &attr, loop_main, lp);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        curl_multi_cleanup(lp->multi);
+        close(lp->epfd);
+        close(lp->wakefd);
+        lp->multi = NULL;
+        lp->epfd = lp->wakefd = -1;
+        return -1;
+    }
+    lp->started = 1;
+    return 0;
+}
+
 struct rku_curl_loop *rku_curl_loop_new(int sweep_ms, long max_connects)
 {
     struct rku_curl_loop *lp = calloc(1, sizeof *lp);
@@ -258,6 +291,44 @@ struct rku_curl_loop *rku_curl_loop_new(int sweep_ms, long max_connects)
     lp->sweep_ms = sweep_ms > 0 ? sweep_ms : 250;
     lp->max_connects = max_connects;
     return lp;
+}
+
+struct rku_curl_loop *rku_curl_loop_new_driven(int sweep_ms, long max_connects)
+{
+    struct rku_curl_loop *lp = rku_curl_loop_new(sweep_ms, max_connects);
+    if (!lp)
+        return NULL;
+    lp->driven = 1;
+    if (loop_init(lp) != 0) {
+        pthread_mutex_destroy(&lp->mu);
+        free(lp);
+        return NULL;
+    }
+    lp->started = 1;
+    return lp;
+}
+
+int rku_curl_loop_fd(const struct rku_curl_loop *lp)
+{
+    return lp->epfd;
+}
+
+int rku_curl_loop_run(struct rku_curl_loop *lp)
+{
+    if (loop_pass(lp, 0)) {
+        pthread_mutex_lock(&lp->mu);
+        lp->drained = 1;
+        pthread_mutex_unlock(&lp->mu);
+    }
+    return next_wait(lp);
+}
+
+int rku_curl_loop_drained(struct rku_curl_loop *lp)
+{
+    pthread_mutex_lock(&lp->mu);
+    int d = lp->drained;
+    pthread_mutex_unlock(&lp->mu);
+    return d;
 }
 
 int rku_curl_loop_submit(struct rku_curl_loop *lp, struct rku_curl_job *j)
@@ -306,6 +377,10 @@ void rku_curl_loop_stop(struct rku_curl_loop *lp)
     pthread_mutex_unlock(&lp->mu);
     if (!started || joined)
         return;
+    if (lp->driven) {
+        wake(lp); /* the owner's passes end the open transfers (rku_curl_loop_drained) */
+        return;
+    }
     wake(lp);
     pthread_join(lp->thread, NULL);
     /* Wakes queued while the loop drained its last transfers: theirs to release. */
@@ -324,11 +399,28 @@ void rku_curl_loop_stop(struct rku_curl_loop *lp)
     lp->epfd = lp->wakefd = -1;
 }
 
+/* A driven loop whose owner no longer runs it: what is still queued or open ends here as
+ * aborted (on_done on this thread), then the multi and descriptors go. */
+static void driven_close(struct rku_curl_loop *lp)
+{
+    take_requests(lp);
+    while (lp->active)
+        finish(lp, lp->active, CURLE_ABORTED_BY_CALLBACK);
+    take_requests(lp); /* wakes queued by on_done */
+    curl_multi_cleanup(lp->multi);
+    close(lp->epfd);
+    close(lp->wakefd);
+    lp->multi = NULL;
+    lp->epfd = lp->wakefd = -1;
+}
+
 void rku_curl_loop_free(struct rku_curl_loop *lp)
 {
     if (!lp)
         return;
     rku_curl_loop_stop(lp);
+    if (lp->driven && lp->multi)
+        driven_close(lp);
     pthread_mutex_destroy(&lp->mu);
     free(lp);
 }

@@ -53,6 +53,24 @@ struct rku_curl_job {
  *  multi keeps (0: libcurl's default). NULL on OOM. */
 struct rku_curl_loop *rku_curl_loop_new(int sweep_ms, long max_connects);
 
+/** A loop without a thread of its own, for an owner that has an event loop:
+ *  it watches rku_curl_loop_fd (readable when the loop has work) and calls
+ *  rku_curl_loop_run from one thread, its own. Submissions and wakes from
+ *  any thread work as for a threaded loop. NULL on OOM. */
+struct rku_curl_loop *rku_curl_loop_new_driven(int sweep_ms, long max_connects);
+
+/** A driven loop's descriptor (an epoll set): readable when socket activity,
+ *  a submission or a wake is pending. */
+int rku_curl_loop_fd(const struct rku_curl_loop *lp);
+
+/** One pass of a driven loop on its owner's thread, without waiting: returns
+ *  the milliseconds after which it must run again even without activity on
+ *  its descriptor (curl's timer, the sweep). */
+int rku_curl_loop_run(struct rku_curl_loop *lp);
+
+/** 1 once a stopped driven loop has nothing open (any thread). */
+int rku_curl_loop_drained(struct rku_curl_loop *lp);
+
 /** Hand j to the loop. 0, or -1 when the loop is stopping or its thread
  *  cannot start (on_done is then not called). */
 int rku_curl_loop_submit(struct rku_curl_loop *lp, struct rku_curl_job *j);
@@ -64,10 +82,14 @@ int rku_curl_loop_submit(struct rku_curl_loop *lp, struct rku_curl_job *j);
 int rku_curl_loop_wake_job(struct rku_curl_loop *lp, struct rku_curl_job *j);
 
 /** Stop taking submissions, wait until every open transfer ended (they end by
- *  their deadlines or should_abort), join the thread. Idempotent. */
+ *  their deadlines or should_abort), join the thread. Idempotent. A driven
+ *  loop is not waited for: its owner's passes end the open transfers
+ *  (rku_curl_loop_drained says when). */
 void rku_curl_loop_stop(struct rku_curl_loop *lp);
 
-/** Stop (as rku_curl_loop_stop) and free the loop (NULL-safe). */
+/** Stop (as rku_curl_loop_stop) and free the loop (NULL-safe). A driven loop
+ *  is freed on its owner's thread or once the owner no longer runs it; what
+ *  is still open then ends with CURLE_ABORTED_BY_CALLBACK. */
 void rku_curl_loop_free(struct rku_curl_loop *lp);
 
 #endif /* RK_UTIL_CURLLOOP_H */

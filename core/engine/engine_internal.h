@@ -15,6 +15,8 @@ struct rk_app;
 struct rk_config;
 struct rk_workers;
 struct rk_req;
+struct rk_evloop;
+struct rk_ip_limit;
 
 /* What a connection is waiting for (the watchdog's view of it). */
 enum conn_phase {
@@ -38,7 +40,11 @@ struct conn_track {
 };
 
 struct http_state {
-    struct MHD_Daemon *daemon;
+    /* the event loops (event_loops.c): one libmicrohttpd daemon each, all on one socket */
+    struct MHD_Daemon **daemons;
+    struct rk_evloop **loops;
+    int nloops;
+    struct rk_ip_limit *per_ip; /* server.per_ip_connections over all loops (ip_limit.c) */
     int port;
     atomic_int inflight;
     int quiesced;

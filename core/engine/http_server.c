@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libmicrohttpd glue. Concurrency model (docs/architecture.md "Concurrency"):
- * server.event_threads event loops (libmicrohttpd in epoll mode with its
- * internal thread pool) parse requests, run the admission checks, route and
+ * server.event_threads event loops (event_loops.c: a thread each, running one
+ * libmicrohttpd daemon in epoll mode on the shared listening socket) parse requests, run the admission checks, route and
  * read bodies; they never block. Everything that may block - the route
  * handlers, a stream route's begin(), a WebSocket route's set-up - runs as a
  * job on the worker pool (workers.h, server.workers threads, at most
@@ -41,6 +41,8 @@
 #include "engine/tls.h"
 #include "base/util.h"
 #include "engine/engine_internal.h"
+#include "engine/event_loops.h"
+#include "engine/ip_limit.h"
 #include "engine/workers.h"
 
 /* Each buffered JSON body byte is charged this many times to the memory budget. */
@@ -206,6 +208,7 @@ static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
     if (!r)
         return NULL;
     r->app = cls;
+    r->loop = rk_evloop_current();
     r->raw_uri = strdup(uri ? uri : "/");
     r->start_ms = rk_now_ms();
     return r;
@@ -564,19 +567,23 @@ static void workers_collect(void *arg, struct rk_buf *out)
                   (long long)atomic_load(&hs->refused));
 }
 
-/* MHD accept policy: enforce server.max_connections over all event threads.
+/* MHD accept policy: enforce server.max_connections and server.per_ip_connections over all
+ * event loops (each has a daemon of its own, so libmicrohttpd's limits would be per loop).
  * libmicrohttpd splits its own limit between the threads and, at the limit,
  * stops accepting (new connections would wait in the listen backlog); the
  * engine gives it room and closes the connections over the limit at once
  * instead, as the thread-per-connection engine did, so a client sees a
- * refusal it can retry. The count is given back in rk_track_notify_cb. */
+ * refusal it can retry. Both counts are given back in rk_track_notify_cb. */
 static enum MHD_Result accept_policy_cb(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
-    (void)addr;
     (void)addrlen;
     struct rk_app *app = cls;
     struct http_state *hs = app->http;
     if (atomic_fetch_add(&hs->open, 1) >= hs->conn_limit) {
+        atomic_fetch_sub(&hs->open, 1);
+        return MHD_NO;
+    }
+    if (!rk_ip_limit_take(hs->per_ip, addr)) {
         atomic_fetch_sub(&hs->open, 1);
         return MHD_NO;
     }
@@ -595,6 +602,38 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
     rk_log(RK_LOG_WARNING, "http: %s", line);
 }
 
+/* The listening socket all event loops accept from (non-blocking, close-on-exec, address
+ * reuse, IPv6 only for an IPv6 address); -1 with errno set. */
+static int listen_socket(const struct sockaddr_storage *ss, socklen_t len)
+{
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (ss->ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+    if (bind(fd, (const struct sockaddr *)ss, len) != 0 || listen(fd, 1024) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* The port fd is bound to (the configured one unless it was 0). */
+static int bound_port(int fd, int configured)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+        return configured;
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
 int rk_http_start(struct rk_app *app)
 {
     struct http_state *hs = calloc(1, sizeof *hs);
@@ -611,8 +650,10 @@ int rk_http_start(struct rk_app *app)
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
-                     MHD_ALLOW_UPGRADE | MHD_USE_ERROR_LOG;
+    socklen_t sslen;
+    /* No internal thread: the event loops (event_loops.c) run the daemons. */
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_ALLOW_UPGRADE |
+                     MHD_USE_ERROR_LOG;
     const char *host = cfg->server.host;
     struct MHD_OptionItem tls_opts[3];
     rk_tls_mhd_options(tls_opts, 3);
@@ -627,6 +668,7 @@ int rk_http_start(struct rk_app *app)
             return -1;
         }
         flags |= MHD_USE_IPv6;
+        sslen = sizeof *a6;
     } else {
         struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
         a4->sin_family = AF_INET;
@@ -635,6 +677,7 @@ int rk_http_start(struct rk_app *app)
             rk_err("server.host: \"%s\" is not an IPv4 address", host);
             return -1;
         }
+        sslen = sizeof *a4;
     }
 
     rk_budget_init(cfg->server.max_buffered_bytes, cfg->server.max_spool_bytes);
@@ -653,27 +696,61 @@ int rk_http_start(struct rk_app *app)
     int per_ip = cfg->server.per_ip_connections;
     if (per_ip < 0)
         per_ip = cfg->server.max_connections / 4 > 0 ? cfg->server.max_connections / 4 : 1;
+    hs->per_ip = rk_ip_limit_new(per_ip);
+    if (!hs->per_ip)
+        return -1;
 
-    /* libmicrohttpd's own limit, split between the event threads, never
-     * binds: accept_policy_cb enforces server.max_connections. */
-    long long want = ((long long)cfg->server.max_connections + 1) * cfg->server.event_threads;
-    unsigned mhd_limit = want > 0x3fffffff ? 0x3fffffffu : (unsigned)want;
-    hs->daemon = MHD_start_daemon(
-        flags, (uint16_t)cfg->server.port, accept_policy_cb, app, access_handler, app,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->server.connection_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->server.max_header_bytes,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->server.event_threads,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app,
-        MHD_OPTION_NOTIFY_COMPLETED, completed_cb, app, MHD_OPTION_NOTIFY_CONNECTION,
-        rk_track_notify_cb, app, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
-    if (!hs->daemon) {
+    int lfd = listen_socket(&ss, sslen);
+    if (lfd < 0) {
         rk_err("cannot listen on %s:%d (address in use or not permitted)", host, cfg->server.port);
         return -1;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(hs->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    hs->port = di ? di->port : cfg->server.port;
+    hs->port = bound_port(lfd, cfg->server.port);
+    int n = cfg->server.event_threads > 0 ? cfg->server.event_threads : 1;
+    hs->daemons = calloc((size_t)n, sizeof *hs->daemons);
+    hs->loops = calloc((size_t)n, sizeof *hs->loops);
+    if (!hs->daemons || !hs->loops) {
+        close(lfd);
+        return -1;
+    }
+    /* libmicrohttpd's own connection limit never binds: accept_policy_cb enforces
+     * server.max_connections and server.per_ip_connections over all loops. Each daemon gets its
+     * own descriptor of the one listening socket (it closes it when it stops). */
+    unsigned mhd_limit = cfg->server.max_connections >= 0x3fffffff
+                             ? 0x3fffffffu
+                             : (unsigned)cfg->server.max_connections + 1;
+    for (int i = 0; i < n; i++) {
+        int fd = fcntl(lfd, F_DUPFD_CLOEXEC, 0);
+        struct MHD_Daemon *d =
+            fd < 0 ? NULL
+                   : MHD_start_daemon(
+                         flags, 0, accept_policy_cb, app, access_handler, app,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_LISTEN_SOCKET,
+                         fd, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->server.connection_timeout_s,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->server.max_header_bytes,
+                         MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app, MHD_OPTION_NOTIFY_COMPLETED,
+                         completed_cb, app, MHD_OPTION_NOTIFY_CONNECTION, rk_track_notify_cb, app,
+                         MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+        if (!d) {
+            if (fd >= 0)
+                close(fd);
+            rk_err("cannot start the HTTP server on %s:%d", host, cfg->server.port);
+            close(lfd);
+            return -1;
+        }
+        hs->daemons[i] = d;
+        hs->nloops = i + 1;
+        hs->loops[i] = rk_evloop_new(d);
+        if (!hs->loops[i]) {
+            close(lfd);
+            return -1;
+        }
+    }
+    close(lfd); /* the daemons hold their own descriptors of it */
+    for (int i = 0; i < n; i++)
+        if (rk_evloop_start(hs->loops[i]) != 0)
+            return -1;
     if (pthread_create(&hs->watchdog, NULL, rk_watchdog_main, app) != 0) {
         rk_err("cannot start the connection watchdog thread");
         return -1;
@@ -691,28 +768,32 @@ int rk_http_port(const struct rk_app *app)
 void rk_http_quiesce(struct rk_app *app)
 {
     struct http_state *hs = app->http;
-    if (!hs || !hs->daemon || hs->quiesced)
+    if (!hs || !hs->nloops || hs->quiesced)
         return;
-    /* Not MHD_quiesce_daemon: with its event threads in epoll mode it races
-     * with them over the listening socket's removal from their epoll sets, and
-     * the loser aborts the process (libmicrohttpd 0.9.75, "Failed to remove
-     * listen FD from epoll set"). Instead the listening descriptor is pointed
-     * at a fresh unbound socket: the listener itself is released at once (the
-     * kernel takes it out of every epoll set and refuses new connections, which
-     * is what a balancer needs to see), and the descriptor libmicrohttpd holds
-     * stays valid — nothing ever fires on it — until MHD_stop_daemon closes it. */
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(hs->daemon, MHD_DAEMON_INFO_LISTEN_FD);
-    int lfd = di ? di->listen_fd : -1;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    int family =
-        lfd >= 0 && getsockname(lfd, (struct sockaddr *)&ss, &sl) == 0 ? ss.ss_family : AF_INET;
-    int idle = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (lfd < 0 || idle < 0 || dup3(idle, lfd, O_CLOEXEC) < 0)
-        rk_warn("cannot stop listening for the drain (%s): new connections are still accepted",
-                strerror(errno));
-    if (idle >= 0)
-        close(idle);
+    /* Not MHD_quiesce_daemon: it takes the listening socket out of the daemon's epoll set
+     * while that daemon's loop may be inside it (libmicrohttpd 0.9.75 aborts on a failed
+     * removal: "Failed to remove listen FD from epoll set"). Instead every daemon's
+     * descriptor of the listening socket is pointed at a fresh unbound socket: once the
+     * last one is replaced the listener itself is closed (the kernel takes it out of every
+     * epoll set and refuses new connections, which is what a balancer needs to see), and
+     * the descriptors libmicrohttpd holds stay valid - nothing ever fires on them - until
+     * MHD_stop_daemon closes them. */
+    for (int i = 0; i < hs->nloops; i++) {
+        const union MHD_DaemonInfo *di =
+            hs->daemons[i] ? MHD_get_daemon_info(hs->daemons[i], MHD_DAEMON_INFO_LISTEN_FD)
+                           : NULL;
+        int lfd = di ? di->listen_fd : -1;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int family =
+            lfd >= 0 && getsockname(lfd, (struct sockaddr *)&ss, &sl) == 0 ? ss.ss_family : AF_INET;
+        int idle = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (lfd < 0 || idle < 0 || dup3(idle, lfd, O_CLOEXEC) < 0)
+            rk_warn("cannot stop listening for the drain (%s): new connections are still accepted",
+                    strerror(errno));
+        if (idle >= 0)
+            close(idle);
+    }
     hs->quiesced = 1;
 }
 
@@ -746,13 +827,30 @@ void rk_http_stop(struct rk_app *app)
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    /* The loops' upstream transfers end (the daemon is stopping: they abort) while the loops
+     * still run; then the loop threads stop. */
+    for (int i = 0; i < hs->nloops; i++)
+        rk_evloop_stop_transfers(hs->loops[i]);
+    for (int i = 0; i < hs->nloops; i++)
+        while (!rk_evloop_transfers_done(hs->loops[i]) && rk_now_ms() < until) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    for (int i = 0; i < hs->nloops; i++)
+        rk_evloop_join(hs->loops[i]);
     if (atomic_load(&hs->suspended) > 0) {
-        rk_warn("%d request(s) still suspended at shutdown: the HTTP server is left running",
+        rk_warn("%d request(s) still suspended at shutdown: the HTTP server is left as it is",
                 atomic_load(&hs->suspended));
         return;
     }
-    if (hs->daemon)
-        MHD_stop_daemon(hs->daemon);
+    for (int i = 0; i < hs->nloops; i++) {
+        rk_evloop_free(hs->loops[i]); /* transfers still open end here, aborted */
+        if (hs->daemons[i])
+            MHD_stop_daemon(hs->daemons[i]);
+    }
+    free(hs->loops);
+    free(hs->daemons);
+    rk_ip_limit_free(hs->per_ip);
     rk_workers_free(hs->workers);
     pthread_mutex_destroy(&hs->mu);
     pthread_cond_destroy(&hs->cv);

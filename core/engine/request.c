@@ -12,6 +12,7 @@
 #include "base/app.h"
 #include "engine/engine_internal.h"
 #include "engine/envelope.h"
+#include "engine/event_loops.h"
 #include "engine/workers.h"
 #include "obs/log.h"
 
@@ -148,9 +149,11 @@ void rk_req_resume(struct rk_req *r)
 {
     struct http_state *hs = r->app->http;
     struct MHD_Connection *conn = r->conn;
+    struct rk_evloop *loop = r->loop;
     /* Nothing of r is touched after the resume: the loop may finish it at once. */
     atomic_fetch_sub(&hs->suspended, 1);
     MHD_resume_connection(conn);
+    rk_evloop_wake(loop); /* the daemon has no inter-thread channel of its own */
 }
 
 int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg)
@@ -268,4 +271,14 @@ void rk_req_reply_busy(struct rk_req *r, const char *why)
     enum rk_shape shape = r->route ? (enum rk_shape)r->route->shape : RK_SHAPE_NULL;
     r->outcome = "busy";
     rk_req_reply_json(r, 503, rk_envelope_failure(message, msg, 5000, shape));
+}
+
+struct rku_curl_loop *rk_req_curl_loop(const struct rk_req *r)
+{
+    return r ? rk_evloop_curl(r->loop) : NULL;
+}
+
+void rk_req_loop_wake(struct rk_evloop *loop)
+{
+    rk_evloop_wake(loop);
 }

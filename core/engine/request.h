@@ -29,6 +29,8 @@ struct rk_route;
 struct rk_call;
 struct MHD_Response;
 struct MHD_Connection;
+struct rk_evloop;
+struct rku_curl_loop;
 
 /** Size of rk_req.auth_name (token names are at most 63 characters). */
 #define RK_AUTH_NAME_MAX 64
@@ -83,6 +85,7 @@ struct rk_req {
     int suspended;    /* suspended by rk_req_suspend, not yet resumed (loop only) */
     int deferred;     /* rk_req_defer was called */
     int on_loop;      /* route code runs on the event loop (RK_ROUTE_LOOP_FIRST) */
+    struct rk_evloop *loop; /* the event loop serving the connection (event_loops.c) */
     int wants_worker; /* it called rk_req_needs_worker(): run it again on a worker */
     size_t body_kept; /* body bytes a stream route left for later (see router.h) */
     atomic_int holds;
@@ -158,5 +161,16 @@ int rk_req_needs_worker(struct rk_req *r);
 /** Run fn(arg) on the worker pool (engine/workers.h); 0, or -1 when its
  *  queue (server.worker_queue) is full or the server stops. */
 int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg);
+
+/** The curl multi loop (lib/rkcurlloop.h) of the event loop serving r's connection: upstream
+ *  transfers submitted there run on the connection's own thread, so their answers resume it
+ *  without waking another thread. NULL if the request has no loop (never for a request from
+ *  the HTTP engine). Submit from any thread. */
+struct rku_curl_loop *rk_req_curl_loop(const struct rk_req *r);
+
+/** Let the event loop that served a connection run libmicrohttpd soon (any thread, NULL-safe):
+ *  after MHD_upgrade_action(MHD_UPGRADE_ACTION_CLOSE) on one of its upgraded connections from
+ *  another thread (the loop's daemon has no inter-thread channel of its own). */
+void rk_req_loop_wake(struct rk_evloop *loop);
 
 #endif /* RK_REQUEST_H */

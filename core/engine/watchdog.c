@@ -14,6 +14,7 @@
 #include "base/util.h"
 #include "config/config.h"
 #include "engine/engine_internal.h"
+#include "engine/ip_limit.h"
 #include "engine/stream_reply.h"
 #include "obs/log.h"
 
@@ -82,6 +83,9 @@ void rk_track_notify_cb(void *cls, struct MHD_Connection *conn, void **socket_co
         return;
     }
     atomic_fetch_sub(&hs->open, 1); /* counted by the accept policy */
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    rk_ip_limit_give(hs->per_ip, ai ? ai->client_addr : NULL);
     struct conn_track *t = *socket_context;
     if (!t)
         return;

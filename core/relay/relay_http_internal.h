@@ -71,7 +71,8 @@ struct px_http {
     struct rk_req *waiter;
     int64_t peer_checked_ms; /* last client-gone check */
     /* the relay transfer loop (relay_http_loop.c; loop thread only unless noted) */
-    struct rku_curl_job job; /* the transfer on the relay loop (relay_http_loop.c) */
+    struct rku_curl_job job;    /* the transfer on its loop (relay_http_loop.c) */
+    struct rku_curl_loop *loop; /* the request's event loop's curl loop (rk_req_curl_loop) */
     int paused_recv;         /* the response pipe was full */
     int paused_send;         /* the request pipe was empty */
     int64_t last_io_ms;

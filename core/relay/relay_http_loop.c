@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The relay transfer loop: every upstream transfer of the HTTP relay runs on
- * one librkutil curl loop (lib/rkcurlloop.h: one thread, one libcurl multi
- * handle on epoll), so a relayed request holds no thread, and the multi's
- * connection cache keeps the upstream keep-alive connections for the next
- * request to the same origin. This file is the relay's side of it: what a
- * finished transfer, an unpause and the periodic check mean for a px_http.
+ * The relay's transfers on the event loops: every upstream transfer of the
+ * HTTP relay runs on the curl multi loop of the event loop that serves the
+ * client's connection (rk_req_curl_loop, engine/event_loops.c: the same
+ * thread, one libcurl multi handle per loop on that loop's epoll set), so a
+ * relayed request holds no thread and wakes none, and each multi's connection
+ * cache keeps upstream keep-alive connections for the next request to the
+ * same origin. This file is the relay's side of it: what a finished transfer,
+ * an unpause and the periodic check mean for a px_http.
  *
  * Callbacks (header, write, read, progress) run on this thread and never
  * block. Backpressure both ways pauses the transfer instead of waiting:
@@ -19,8 +21,8 @@
  * Unpause requests from other threads go through the loop's wake queue: only
  * the loop thread touches the multi and the easy handles in it.
  *
- * Idle transfers get no curl callbacks, so every transfer is checked each
- * RELAY_LOOP_SWEEP_MS: cancellation, the daemon's shutdown, a client that left
+ * Idle transfers get no curl callbacks, so every transfer is checked every
+ * 250 ms (the loop's sweep): cancellation, the daemon's shutdown, a client that left
  * (its connection is suspended, libmicrohttpd does not watch it) and the
  * inactivity limit (proxy.timeout_s; waiting for a slow client that reads the
  * answer is not upstream inactivity).
@@ -31,19 +33,11 @@
 #include <stddef.h>
 
 #include "base/util.h"
+#include "engine/request.h"
 #include "obs/log.h"
 #include "relay/relay_common.h"
 #include "relay/relay_http_internal.h"
 #include "rkcurlloop.h"
-
-/* How often every transfer gets its checks (cancellation, client gone, inactivity). */
-#define RELAY_LOOP_SWEEP_MS 250
-/* Idle upstream keep-alive connections the multi keeps (as the handle pool's bound). */
-#define RELAY_LOOP_MAXCONNECTS 512
-
-static pthread_mutex_t loop_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct rku_curl_loop *loop; /* created on first use (under loop_mu) */
-static int loop_stopped;           /* under loop_mu */
 
 static struct px_http *px_of(struct rku_curl_job *j)
 {
@@ -87,23 +81,10 @@ static int px_check(struct rku_curl_job *j, int64_t now)
     return rk_px_should_abort(px_of(j), rk_now_ms());
 }
 
-/* The loop, created on first use; NULL once shut down. */
-static struct rku_curl_loop *the_loop(void)
-{
-    pthread_mutex_lock(&loop_mu);
-    if (!loop && !loop_stopped) {
-        loop = rku_curl_loop_new(RELAY_LOOP_SWEEP_MS, RELAY_LOOP_MAXCONNECTS);
-        if (!loop)
-            rk_err("cannot start the relay transfer loop");
-    }
-    struct rku_curl_loop *lp = loop;
-    pthread_mutex_unlock(&loop_mu);
-    return lp;
-}
-
 int rk_http_loop_submit(struct px_http *px)
 {
-    struct rku_curl_loop *lp = the_loop();
+    struct rku_curl_loop *lp = rk_req_curl_loop(px->owner);
+    px->loop = lp;
     px->job.curl = px->curl;
     px->job.on_done = px_done;
     px->job.on_wake = px_wake;
@@ -115,7 +96,7 @@ int rk_http_loop_submit(struct px_http *px)
 
 void rk_http_loop_unpause(struct px_http *px)
 {
-    struct rku_curl_loop *lp = the_loop();
+    struct rku_curl_loop *lp = px->loop;
     if (!lp)
         return;
     pthread_mutex_lock(&px->mu);
@@ -123,15 +104,4 @@ void rk_http_loop_unpause(struct px_http *px)
     pthread_mutex_unlock(&px->mu);
     if (!rku_curl_loop_wake_job(lp, &px->job))
         rk_px_unref(px);
-}
-
-void rk_http_loop_shutdown(void)
-{
-    pthread_mutex_lock(&loop_mu);
-    struct rku_curl_loop *lp = loop;
-    loop_stopped = 1;
-    pthread_mutex_unlock(&loop_mu);
-    /* After its transfers ended (they abort: the daemon stops). The loop object
-     * stays: a late unpause or submission finds it stopped and does nothing. */
-    rku_curl_loop_stop(lp);
 }

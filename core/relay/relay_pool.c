@@ -2,7 +2,6 @@
 /* Handle pool and worker-thread cache of the HTTP relay (see relay_pool.h). */
 #include "relay/relay_pool.h"
 
-#include "relay/relay_http_loop.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -49,6 +48,5 @@ void rk_relay_curl_put(const char *url, CURL *c, int reusable)
 
 void rk_relay_pool_shutdown(void)
 {
-    rk_http_loop_shutdown();
     rku_curl_pool_clear(relay_pool());
 }

@@ -25,7 +25,7 @@ CURL *rk_relay_curl_get(const char *url);
  *  there is room, else cleaned up. url is the one passed to rk_relay_curl_get. */
 void rk_relay_curl_put(const char *url, CURL *c, int reusable);
 
-/** Stop the relay transfer loop and free every pooled handle (shutdown). */
+/** Free every pooled handle (shutdown, after the HTTP engine stopped). */
 void rk_relay_pool_shutdown(void);
 
 #endif /* RK_RELAY_POOL_H */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/app.h"
+#include "engine/request.h"
 #include "base/util.h"
 #include "config/config.h"
 #include "obs/log.h"
@@ -474,6 +475,7 @@ static void session_end(struct rk_session *s)
     if (!s->c_dead)
         shutdown(s->cfd, SHUT_RDWR);
     MHD_upgrade_action(s->urh, MHD_UPGRADE_ACTION_CLOSE);
+    rk_req_loop_wake(s->up->loop); /* the loop cleans the connection up */
     s->up->release(s->up);
     free(s->to_c.data);
     free(s->to_u.data);

@@ -28,6 +28,7 @@ struct rk_app;
 struct rk_session;
 struct rk_relay_kind;
 struct MHD_UpgradeResponseHandle;
+struct rk_evloop;
 
 /** The part of a WebSocket relay's state the upgrade path (upgrade.h) and the
  *  session work with; the first member of the relay's own state struct. */
@@ -38,6 +39,7 @@ struct rk_upgrade {
     uint16_t close_code;    /* non-zero: accept, send this close, end */
     char close_reason[600]; /* cut to 123 bytes when framed */
     int64_t idle_minutes;   /* the sandbox's idle timeout: traffic touches it (relay_touch.h) */
+    struct rk_evloop *loop; /* the event loop of the client connection (rk_req_loop_wake) */
     /** How the relay moves bytes on a loop (below); only used when
      *  close_code is 0. */
     const struct rk_relay_kind *kind;

@@ -84,6 +84,7 @@ static void upgraded(void *cls, struct MHD_Connection *connection, void *req_cls
         /* the client learns it from the closed connection */
     }
     MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+    rk_req_loop_wake(up->loop);
     up->release(up);
     rk_relay_leave();
 }
@@ -105,6 +106,7 @@ void rk_upgrade_accept(struct rk_req *r, struct rk_upgrade *up, const char *prot
     MHD_add_response_header(resp, "Sec-WebSocket-Accept", acc);
     if (protocol && *protocol)
         MHD_add_response_header(resp, "Sec-WebSocket-Protocol", protocol);
+    up->loop = r->loop;
     r->outcome = up->close_code ? "failed" : "success";
     rk_req_reply_mhd(r, MHD_HTTP_SWITCHING_PROTOCOLS, resp);
 }

@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The event loops (docs/architecture.md "Concurrency"): server.event_threads
+ * threads, each with one epoll set that holds
+ *   - one libmicrohttpd daemon (epoll mode, no thread of its own; all daemons
+ *     accept from the one listening socket), run with MHD_run when its epoll
+ *     descriptor is readable or its timeout is due, and
+ *   - one libcurl multi (lib/rkcurlloop.h, driven): upstream transfers that a
+ *     request on this loop starts (the HTTP relay) run on the same thread as
+ *     the request's connection, so a relayed request is accepted, sent
+ *     upstream, answered and resumed without waking another thread.
+ * Other threads reach a loop only through the loop's eventfd (rk_evloop_wake:
+ * a connection was resumed; libmicrohttpd 0.9.75 gives a daemon without a
+ * thread of its own no inter-thread channel, so MHD_resume_connection alone
+ * would wait for the loop's next timeout) and the curl loop's submission and
+ * wake queue (its eventfd is in the curl loop's epoll set).
+ */
+#include "engine/event_loops.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "base/util.h"
+#include "obs/log.h"
+#include "rkcurlloop.h"
+#include "rkutil.h"
+
+/* How often every upstream transfer is checked (cancellation, client gone, inactivity). */
+#define CURL_SWEEP_MS 250
+/* Idle upstream keep-alive connections each loop's multi keeps. */
+#define CURL_MAXCONNECTS 256
+/* The longest a loop sleeps without events (libmicrohttpd reports no timeout). */
+#define IDLE_WAIT_MS 1000
+/* The loop thread's stack: libmicrohttpd's and curl's call chains and the inline routes. */
+#define LOOP_STACK (512 * 1024)
+
+/* epoll tags of a loop's descriptors. */
+enum { TAG_MHD = 1, TAG_CURL = 2, TAG_WAKE = 3 };
+
+struct rk_evloop {
+    struct MHD_Daemon *daemon;
+    struct rku_curl_loop *curl;
+    int epfd;
+    int wakefd; /* eventfd: a resumed connection or the stop (rk_evloop_wake, rk_evloop_join) */
+    atomic_int stop;
+    int started;
+    pthread_t thread;
+};
+
+static _Thread_local struct rk_evloop *current;
+
+static int watch(int epfd, int fd, uint32_t tag)
+{
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN;
+    ev.data.u32 = tag;
+    return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+struct rk_evloop *rk_evloop_new(struct MHD_Daemon *daemon)
+{
+    struct rk_evloop *el = calloc(1, sizeof *el);
+    if (!el)
+        return NULL;
+    el->daemon = daemon;
+    el->epfd = epoll_create1(EPOLL_CLOEXEC);
+    el->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    el->curl = rku_curl_loop_new_driven(CURL_SWEEP_MS, CURL_MAXCONNECTS);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    if (el->epfd < 0 || el->wakefd < 0 || !el->curl || !di ||
+        watch(el->epfd, di->epoll_fd, TAG_MHD) != 0 ||
+        watch(el->epfd, rku_curl_loop_fd(el->curl), TAG_CURL) != 0 ||
+        watch(el->epfd, el->wakefd, TAG_WAKE) != 0) {
+        rk_err("cannot set up an event loop: %s", strerror(errno));
+        rk_evloop_free(el);
+        return NULL;
+    }
+    return el;
+}
+
+/* The loop thread: wait for the daemon, the curl loop or the stop, then run what is due. */
+static void *evloop_main(void *arg)
+{
+    struct rk_evloop *el = arg;
+    current = el;
+    rku_thread_c_locale(); /* inline routes parse JSON here (json-c's per-parse locale switch) */
+    int64_t curl_at = 0;   /* when the curl loop must run even without activity */
+    struct epoll_event evs[4];
+    while (!atomic_load(&el->stop)) {
+        int wait = IDLE_WAIT_MS;
+        MHD_UNSIGNED_LONG_LONG mt;
+        if (MHD_get_timeout(el->daemon, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)wait)
+            wait = (int)mt;
+        int64_t now = rk_now_ms();
+        if (curl_at - now < wait)
+            wait = curl_at > now ? (int)(curl_at - now) : 0;
+        int n = epoll_wait(el->epfd, evs, 4, wait);
+        int curl_ready = 0;
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.u32 == TAG_CURL)
+                curl_ready = 1;
+            else if (evs[i].data.u32 == TAG_WAKE) {
+                uint64_t v;
+                ssize_t r = read(el->wakefd, &v, sizeof v); /* EAGAIN: drained already */
+                (void)r;
+            }
+        }
+        /* libmicrohttpd first: what it reads may start transfers; then the transfers, whose
+         * answers resume connections (seen by the daemon's epoll set on the next turn). */
+        MHD_run(el->daemon);
+        if (curl_ready || rk_now_ms() >= curl_at)
+            curl_at = rk_now_ms() + rku_curl_loop_run(el->curl);
+    }
+    current = NULL;
+    return NULL;
+}
+
+int rk_evloop_start(struct rk_evloop *el)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, LOOP_STACK);
+    int rc = pthread_create(&el->thread, &attr, evloop_main, el);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        rk_err("cannot start an event loop thread: %s", strerror(rc));
+        return -1;
+    }
+    el->started = 1;
+    return 0;
+}
+
+void rk_evloop_stop_transfers(struct rk_evloop *el)
+{
+    if (el && el->curl)
+        rku_curl_loop_stop(el->curl);
+}
+
+int rk_evloop_transfers_done(struct rk_evloop *el)
+{
+    return !el || !el->curl || !el->started || rku_curl_loop_drained(el->curl);
+}
+
+void rk_evloop_wake(struct rk_evloop *el)
+{
+    if (!el)
+        return;
+    uint64_t one = 1;
+    ssize_t w = write(el->wakefd, &one, sizeof one);
+    (void)w; /* EAGAIN: a wake-up is pending already */
+}
+
+void rk_evloop_join(struct rk_evloop *el)
+{
+    if (!el || !el->started)
+        return;
+    atomic_store(&el->stop, 1);
+    rk_evloop_wake(el);
+    pthread_join(el->thread, NULL);
+    el->started = 0;
+}
+
+void rk_evloop_free(struct rk_evloop *el)
+{
+    if (!el)
+        return;
+    rk_evloop_join(el);
+    rku_curl_loop_free(el->curl); /* what is still open ends aborted, on this thread */
+    if (el->epfd >= 0)
+        close(el->epfd);
+    if (el->wakefd >= 0)
+        close(el->wakefd);
+    free(el);
+}
+
+struct rk_evloop *rk_evloop_current(void)
+{
+    return current;
+}
+
+struct rku_curl_loop *rk_evloop_curl(const struct rk_evloop *el)
+{
+    return el ? el->curl : NULL;
+}
