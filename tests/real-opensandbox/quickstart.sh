@@ -29,6 +29,8 @@ opensandbox:
   endpoint: $endpoint
   protocol: http
   api_key: "$key"
+log:
+  level: debug
 YML
 "$build/core/rock-admin" -c "$work/rock-admin.yml" >"$work/rock-admin.log" 2>&1 &
 ra_pid=$!
@@ -49,7 +51,9 @@ cat "$work/out.txt"
 if grep -qx hello "$work/out.txt"; then
     echo "quickstart: ok, printed hello ($(($(date +%s) - t0)) s)"
 else
-    echo "quickstart: FAILED (no 'hello'); rock-admin log:"
-    tail -n 40 "$work/rock-admin.log"
+    echo "quickstart: FAILED (no 'hello'); rock-admin log without the access lines:"
+    grep -v ' info: access ' "$work/rock-admin.log" | tail -n 40
+    echo "quickstart: the last requests:"
+    grep ' info: access ' "$work/rock-admin.log" | tail -n 5
     exit 1
 fi

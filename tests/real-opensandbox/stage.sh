@@ -50,6 +50,10 @@ note() { # result name detail
     echo "real-opensandbox [$2]: $1${3:+ ($3)}" >>"$log/notes.txt" # for scripts/failure-digest.py
 }
 
+qs_why() { # quickstart log -> its last warning or error line (for the failure digest)
+    grep -E ' (warning|error): ' "$1" | tail -n 1 | cut -c1-240
+}
+
 run_tests() { # mode, prefix command (empty or "up-netns.sh exec")
     mode=$1
     shift
@@ -120,7 +124,7 @@ sys.exit(1)' || note FAILED "host: port 44772 still held after the conformance t
             note ok "host quickstart" "$(tail -n 1 "$log/host-quickstart.log")"
         else
             cat "$log/host-quickstart.log"
-            note FAILED "host quickstart"
+            note FAILED "host quickstart" "$(qs_why "$log/host-quickstart.log")"
         fi
         run_tests host
     else
@@ -138,7 +142,7 @@ bridge_stage() {
             note ok "bridge quickstart" "$(tail -n 1 "$log/bridge-quickstart.log")"
         else
             cat "$log/bridge-quickstart.log"
-            note FAILED "bridge quickstart"
+            note FAILED "bridge quickstart" "$(qs_why "$log/bridge-quickstart.log")"
         fi
         run_tests bridge bash "$stand/up-netns.sh" exec
         # every route served through a bridge-mode endpoint (from the access logs)
