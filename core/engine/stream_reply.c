@@ -44,6 +44,9 @@ struct rk_outstream {
     void *gone_ctx;
     struct rk_outstream *next_waiting; /* in the waiting list (waiting_mu) */
     int listed;                        /* in the waiting list (waiting_mu) */
+    /* in one tick's list of streams taken off the waiting list (that tick's alone: the stream
+     * may be listed again, which rewrites next_waiting, before the tick drops its reference) */
+    struct rk_outstream *next_dropped;
 };
 
 /* Streams whose connection is suspended waiting for data: the watchdog's tick
@@ -324,7 +327,8 @@ void rk_stream_tick(int64_t now)
         if (!s->waiting || due) { /* off the list: woken by a push, or now */
             *pp = s->next_waiting;
             s->listed = 0;
-            s->next_waiting = drop;
+            s->next_waiting = NULL;
+            s->next_dropped = drop;
             drop = s;
         } else {
             pp = &s->next_waiting;
@@ -337,7 +341,7 @@ void rk_stream_tick(int64_t now)
     pthread_mutex_unlock(&waiting_mu);
     while (drop) {
         struct rk_outstream *s = drop;
-        drop = s->next_waiting;
+        drop = s->next_dropped;
         rk_stream_unref(s);
     }
 }

@@ -333,7 +333,11 @@ static void *sim_reader_main(void *arg)
         bool gone = cmd->consumer_gone;
         int64_t deadline = cmd->deadline_ms;
         pthread_mutex_unlock(&cmd->mu);
-        if (deadline > 0 && now >= deadline && !cmd->timed_out) {
+        /* Strictly after: both times are whole milliseconds (started_ms rounded down), so
+         * now == deadline can be up to 1 ms before the timeout really ran out. execd's timer
+         * (context.WithTimeout in components/execd/pkg/runtime/ctrl.go) never kills a command
+         * early, and the plugin relies on that: a -1 before t0 + timeout is not a timeout kill. */
+        if (deadline > 0 && now > deadline && !cmd->timed_out) {
             cmd->timed_out = true;
             kill(-cmd->pid, SIGKILL);
         }
