@@ -2,11 +2,14 @@
 /* Unit test of librkutil's curl-multi transfer loop (rkcurlloop.h): a file:// transfer ends
  * with its result on the loop thread, a job that never gets an answer (a loopback listener
  * that accepts nothing) is ended by should_abort, a wake runs on the loop thread, and a
- * stopped loop takes nothing more. */
+ * stopped loop takes nothing more. A driven loop (no thread: its owner polls its descriptor
+ * and runs passes) does the same on the owner's thread, reports when a stopped loop is
+ * drained, and ends what is still open with CURLE_ABORTED_BY_CALLBACK when it is freed. */
 #include "rkcurlloop.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -107,6 +110,68 @@ static void probe_free(struct probe *p)
     pthread_mutex_destroy(&p->mu);
 }
 
+/* Drive lp on this thread until *flag is set or 10 s passed: poll its descriptor for as long
+ * as its last pass asked, then run a pass. */
+static int drive_until(struct rku_curl_loop *lp, int *flag)
+{
+    int wait = 0;
+    for (int i = 0; i < 10000 && !*flag; i++) {
+        struct pollfd pfd = {.fd = rku_curl_loop_fd(lp), .events = POLLIN};
+        poll(&pfd, 1, wait < 10 ? wait : 10);
+        wait = rku_curl_loop_run(lp);
+    }
+    return *flag;
+}
+
+/* The driven loop: every callback on the driving thread, submissions from another one. */
+static void *submit_from_thread(void *arg)
+{
+    void **a = arg;
+    return (void *)(long)rku_curl_loop_submit(a[0], a[1]);
+}
+
+static void driven_loop(const char *hung_url)
+{
+    struct rku_curl_loop *lp = rku_curl_loop_new_driven(50, 0);
+    EXPECT(lp != NULL && rku_curl_loop_fd(lp) >= 0);
+    struct probe f;
+    probe_init(&f, "file:///proc/self/status");
+    pthread_t t;
+    void *args[2] = {lp, &f.job};
+    void *rc = (void *)1L;
+    EXPECT(pthread_create(&t, NULL, submit_from_thread, args) == 0 && pthread_join(t, &rc) == 0);
+    EXPECT(rc == NULL);
+    EXPECT(drive_until(lp, &f.done));
+    EXPECT(f.code == CURLE_OK && f.bytes > 0);
+    EXPECT(pthread_equal(f.done_thread, pthread_self()));
+
+    /* A wake runs on the driving thread too. */
+    struct probe h;
+    probe_init(&h, hung_url);
+    EXPECT(rku_curl_loop_submit(lp, &h.job) == 0);
+    EXPECT(rku_curl_loop_wake_job(lp, &h.job) == 1);
+    EXPECT(drive_until(lp, &h.woken));
+    EXPECT(pthread_equal(h.wake_thread, pthread_self()) && !h.done);
+
+    /* Stopped with a transfer open: not drained until the owner's passes end it. */
+    rku_curl_loop_stop(lp);
+    EXPECT(rku_curl_loop_submit(lp, &f.job) == -1);
+    rku_curl_loop_run(lp);
+    EXPECT(!rku_curl_loop_drained(lp) && !h.done);
+    /* Freed while still open: the transfer ends aborted, on this thread. */
+    rku_curl_loop_free(lp);
+    EXPECT(h.done && h.code == CURLE_ABORTED_BY_CALLBACK);
+
+    /* A stopped driven loop with nothing open says so after one pass. */
+    lp = rku_curl_loop_new_driven(50, 0);
+    rku_curl_loop_stop(lp);
+    rku_curl_loop_run(lp);
+    EXPECT(rku_curl_loop_drained(lp));
+    rku_curl_loop_free(lp);
+    probe_free(&f);
+    probe_free(&h);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -150,6 +215,8 @@ int main(void)
     pthread_mutex_unlock(&h.mu);
     EXPECT(wait_flag(&h, &h.done));
     EXPECT(h.code == CURLE_ABORTED_BY_CALLBACK);
+
+    driven_loop(url);
 
     /* Stopped: no submission, no wake. */
     rku_curl_loop_stop(lp);

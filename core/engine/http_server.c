@@ -2,8 +2,8 @@
 /*
  * libmicrohttpd glue. Concurrency model (docs/architecture.md "Concurrency"):
  * server.event_threads event loops (event_loops.c: a thread each, running one
- * libmicrohttpd daemon in epoll mode on the shared listening socket) parse requests, run the admission checks, route and
- * read bodies; they never block. Everything that may block - the route
+ * libmicrohttpd daemon in epoll mode on the shared listening socket) parse requests, run the
+ * admission checks, route and read bodies; they never block. Everything that may block - the route
  * handlers, a stream route's begin(), a WebSocket route's set-up - runs as a
  * job on the worker pool (workers.h, server.workers threads, at most
  * server.worker_queue waiting) while the connection is suspended; the
@@ -725,9 +725,9 @@ int rk_http_start(struct rk_app *app)
             fd < 0 ? NULL
                    : MHD_start_daemon(
                          flags, 0, accept_policy_cb, app, access_handler, app,
-                         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_LISTEN_SOCKET,
-                         fd, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->server.connection_timeout_s,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+                         MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)cfg->server.connection_timeout_s,
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)cfg->server.max_header_bytes,
                          MHD_OPTION_URI_LOG_CALLBACK, uri_log_cb, app, MHD_OPTION_NOTIFY_COMPLETED,
                          completed_cb, app, MHD_OPTION_NOTIFY_CONNECTION, rk_track_notify_cb, app,
@@ -780,8 +780,7 @@ void rk_http_quiesce(struct rk_app *app)
      * MHD_stop_daemon closes them. */
     for (int i = 0; i < hs->nloops; i++) {
         const union MHD_DaemonInfo *di =
-            hs->daemons[i] ? MHD_get_daemon_info(hs->daemons[i], MHD_DAEMON_INFO_LISTEN_FD)
-                           : NULL;
+            hs->daemons[i] ? MHD_get_daemon_info(hs->daemons[i], MHD_DAEMON_INFO_LISTEN_FD) : NULL;
         int lfd = di ? di->listen_fd : -1;
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;

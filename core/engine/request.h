@@ -81,13 +81,13 @@ struct rk_req {
      * the suspended connection waits for, and the holds that keep it suspended
      * (the worker running its job, a deferral); the last one released resumes */
     struct MHD_Response *reply_resp;
-    int job;          /* 0, or the job the connection waits for (http_server.c) */
-    int suspended;    /* suspended by rk_req_suspend, not yet resumed (loop only) */
-    int deferred;     /* rk_req_defer was called */
-    int on_loop;      /* route code runs on the event loop (RK_ROUTE_LOOP_FIRST) */
+    int job;                /* 0, or the job the connection waits for (http_server.c) */
+    int suspended;          /* suspended by rk_req_suspend, not yet resumed (loop only) */
+    int deferred;           /* rk_req_defer was called */
+    int on_loop;            /* route code runs on the event loop (RK_ROUTE_LOOP_FIRST) */
     struct rk_evloop *loop; /* the event loop serving the connection (event_loops.c) */
-    int wants_worker; /* it called rk_req_needs_worker(): run it again on a worker */
-    size_t body_kept; /* body bytes a stream route left for later (see router.h) */
+    int wants_worker;       /* it called rk_req_needs_worker(): run it again on a worker */
+    size_t body_kept;       /* body bytes a stream route left for later (see router.h) */
     atomic_int holds;
     atomic_int job_state; /* RK_JOB_RUNNING, _WAITING (the loop suspended for it), _DONE */
 };

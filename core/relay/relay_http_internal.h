@@ -73,8 +73,8 @@ struct px_http {
     /* the relay transfer loop (relay_http_loop.c; loop thread only unless noted) */
     struct rku_curl_job job;    /* the transfer on its loop (relay_http_loop.c) */
     struct rku_curl_loop *loop; /* the request's event loop's curl loop (rk_req_curl_loop) */
-    int paused_recv;         /* the response pipe was full */
-    int paused_send;         /* the request pipe was empty */
+    int paused_recv;            /* the response pipe was full */
+    int paused_send;            /* the request pipe was empty */
     int64_t last_io_ms;
     int64_t wait_start_ms;
     curl_off_t last_dl, last_ul;

@@ -2,7 +2,6 @@
 /* Handle pool and worker-thread cache of the HTTP relay (see relay_pool.h). */
 #include "relay/relay_pool.h"
 
-
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
