@@ -733,8 +733,8 @@ int rk_http_start(struct rk_app *app)
                          completed_cb, app, MHD_OPTION_NOTIFY_CONNECTION, rk_track_notify_cb, app,
                          MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
         if (!d) {
-            if (fd >= 0)
-                close(fd);
+            /* fd is not closed here: whether libmicrohttpd already did is not documented, and
+             * the daemon exits on this error anyway. */
             rk_err("cannot start the HTTP server on %s:%d", host, cfg->server.port);
             close(lfd);
             return -1;
