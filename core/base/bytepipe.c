@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
+
 /* A one-shot notification registered by a side that must not block. */
 struct notify {
     void (*fn)(void *ctx);
@@ -85,20 +87,6 @@ void rk_bytepipe_free(struct rk_bytepipe *p)
     free(p);
 }
 
-/* Absolute CLOCK_MONOTONIC time timeout_ms from now. */
-static struct timespec deadline_in(int timeout_ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Make room for `want` more bytes in the ring (under the lock): double its allocation, at most
  * to cap, moving the held bytes to its start. 0 on success, -1 when out of memory. */
 static int grow_ring(struct rk_bytepipe *p, size_t want)
@@ -109,11 +97,8 @@ static int grow_ring(struct rk_bytepipe *p, size_t want)
     char *ring = malloc(size);
     if (!ring)
         return -1;
-    size_t first = p->size - p->head;
-    if (first > p->len)
-        first = p->len;
-    memcpy(ring, p->ring + p->head, first);
-    memcpy(ring + first, p->ring, p->len - first);
+    if (p->len)
+        rk_ring_copy(ring, p->ring, p->size, p->head, p->len);
     free(p->ring);
     p->ring = ring;
     p->size = size;
@@ -130,7 +115,7 @@ int rk_bytepipe_write_timed(struct rk_bytepipe *p, const void *data, size_t len,
     pthread_mutex_lock(&p->mu);
     while (done < len) {
         if (p->len == p->cap && !p->aborted) {
-            struct timespec until = deadline_in(timeout_ms);
+            struct timespec until = rk_time_after_ms(CLOCK_MONOTONIC, timeout_ms);
             while (p->len == p->cap && !p->aborted) {
                 if (timeout_ms <= 0)
                     pthread_cond_wait(&p->can_write, &p->mu);
@@ -189,7 +174,7 @@ void rk_bytepipe_close(struct rk_bytepipe *p)
 
 ssize_t rk_bytepipe_read(struct rk_bytepipe *p, void *buf, size_t len, int timeout_ms)
 {
-    struct timespec until = deadline_in(timeout_ms > 0 ? timeout_ms : 0);
+    struct timespec until = rk_time_after_ms(CLOCK_MONOTONIC, timeout_ms > 0 ? timeout_ms : 0);
     pthread_mutex_lock(&p->mu);
     while (p->len == 0 && !p->closed && !p->aborted) {
         if (timeout_ms > 0) {
@@ -206,11 +191,7 @@ ssize_t rk_bytepipe_read(struct rk_bytepipe *p, void *buf, size_t len, int timeo
         return -1;
     }
     size_t n = p->len < len ? p->len : len;
-    size_t first = p->size - p->head;
-    if (first > n)
-        first = n;
-    memcpy(buf, p->ring + p->head, first);
-    memcpy((char *)buf + first, p->ring, n - first);
+    rk_ring_copy(buf, p->ring, p->size, p->head, n);
     p->head = p->len == n ? 0 : (p->head + n) % p->size;
     p->len -= n;
     pthread_cond_signal(&p->can_write);

@@ -21,6 +21,28 @@ int64_t rk_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void rk_ring_copy(void *dst, const char *ring, size_t size, size_t head, size_t n)
+{
+    if (!n)
+        return; /* the ring may not be allocated yet */
+    size_t first = size - head < n ? size - head : n;
+    memcpy(dst, ring + head, first);
+    memcpy((char *)dst + first, ring, n - first);
+}
+
+struct timespec rk_time_after_ms(clockid_t clock, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 int64_t rk_epoch_s(void)
 {
     return (int64_t)time(NULL);

@@ -6,11 +6,18 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "rock-admin/operator.h"
 
 /** CLOCK_MONOTONIC in milliseconds. */
 int64_t rk_now_ms(void);
+/** The time ms milliseconds from now on clock (CLOCK_MONOTONIC for a condition variable set up
+ *  with it, else CLOCK_REALTIME): the deadline pthread_cond_timedwait takes. */
+struct timespec rk_time_after_ms(clockid_t clock, int64_t ms);
+/** Copy the first n queued bytes of a ring buffer (size bytes, the oldest at head; n at most
+ *  the bytes queued) to dst, unwrapped. */
+void rk_ring_copy(void *dst, const char *ring, size_t size, size_t head, size_t n);
 /** Wall clock, epoch seconds. */
 int64_t rk_epoch_s(void);
 /** Select the zone used by rk_iso_time (ROCK_TIME_ZONE, else TZ, else Asia/Shanghai). */

@@ -103,20 +103,6 @@ static int64_t epoch_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Absolute CLOCK_MONOTONIC time ms from now (the condition variables use it). */
-static struct timespec mono_in(int64_t ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 static void *worker_main(void *arg);
 
 /* Append a claimed create to the local list and make sure a worker takes it
@@ -218,7 +204,7 @@ static void *feeder_main(void *arg)
         if (got > 0 && got == want)
             continue; /* there may be more: claim again at once */
         if (!q.kicked) {
-            struct timespec ts = mono_in(POLL_MS);
+            struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, POLL_MS);
             pthread_cond_timedwait(&q.feed_cv, &q.mu, &ts);
         }
     }
@@ -234,7 +220,7 @@ static void *worker_main(void *arg)
     for (;;) {
         int timed_out = 0;
         while (!q.head && !q.stop && !timed_out) {
-            struct timespec ts = mono_in(IDLE_EXIT_MS);
+            struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, IDLE_EXIT_MS);
             q.n_idle++;
             timed_out = pthread_cond_timedwait(&q.work_cv, &q.mu, &ts) == ETIMEDOUT;
             q.n_idle--;
@@ -387,7 +373,7 @@ void rk_create_queue_stop(struct rk_app *app, int64_t deadline_ms)
     }
     pthread_mutex_lock(&q.mu);
     while (q.n_workers > 0 && rk_now_ms() < deadline_ms) {
-        struct timespec ts = mono_in(50);
+        struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, 50);
         pthread_cond_timedwait(&q.exit_cv, &q.mu, &ts);
     }
     if (q.n_workers > 0)

@@ -315,14 +315,7 @@ static void *reconciler_main(void *arg)
         pthread_mutex_lock(&rc_mu);
         if (rc_stop)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += rest / 1000;
-        ts.tv_nsec += (long)(rest % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, rest);
         pthread_cond_timedwait(&rc_cv, &rc_mu, &ts);
     }
     pthread_mutex_unlock(&rc_mu);

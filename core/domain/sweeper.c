@@ -125,14 +125,7 @@ static void *sweeper_main(void *arg)
     int64_t next_sweep = rk_now_ms() + sweep_ms;
     pthread_mutex_lock(&sw_mu);
     while (!sw_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += wake_ms / 1000;
-        ts.tv_nsec += (wake_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, wake_ms);
         pthread_cond_timedwait(&sw_cv, &sw_mu, &ts);
         if (sw_stop)
             break;

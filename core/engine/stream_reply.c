@@ -119,11 +119,8 @@ static int grow(struct rk_outstream *s, size_t need)
         return -1;
     }
     /* the queued bytes, unwrapped */
-    size_t first = s->alloc - s->head < s->len ? s->alloc - s->head : s->len;
-    if (s->len) {
-        memcpy(nb, s->buf + s->head, first);
-        memcpy(nb + first, s->buf, s->len - first);
-    }
+    if (s->len)
+        rk_ring_copy(nb, s->buf, s->alloc, s->head, s->len);
     free(s->buf);
     s->buf = nb;
     s->alloc = n;
@@ -193,13 +190,7 @@ int rk_stream_push_wait(struct rk_outstream *s, const void *data, size_t len, in
                 pthread_mutex_unlock(&s->mu);
                 return -2;
             }
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += 200 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, 200);
             pthread_cond_timedwait(&s->room, &s->mu, &ts);
             continue;
         }
@@ -279,9 +270,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max)
         }
         if (s->len > 0) {
             size_t n = s->len < max ? s->len : max;
-            size_t first = s->alloc - s->head < n ? s->alloc - s->head : n;
-            memcpy(out, s->buf + s->head, first);
-            memcpy(out + first, s->buf, n - first);
+            rk_ring_copy(out, s->buf, s->alloc, s->head, n);
             s->head = (s->head + n) % s->alloc;
             s->len -= n;
             s->quiet_since = rk_now_ms();

@@ -172,13 +172,7 @@ void *rk_watchdog_main(void *arg)
         pthread_mutex_lock(&hs->mu);
         if (hs->stop)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += 250 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, 250);
         pthread_cond_timedwait(&hs->cv, &hs->mu, &ts);
     }
     pthread_mutex_unlock(&hs->mu);

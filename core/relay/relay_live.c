@@ -57,13 +57,7 @@ int rk_relay_wait(int64_t deadline_ms)
 {
     pthread_mutex_lock(&live_mu);
     while (live_count > 0 && rk_now_ms() < deadline_ms) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = rk_time_after_ms(CLOCK_REALTIME, 50);
         pthread_cond_timedwait(&live_cv, &live_mu, &ts);
     }
     int n = live_count;

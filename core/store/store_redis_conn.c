@@ -241,14 +241,7 @@ rk_store_rc rkr_op_begin(struct redis_store *rs, struct rop *op, char *err, size
         int64_t left = deadline - rk_now_ms();
         if (left <= 0)
             break;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += left / 1000;
-        ts.tv_nsec += (left % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, left);
         pthread_cond_timedwait(&rs->cv, &rs->mu, &ts);
     }
     pthread_mutex_unlock(&rs->mu);
