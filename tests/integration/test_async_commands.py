@@ -21,10 +21,10 @@ import os
 import re
 import resource
 import socket
-import threading
 import time
 
-from harness import PREFIX, Admin, Redis, Sim, read_responses, run, test, tmpdir, wait_until
+from harness import (PREFIX, Admin, Redis, Sim, read_responses_releasing, run, test, tmpdir,
+                     wait_until)
 
 # The daemon's threads with the configuration below (WORKERS): main, the event
 # loops, the worker pool, the watchdog, the relay loops, background jobs
@@ -74,9 +74,11 @@ def send_many(port, bodies):
     return socks
 
 
-def read_all(socks, timeout):
-    """Read every socket to EOF; returns [(http status, parsed body)] in order."""
-    return [(status, json.loads(body)) for status, body in read_responses(socks, timeout)]
+def read_all(socks, timeout, fifo=None):
+    """Read every socket to EOF (releasing the commands waiting on fifo, if given); returns
+    [(http status, parsed body)] in order."""
+    return [(status, json.loads(body))
+            for status, body in read_responses_releasing(socks, timeout, fifo)]
 
 
 @test
@@ -111,22 +113,7 @@ def thousand_in_flight_execute_through_opensandbox():
     print("with %d commands in flight: %d threads (%d connection threads), RSS %s KiB"
           % (n, total, conn_threads, rss))
     assert conn_threads == 0 and total <= THREADS_MAX, (total, conn_threads)
-    stop = threading.Event()
-
-    def release():  # until every reply is in: late readers are released too
-        while not stop.is_set():
-            try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass  # no reader at the moment
-            stop.wait(0.2)
-    t = threading.Thread(target=release, daemon=True)
-    t.start()
-    try:
-        replies = read_all(socks, 300)
-    finally:
-        stop.set()
-        t.join()
+    replies = read_all(socks, 300, fifo)
     for i, (status, js) in enumerate(replies):
         assert status == 200 and js["status"] == "Success", (i, status, js)
         assert js["result"] == {"stdout": "done %d\n" % i, "stderr": "", "exit_code": 0}, js

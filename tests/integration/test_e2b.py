@@ -16,7 +16,6 @@ import resource
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import harness
@@ -497,22 +496,7 @@ def envd_commands_in_flight_hold_no_thread_each():
     busy = daemon_threads(pid)
     print("envd: %d threads idle, %d with %d commands in flight" % (baseline, busy, n))
     assert busy <= baseline + 8 and busy < n // 4, (baseline, busy)
-    stop = threading.Event()
-
-    def release():  # until every stream ended: late readers are released too
-        while fifo and not stop.is_set():
-            try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass  # no reader at the moment
-            stop.wait(0.2)
-    t = threading.Thread(target=release, daemon=True)
-    t.start()
-    try:
-        replies = harness.read_responses(socks, 180)
-    finally:
-        stop.set()
-        t.join()
+    replies = harness.read_responses_releasing(socks, 180, fifo)
     for i, (status, body) in enumerate(replies):
         assert status == 200, (i, status, body[:200])
         ev = envelopes(body)

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import urllib.parse
@@ -543,6 +544,28 @@ def run():
 
 def node_available():
     return bool(NODE_MODULES) and os.path.isdir(NODE_MODULES) and shutil.which("node")
+
+
+def read_responses_releasing(socks, timeout, fifo):
+    """read_responses while commands that wait on the named pipe fifo (`cat fifo`) are let go:
+    its write end is opened every 0.2 s until every answer is in, so commands that start
+    reading late are released too. fifo None: read_responses alone."""
+    stop = threading.Event()
+
+    def release():
+        while fifo and not stop.is_set():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass  # no reader at the moment
+            stop.wait(0.2)
+    t = threading.Thread(target=release, daemon=True)
+    t.start()
+    try:
+        return read_responses(socks, timeout)
+    finally:
+        stop.set()
+        t.join()
 
 
 def read_responses(socks, timeout):
