@@ -16,6 +16,13 @@
     }
 #define JSON_ROUTE(m, pat, nm, fn, msg, shp) ROUTE(m, pat, nm, RK_BODY_JSON, fn, msg, shp)
 #define GET_ROUTE(pat, nm, fn, msg, shp) ROUTE("GET", pat, nm, RK_BODY_NONE, fn, msg, shp)
+/* A GET route whose handler runs on the event loop first and moves to a worker when it
+ * would block (RK_ROUTE_LOOP_FIRST). */
+#define LOOP_GET_ROUTE(pat, nm, fn, msg, shp)                                                      \
+    {                                                                                              \
+        .method = "GET", .pattern = pat, .name = nm, .body_mode = RK_BODY_NONE, .handler = fn,     \
+        .fail_message = msg, .shape = shp, .flags = RK_ROUTE_LOOP_FIRST                            \
+    }
 /* A probe: always admitted, even at the limits. */
 #define HEALTH_ROUTE(pat, nm, fn)                                                                  \
     {                                                                                              \
@@ -45,10 +52,11 @@ const struct rk_route rk_api_routes[] = {
     JSON_ROUTE("POST", P "/start_async", "start_async", rk_route_start_async,
                "async start sandbox failed", RK_SHAPE_START),
     JSON_ROUTE("POST", P "/start", "start", rk_route_start, "start sandbox failed", RK_SHAPE_START),
-    GET_ROUTE(P "/get_status", "get_status", rk_route_get_status, "get sandbox status failed",
-              RK_SHAPE_SANDBOX_RESPONSE),
-    GET_ROUTE(P "/is_alive", "is_alive", rk_route_is_alive, "get sandbox is alive failed",
-              RK_SHAPE_SANDBOX_RESPONSE),
+    /* the status reads: answered on the loop from the store reader when they can be */
+    LOOP_GET_ROUTE(P "/get_status", "get_status", rk_route_get_status, "get sandbox status failed",
+                   RK_SHAPE_SANDBOX_RESPONSE),
+    LOOP_GET_ROUTE(P "/is_alive", "is_alive", rk_route_is_alive, "get sandbox is alive failed",
+                   RK_SHAPE_SANDBOX_RESPONSE),
     GET_ROUTE(P "/get_sandbox_statistics", "get_sandbox_statistics", rk_route_statistics,
               "get sandbox statistics failed", RK_SHAPE_SANDBOX_RESPONSE),
     JSON_ROUTE("POST", P "/execute", "execute", rk_route_execute, "execute command failed",

@@ -8,6 +8,7 @@
  * session mappings of vanished sandboxes are background work (reconciler.c,
  * sweeper.c), never a read's.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/route_path.h"
@@ -16,59 +17,68 @@
 #include "base/app.h"
 #include "base/util.h"
 #include "domain/activity.h"
+#include "domain/dispatch.h"
 #include "domain/reconciler.h"
 #include "domain/record.h"
 #include "host/host.h"
 #include "host/plugin_loader.h"
 #include "store/store.h"
+#include "store/store_reader.h"
 
-/* Status when the reconciler keeps the store current: one store round trip (the record, with
- * the idle touch done by the store at most once per second), the backend-tag checks of the
- * dispatch gate on that record, and no backend call. *fallback is set when no recent pass
- * vouches for the store (ask the backend instead). */
-static rk_status status_from_store(struct rk_req *r, const char *id, int include_all,
-                                   json_object **out, int *fallback)
+/* What a record read with the idle touch says when the reconciler keeps the store current.
+ * Takes rec. FS_ANSWERED: *st and *out are the answer (an error recorded on r->call);
+ * FS_ASK_BACKEND: no recent pass vouches for the store (backend down, no elected admin yet);
+ * FS_NEEDS_WORKER: the read must renew the backend expiry, a plugin call, and may_renew is 0
+ * (on the event loop). Nothing is recorded on r->call unless the answer is FS_ANSWERED. */
+enum from_store { FS_ANSWERED, FS_ASK_BACKEND, FS_NEEDS_WORKER };
+static enum from_store status_from_record(struct rk_req *r, const char *id, int include_all,
+                                          rk_store_rc rc, json_object *rec, const char *mark,
+                                          const char *err, int may_renew, rk_status *st,
+                                          json_object **out)
 {
     struct rk_app *app = r->app;
     const struct rk_operator *desc = app->plugin->desc;
-    char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
-    json_object *rec = NULL;
-    *fallback = 0;
-    rk_store_rc rc = rk_store_get_touch(app->store, id, rk_activity_touch_second(id), &rec, mark,
-                                        sizeof mark, err, sizeof err);
-    if (rc == RK_STORE_ERROR)
-        return rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
+    *st = RK_OK;
+    *out = NULL;
+    if (rc == RK_STORE_ERROR) {
+        *st = rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
+        return FS_ANSWERED;
+    }
     enum rk_state stored = rc == RK_STORE_OK ? rk_rec_state(rec) : 0;
     if (rk_state_is_active(stored) && !rk_reconciler_mark_fresh(app, mark)) {
-        /* No recent successful pass (backend down, no elected admin yet): ask the backend. */
         json_object_put(rec);
-        *fallback = 1;
-        return RK_OK;
+        return FS_ASK_BACKEND;
     }
     if (rc == RK_STORE_NOT_FOUND || (!include_all && !rk_state_is_active(stored))) {
         json_object_put(rec);
-        return rk_call_set_error(r->call, RK_E_NOT_FOUND, "Sandbox %s not found", id);
+        *st = rk_call_set_error(r->call, RK_E_NOT_FOUND, "Sandbox %s not found", id);
+        return FS_ANSWERED;
     }
     if (rk_state_is_active(stored)) {
         const char *tag = rk_rec_backend(rec);
-        rk_status st = RK_OK;
         if (!tag)
-            st = rk_call_set_error(r->call, RK_E_INVALID,
-                                   "%s sandbox metadata is missing required backend",
-                                   desc->display_name);
+            *st = rk_call_set_error(r->call, RK_E_INVALID,
+                                    "%s sandbox metadata is missing required backend",
+                                    desc->display_name);
         else if (strcmp(tag, desc->backend_tag) != 0)
-            st = rk_call_set_error(r->call, RK_E_INVALID,
-                                   "Sandbox backend %s conflicts with configured operator %s", tag,
-                                   desc->name);
-        if (st != RK_OK) {
+            *st = rk_call_set_error(r->call, RK_E_INVALID,
+                                    "Sandbox backend %s conflicts with configured operator %s", tag,
+                                    desc->name);
+        if (*st != RK_OK) {
             json_object_put(rec);
-            return st;
+            return FS_ANSWERED;
         }
     }
     json_object *acm;
-    if (rk_state_is_active(stored) && json_object_object_get_ex(rec, "auto_clear_time", &acm) &&
-        acm && json_object_get_int64(acm) > 0) /* a status poll is use too (renewal) */
+    if (rk_state_is_active(stored) && rk_dispatch_can_renew(app) &&
+        json_object_object_get_ex(rec, "auto_clear_time", &acm) && acm &&
+        json_object_get_int64(acm) > 0) { /* a status poll is use too (renewal) */
+        if (!may_renew) {
+            json_object_put(rec);
+            return FS_NEEDS_WORKER;
+        }
         rk_dispatch_renew(app, rec, rk_epoch_s() + json_object_get_int64(acm) * 60);
+    }
     json_object *cf;
     int create_failed =
         json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf);
@@ -79,7 +89,24 @@ static rk_status status_from_store(struct rk_req *r, const char *id, int include
         shown = rk_state_parse(observed);
     *out = rk_rec_status(rec, shown, shown == RK_STATE_RUNNING && !create_failed);
     json_object_put(rec);
-    return RK_OK;
+    return FS_ANSWERED;
+}
+
+/* Status when the reconciler keeps the store current: one store round trip (the record, with
+ * the idle touch done by the store at most once per second), the backend-tag checks of the
+ * dispatch gate on that record, and no backend call. *fallback is set when no recent pass
+ * vouches for the store (ask the backend instead). */
+static rk_status status_from_store(struct rk_req *r, const char *id, int include_all,
+                                   json_object **out, int *fallback)
+{
+    char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
+    json_object *rec = NULL;
+    rk_store_rc rc = rk_store_get_touch(r->app->store, id, rk_activity_touch_second(id), &rec, mark,
+                                        sizeof mark, err, sizeof err);
+    rk_status st;
+    *fallback =
+        status_from_record(r, id, include_all, rc, rec, mark, err, 1, &st, out) == FS_ASK_BACKEND;
+    return st;
 }
 
 rk_status rk_sandbox_status(struct rk_req *r, const char *id, int include_all, json_object **out)
@@ -121,6 +148,117 @@ rk_status rk_sandbox_status(struct rk_req *r, const char *id, int include_all, j
     return st;
 }
 
+/* How a status read is answered: the route's reply shape. */
+typedef void status_answer_fn(struct rk_req *r, const char *id, rk_status st, json_object *status);
+
+/* A status read waiting for the event loop's store reader. */
+struct status_read {
+    struct rk_req *r;
+    int include_all;
+    status_answer_fn *answer;
+    char id[];
+};
+
+/* The read again on a worker, synchronously (the reader could not answer it). */
+static void status_on_worker(void *arg)
+{
+    struct status_read *sr = arg;
+    struct rk_req *r = sr->r;
+    json_object *out = NULL;
+    rk_status st = rk_sandbox_status(r, sr->id, sr->include_all, &out);
+    sr->answer(r, sr->id, st, out);
+    free(sr);
+    rk_req_finish(r);
+}
+
+/* rk_store_read_cb, on the loop: answer from the record, or hand the read to a worker when
+ * the store failed here, the backend must be asked or the backend expiry renewed. */
+static void status_read_done(void *arg, rk_store_rc rc, json_object *rec, const char *mark,
+                             const char *err)
+{
+    struct status_read *sr = arg;
+    struct rk_req *r = sr->r;
+    if (rc != RK_STORE_ERROR) {
+        rk_status st;
+        json_object *out = NULL;
+        if (status_from_record(r, sr->id, sr->include_all, rc, rec, mark, err, 0, &st, &out) ==
+            FS_ANSWERED) {
+            sr->answer(r, sr->id, st, out);
+            free(sr);
+            rk_req_finish(r);
+            return;
+        }
+    }
+    if (rk_req_submit(r, status_on_worker, sr) != 0) {
+        free(sr);
+        rk_req_reply_busy(r, "all workers are busy and their queue is full (server.worker_queue)");
+        rk_req_finish(r);
+    }
+}
+
+/* On the event loop: answer a status read there when nothing has to wait — from the
+ * in-process store, or from the loop's store reader (the request waits for its callback
+ * without holding a thread) — else ask for a worker. */
+static void status_on_loop(struct rk_req *r, const char *id, int include_all,
+                           status_answer_fn *answer)
+{
+    struct rk_app *app = r->app;
+    if (!rk_reconciler_active(app)) {
+        rk_req_needs_worker(r); /* the backend is asked on every read */
+        return;
+    }
+    if (!rk_store_reads_block(app->store)) {
+        char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
+        json_object *rec = NULL, *out = NULL;
+        rk_status st;
+        rk_store_rc rc = rk_store_get_touch(app->store, id, rk_activity_touch_second(id), &rec,
+                                            mark, sizeof mark, err, sizeof err);
+        if (status_from_record(r, id, include_all, rc, rec, mark, err, 0, &st, &out) == FS_ANSWERED)
+            answer(r, id, st, out);
+        else
+            rk_req_needs_worker(r);
+        return;
+    }
+    struct rk_store_reader *rd = rk_req_store_reader(r);
+    size_t idlen = strlen(id);
+    struct status_read *sr = rd ? malloc(sizeof *sr + idlen + 1) : NULL;
+    if (sr) {
+        sr->r = r;
+        sr->include_all = include_all;
+        sr->answer = answer;
+        memcpy(sr->id, id, idlen + 1);
+    }
+    if (!sr || rk_store_reader_get_touch(rd, id, rk_activity_touch_second(id), status_read_done,
+                                         sr) != 0) {
+        free(sr);
+        rk_req_needs_worker(r);
+        return;
+    }
+    rk_req_defer(r); /* the callback never comes before the loop's next turn */
+}
+
+/* Run a status read where the route code runs: started on the loop, or synchronously. */
+static void status_read(struct rk_req *r, const char *id, int include_all, status_answer_fn *answer)
+{
+    if (rk_req_on_loop(r)) {
+        status_on_loop(r, id, include_all, answer);
+        return;
+    }
+    json_object *out = NULL;
+    rk_status st = rk_sandbox_status(r, id, include_all, &out);
+    answer(r, id, st, out);
+}
+
+/* get_status's answer: the status, or the error recorded on the call. */
+static void answer_status(struct rk_req *r, const char *id, rk_status st, json_object *status)
+{
+    (void)id;
+    if (st != RK_OK)
+        rk_reply_call_error(r);
+    else if (status)
+        rk_reply_ok(r, status);
+}
+
 /* GET /get_status (§5.2). */
 void rk_route_get_status(struct rk_req *r)
 {
@@ -129,12 +267,29 @@ void rk_route_get_status(struct rk_req *r)
     const char *id =
         rk_v_qstr(&p.v, r, "sandbox_id", RK_V_REQUIRED | RK_V_NONBLANK | RK_V_SANDBOX_ID);
     int include_all = rk_v_qbool(&p.v, r, "include_all_states", 0);
-    json_object *st = NULL;
-    if (rk_path_valid(&p) == 0 && rk_sandbox_status(r, id, include_all, &st) != RK_OK)
-        rk_reply_call_error(r);
-    else if (st)
-        rk_reply_ok(r, st);
+    if (rk_path_valid(&p) == 0)
+        status_read(r, id, include_all, answer_status);
     rk_path_end(&p);
+}
+
+/* is_alive's answer: never an error (§5.4). */
+static void answer_alive(struct rk_req *r, const char *id, rk_status st, json_object *status)
+{
+    json_object *o = json_object_new_object();
+    if (st == RK_OK && status) {
+        json_object *alive = NULL, *host = NULL;
+        json_object_object_get_ex(status, "is_alive", &alive);
+        json_object_object_get_ex(status, "host_name", &host);
+        json_object_object_add(o, "is_alive", json_object_get(alive));
+        json_object_object_add(o, "message", json_object_get(host));
+    } else {
+        json_object_object_add(o, "is_alive", json_object_new_boolean(0));
+        json_object_object_add(o, "message",
+                               json_object_new_string(rk_arena_printf(
+                                   r->call, "sandbox %s is alive failed", id ? id : "")));
+    }
+    json_object_put(status);
+    rk_reply_ok(r, o);
 }
 
 /* GET /is_alive (§5.4). */
@@ -143,22 +298,10 @@ void rk_route_is_alive(struct rk_req *r)
     /* Never fails: the admin semantics with the host_name bug fixed (§5.4). */
     const char *id = rk_req_query(r, "sandbox_id");
     rk_req_set_sandbox(r, id); /* kept only when it follows the identifier rule */
-    json_object *st = NULL;
-    json_object *o = json_object_new_object();
-    if (id && *id && rk_id_valid(id, strlen(id)) && rk_sandbox_status(r, id, 0, &st) == RK_OK) {
-        json_object *alive = NULL, *host = NULL;
-        json_object_object_get_ex(st, "is_alive", &alive);
-        json_object_object_get_ex(st, "host_name", &host);
-        json_object_object_add(o, "is_alive", json_object_get(alive));
-        json_object_object_add(o, "message", json_object_get(host));
-        json_object_put(st);
-    } else {
-        json_object_object_add(o, "is_alive", json_object_new_boolean(0));
-        json_object_object_add(o, "message",
-                               json_object_new_string(rk_arena_printf(
-                                   r->call, "sandbox %s is alive failed", id ? id : "")));
-    }
-    rk_reply_ok(r, o);
+    if (id && *id && rk_id_valid(id, strlen(id)))
+        status_read(r, id, 0, answer_alive);
+    else
+        answer_alive(r, id, RK_E_INVALID, NULL);
 }
 
 /* Sink collecting bytes into an rk_buf (bounded by its cap). */

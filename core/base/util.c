@@ -21,6 +21,13 @@ int64_t rk_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t rk_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 void rk_ring_copy(void *dst, const char *ring, size_t size, size_t head, size_t n)
 {
     if (!n)

@@ -12,6 +12,8 @@
 
 /** CLOCK_MONOTONIC in milliseconds. */
 int64_t rk_now_ms(void);
+/** CLOCK_MONOTONIC in nanoseconds (durations for metrics). */
+int64_t rk_mono_ns(void);
 /** The time ms milliseconds from now on clock (CLOCK_MONOTONIC for a condition variable set up
  *  with it, else CLOCK_REALTIME): the deadline pthread_cond_timedwait takes. */
 struct timespec rk_time_after_ms(clockid_t clock, int64_t ms);

@@ -81,10 +81,16 @@ void rk_dispatch_touch(struct rk_app *app, json_object *rec)
     rk_dispatch_renew(app, rec, expire);
 }
 
+int rk_dispatch_can_renew(const struct rk_app *app)
+{
+    const struct rk_plugin *pl = app->plugin;
+    return (pl->caps & RK_CAP_RENEW) && pl->ops.renew;
+}
+
 void rk_dispatch_renew(struct rk_app *app, json_object *rec, int64_t idle_deadline)
 {
     const struct rk_plugin *pl = app->plugin;
-    if (!(pl->caps & RK_CAP_RENEW) || !pl->ops.renew)
+    if (!rk_dispatch_can_renew(app))
         return;
     const char *up = rk_rec_upstream_id(rec, pl->desc->backend_tag);
     if (!up)

@@ -98,6 +98,9 @@ void rk_target_release(struct rk_target *t);
 
 /** Refresh the idle deadline of an active sandbox from its record. */
 void rk_dispatch_touch(struct rk_app *app, json_object *rec);
+/** 1 when the loaded plugin renews backend expiries (RK_CAP_RENEW with ops.renew): a read
+ *  that renews makes a plugin call. */
+int rk_dispatch_can_renew(const struct rk_app *app);
 /** Tell the plugin the new idle deadline so it keeps the backend's own
  *  expiry ahead of it (RK_CAP_RENEW; the plugin rate-limits). */
 void rk_dispatch_renew(struct rk_app *app, json_object *rec, int64_t idle_deadline);

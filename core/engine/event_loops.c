@@ -29,6 +29,7 @@
 #include "base/util.h"
 #include "obs/log.h"
 #include "rkcurlloop.h"
+#include "store/store_reader.h"
 #include "rkutil.h"
 
 /* How often every upstream transfer is checked (cancellation, client gone, inactivity). */
@@ -41,13 +42,15 @@
 #define LOOP_STACK (512 * 1024)
 
 /* epoll tags of a loop's descriptors. */
-enum { TAG_MHD = 1, TAG_CURL = 2, TAG_WAKE = 3 };
+enum { TAG_MHD = 1, TAG_CURL = 2, TAG_WAKE = 3, TAG_STORE = 4 };
 
 struct rk_evloop {
     struct MHD_Daemon *daemon;
     struct rku_curl_loop *curl;
+    struct rk_store_reader *reader; /* NULL: the store's reads run on the workers */
     int epfd;
-    int wakefd; /* eventfd: a resumed connection or the stop (rk_evloop_wake, rk_evloop_join) */
+    int mhd_due; /* a connection of this loop was resumed from its own thread */
+    int wakefd;  /* eventfd: a resumed connection or the stop (rk_evloop_wake, rk_evloop_join) */
     atomic_int stop;
     int started;
     pthread_t thread;
@@ -64,7 +67,7 @@ static int watch(int epfd, int fd, uint32_t tag)
     return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-struct rk_evloop *rk_evloop_new(struct MHD_Daemon *daemon)
+struct rk_evloop *rk_evloop_new(struct MHD_Daemon *daemon, struct rk_store *store)
 {
     struct rk_evloop *el = calloc(1, sizeof *el);
     if (!el)
@@ -77,7 +80,9 @@ struct rk_evloop *rk_evloop_new(struct MHD_Daemon *daemon)
     if (el->epfd < 0 || el->wakefd < 0 || !el->curl || !di ||
         watch(el->epfd, di->epoll_fd, TAG_MHD) != 0 ||
         watch(el->epfd, rku_curl_loop_fd(el->curl), TAG_CURL) != 0 ||
-        watch(el->epfd, el->wakefd, TAG_WAKE) != 0) {
+        watch(el->epfd, el->wakefd, TAG_WAKE) != 0 ||
+        (store && (el->reader = rk_store_reader_new(store)) != NULL &&
+         watch(el->epfd, rk_store_reader_fd(el->reader), TAG_STORE) != 0)) {
         rk_err("cannot set up an event loop: %s", strerror(errno));
         rk_evloop_free(el);
         return NULL;
@@ -92,6 +97,7 @@ static void *evloop_main(void *arg)
     current = el;
     rku_thread_c_locale(); /* inline routes parse JSON here (json-c's per-parse locale switch) */
     int64_t curl_at = 0;   /* when the curl loop must run even without activity */
+    int64_t store_at = -1; /* when the store reader must run (a read's deadline), -1 never */
     struct epoll_event evs[4];
     while (!atomic_load(&el->stop)) {
         int wait = IDLE_WAIT_MS;
@@ -101,22 +107,35 @@ static void *evloop_main(void *arg)
         int64_t now = rk_now_ms();
         if (curl_at - now < wait)
             wait = curl_at > now ? (int)(curl_at - now) : 0;
+        if (store_at >= 0 && store_at - now < wait)
+            wait = store_at > now ? (int)(store_at - now) : 0;
+        if (el->mhd_due) {
+            el->mhd_due = 0;
+            wait = 0;
+        }
         int n = epoll_wait(el->epfd, evs, 4, wait);
-        int curl_ready = 0;
+        int curl_ready = 0, store_ready = 0;
         for (int i = 0; i < n; i++) {
             if (evs[i].data.u32 == TAG_CURL)
                 curl_ready = 1;
+            else if (evs[i].data.u32 == TAG_STORE)
+                store_ready = 1;
             else if (evs[i].data.u32 == TAG_WAKE) {
                 uint64_t v;
                 ssize_t r = read(el->wakefd, &v, sizeof v); /* EAGAIN: drained already */
                 (void)r;
             }
         }
-        /* libmicrohttpd first: what it reads may start transfers; then the transfers, whose
-         * answers resume connections (seen by the daemon's epoll set on the next turn). */
+        /* libmicrohttpd first: what it reads may start transfers and store reads; then the
+         * transfers and the reads, whose answers resume connections (run on the next turn:
+         * their resumes set mhd_due instead of waking the loop through its eventfd). */
         MHD_run(el->daemon);
         if (curl_ready || rk_now_ms() >= curl_at)
             curl_at = rk_now_ms() + rku_curl_loop_run(el->curl);
+        if (el->reader && (store_ready || (store_at >= 0 && rk_now_ms() >= store_at))) {
+            int in = rk_store_reader_run(el->reader);
+            store_at = in < 0 ? -1 : rk_now_ms() + in;
+        }
     }
     current = NULL;
     return NULL;
@@ -152,6 +171,10 @@ void rk_evloop_wake(struct rk_evloop *el)
 {
     if (!el)
         return;
+    if (el == current) { /* on the loop's own thread: it runs libmicrohttpd before it sleeps */
+        el->mhd_due = 1;
+        return;
+    }
     uint64_t one = 1;
     ssize_t w = write(el->wakefd, &one, sizeof one);
     (void)w; /* EAGAIN: a wake-up is pending already */
@@ -172,7 +195,8 @@ void rk_evloop_free(struct rk_evloop *el)
     if (!el)
         return;
     rk_evloop_join(el);
-    rku_curl_loop_free(el->curl); /* what is still open ends aborted, on this thread */
+    rku_curl_loop_free(el->curl);     /* what is still open ends aborted, on this thread */
+    rk_store_reader_free(el->reader); /* reads still pending are answered as failed */
     if (el->epfd >= 0)
         close(el->epfd);
     if (el->wakefd >= 0)
@@ -188,4 +212,9 @@ struct rk_evloop *rk_evloop_current(void)
 struct rku_curl_loop *rk_evloop_curl(const struct rk_evloop *el)
 {
     return el ? el->curl : NULL;
+}
+
+struct rk_store_reader *rk_evloop_store_reader(const struct rk_evloop *el)
+{
+    return el ? el->reader : NULL;
 }

@@ -12,10 +12,13 @@
 
 struct rk_evloop;
 struct rku_curl_loop;
+struct rk_store;
+struct rk_store_reader;
 
 /** A loop for daemon (started in epoll mode without a thread of its own), not
- *  yet running. NULL on failure (logged). */
-struct rk_evloop *rk_evloop_new(struct MHD_Daemon *daemon);
+ *  yet running, with a store reader on store when the store has one (Redis;
+ *  store may be NULL). NULL on failure (logged). */
+struct rk_evloop *rk_evloop_new(struct MHD_Daemon *daemon, struct rk_store *store);
 
 /** Start the loop's thread. 0, or -1 (logged). */
 int rk_evloop_start(struct rk_evloop *el);
@@ -44,5 +47,9 @@ struct rk_evloop *rk_evloop_current(void);
 
 /** The loop's curl multi loop (lib/rkcurlloop.h). */
 struct rku_curl_loop *rk_evloop_curl(const struct rk_evloop *el);
+
+/** The loop's store reader (store/store_reader.h), or NULL: use it only on the loop's own
+ *  thread. */
+struct rk_store_reader *rk_evloop_store_reader(const struct rk_evloop *el);
 
 #endif /* RK_ENGINE_EVENT_LOOPS_H */

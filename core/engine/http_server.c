@@ -741,7 +741,7 @@ int rk_http_start(struct rk_app *app)
         }
         hs->daemons[i] = d;
         hs->nloops = i + 1;
-        hs->loops[i] = rk_evloop_new(d);
+        hs->loops[i] = rk_evloop_new(d, app->store);
         if (!hs->loops[i]) {
             close(lfd);
             return -1;

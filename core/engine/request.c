@@ -278,6 +278,17 @@ struct rku_curl_loop *rk_req_curl_loop(const struct rk_req *r)
     return r ? rk_evloop_curl(r->loop) : NULL;
 }
 
+struct rk_store_reader *rk_req_store_reader(const struct rk_req *r)
+{
+    return r && r->on_loop && r->loop == rk_evloop_current() ? rk_evloop_store_reader(r->loop)
+                                                             : NULL;
+}
+
+int rk_req_on_loop(const struct rk_req *r)
+{
+    return r->on_loop;
+}
+
 void rk_req_loop_wake(struct rk_evloop *loop)
 {
     rk_evloop_wake(loop);

@@ -31,6 +31,7 @@ struct MHD_Response;
 struct MHD_Connection;
 struct rk_evloop;
 struct rku_curl_loop;
+struct rk_store_reader;
 
 /** Size of rk_req.auth_name (token names are at most 63 characters). */
 #define RK_AUTH_NAME_MAX 64
@@ -167,6 +168,15 @@ int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg);
  *  without waking another thread. NULL if the request has no loop (never for a request from
  *  the HTTP engine). Submit from any thread. */
 struct rku_curl_loop *rk_req_curl_loop(const struct rk_req *r);
+
+/** For route code running on the event loop (rk_req_on_loop): that loop's store reader
+ *  (store/store_reader.h), whose callbacks come back on the same thread; NULL off the loop or
+ *  when the store has none. */
+struct rk_store_reader *rk_req_store_reader(const struct rk_req *r);
+
+/** 1 while the route code of an RK_ROUTE_LOOP_FIRST route runs on the event loop (where it
+ *  must not block), without asking for a worker (rk_req_needs_worker). */
+int rk_req_on_loop(const struct rk_req *r);
 
 /** Let the event loop that served a connection run libmicrohttpd soon (any thread, NULL-safe):
  *  after MHD_upgrade_action(MHD_UPGRADE_ACTION_CLOSE) on one of its upgraded connections from

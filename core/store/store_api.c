@@ -3,7 +3,9 @@
  * through its ops table, the error counter and the per-call store metrics. */
 #include "store/store_common.h"
 
+#include "base/util.h"
 #include "obs/metrics.h"
+#include "store/store_reader.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -21,13 +23,6 @@ static void err_reset(char *err, size_t errlen)
 /* Start of this thread's current backend call (CLOCK_MONOTONIC ns). */
 static _Thread_local int64_t call_start_ns;
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Count an error result and observe the round trip since call_start_ns
  * under the operation named by the calling function ("rk_store_get" ->
  * "get", "rk_session_reserve" -> "session_reserve"); pass any rc through. */
@@ -38,13 +33,13 @@ static rk_store_rc counted_call(struct rk_store *st, const char *fn, rk_store_rc
     const char *op = strncmp(fn, "rk_store_", 9) == 0 ? fn + 9
                      : strncmp(fn, "rk_", 3) == 0     ? fn + 3
                                                       : fn;
-    rk_metrics_store(op, (double)(mono_ns() - call_start_ns) / 1e9);
+    rk_metrics_store(op, (double)(rk_mono_ns() - call_start_ns) / 1e9);
     return rc;
 }
 
 /* counted(st, st->ops->x(...)): the comma operator starts the clock before
  * the backend call is evaluated. */
-#define counted(st, rc) (call_start_ns = mono_ns(), counted_call((st), __func__, (rc)))
+#define counted(st, rc) (call_start_ns = rk_mono_ns(), counted_call((st), __func__, (rc)))
 
 /* Validate a name-like argument (non-empty, bounded). */
 static bool name_ok(const char *s)
@@ -398,6 +393,16 @@ rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_
     if (rc != RK_STORE_OK)
         return rc;
     return counted(st, st->ops->get_touch(st, id, now_s, out, mark, marklen, err, errlen));
+}
+
+int rk_store_reads_block(const struct rk_store *st)
+{
+    return st->shared;
+}
+
+struct rk_store_reader *rk_store_reader_new(struct rk_store *st)
+{
+    return st->ops->reader_new ? st->ops->reader_new(st) : NULL;
 }
 
 /* Store the reconciler's mark. */

@@ -127,6 +127,8 @@ struct rk_store_ops {
     rk_createq_cancel_fn *cq_cancel;
     rk_createq_where_fn *cq_where;
     rk_createq_depth_fn *cq_depth;
+    /* an event loop's asynchronous reader (store_reader.h); NULL when reads never block */
+    struct rk_store_reader *(*reader_new)(struct rk_store *st);
 };
 
 /** Common head of every backend's store object (first member). */

@@ -108,6 +108,7 @@ static const struct rk_store_ops redis_ops = {
     .cq_cancel = rkr_cq_cancel,
     .cq_where = rkr_cq_where,
     .cq_depth = rkr_cq_depth,
+    .reader_new = rkr_reader_new,
 };
 
 /* Parse "host:port,host:port" (IPv6 as [addr]:port) into rs->sentinels. */

@@ -112,6 +112,41 @@ rk_store_rc rkr_run_pipeline(struct redis_store *rs, const struct cmd *cmds, siz
     return rc;
 }
 
+/* One read on a pooled connection: one command (rkr_op_command) or a pipeline. *retry is set
+ * when it failed on an idle connection the server had closed, so a new one may succeed. */
+static rk_store_rc read_once(struct redis_store *rs, const struct cmd *cmds, size_t n,
+                             redisReply **replies, int pipeline, bool *retry, char *err,
+                             size_t errlen)
+{
+    struct rop op;
+    *retry = false;
+    rk_store_rc rc = rkr_op_begin(rs, &op, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    rc = pipeline ? rkr_op_pipeline(&op, cmds, n, replies, err, errlen)
+                  : rkr_op_command(&op, cmds, replies, err, errlen);
+    *retry = rc != RK_STORE_OK && op.broken && op.closed && op.reused;
+    rkr_op_end(&op); /* a broken connection takes the idle ones with it: the retry connects */
+    return rc;
+}
+
+rk_store_rc rkr_run_read(struct redis_store *rs, const struct cmd *cmds, size_t n,
+                         redisReply **replies, char *err, size_t errlen)
+{
+    bool retry;
+    rk_store_rc rc = read_once(rs, cmds, n, replies, 1, &retry, err, errlen);
+    return retry ? read_once(rs, cmds, n, replies, 1, &retry, err, errlen) : rc;
+}
+
+rk_store_rc rkr_run_read1(struct redis_store *rs, const struct cmd *c, redisReply **out, char *err,
+                          size_t errlen)
+{
+    bool retry;
+    *out = NULL;
+    rk_store_rc rc = read_once(rs, c, 1, out, 0, &retry, err, errlen);
+    return retry ? read_once(rs, c, 1, out, 0, &retry, err, errlen) : rc;
+}
+
 /* Run a command expecting an integer reply. */
 rk_store_rc rkr_run_int(struct redis_store *rs, const struct cmd *c, long long *val, char *err,
                         size_t errlen)

@@ -199,6 +199,7 @@ rk_store_rc rkr_op_begin(struct redis_store *rs, struct rop *op, char *err, size
     for (;;) {
         if (rs->n_idle > 0) {
             op->c = rs->idle[--rs->n_idle];
+            op->reused = true;
             rs->busy++;
             pthread_mutex_unlock(&rs->mu);
             return RK_STORE_OK;
@@ -274,6 +275,10 @@ void rkr_op_end(struct rop *op)
 rk_store_rc rkr_io_fail(struct rop *op, char *err, size_t errlen)
 {
     op->broken = true;
+    /* the server closed it (EOF, reset, broken pipe), as opposed to a timeout */
+    op->closed = op->c->err == REDIS_ERR_EOF ||
+                 (op->c->err == REDIS_ERR_IO && (strcmp(op->c->errstr, strerror(ECONNRESET)) == 0 ||
+                                                 strcmp(op->c->errstr, strerror(EPIPE)) == 0));
     const char *why = op->c->err ? op->c->errstr : "no reply";
     if (op->c->err == REDIS_ERR_EOF || op->c->err == REDIS_ERR_IO)
         return rk_store_fail(err, errlen, "redis unavailable: %s", why);

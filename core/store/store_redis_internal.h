@@ -11,6 +11,7 @@
  *   store_redis_sessions.c  the session-name registry
  *   store_redis_lease.c     claims, leases and the reconciler's mark
  *   store_redis_createq.c   the create queue (with its own scripts)
+ *   store_redis_reader.c    an event loop's asynchronous reader (store_reader.h)
  * The key layout is described in store_redis.c. */
 #ifndef RK_STORE_REDIS_INTERNAL_H
 #define RK_STORE_REDIS_INTERNAL_H
@@ -86,6 +87,8 @@ struct rop {
     struct redis_store *rs;
     redisContext *c;
     bool broken;
+    bool reused; /* taken from the idle list (not connected for this operation) */
+    bool closed; /* broken because the server had closed it (rkr_io_fail) */
 };
 
 /* Return the Redis store behind the interface pointer. */
@@ -133,6 +136,14 @@ rk_store_rc rkr_run(struct redis_store *rs, const struct cmd *c, redisReply **ou
 /** Send n commands in one round trip on a pooled connection (replies[i] are the caller's). */
 rk_store_rc rkr_run_pipeline(struct redis_store *rs, const struct cmd *cmds, size_t n,
                              redisReply **replies, char *err, size_t errlen);
+/** As rkr_run_pipeline for reads (and idempotent touches): run once more, on a new
+ *  connection, when the idle connection it used had been closed by the server (a dropped
+ *  idle connection, CLIENT KILL, a restarted Redis), so that no read fails for that. */
+rk_store_rc rkr_run_read(struct redis_store *rs, const struct cmd *cmds, size_t n,
+                         redisReply **replies, char *err, size_t errlen);
+/** rkr_run for a read, with rkr_run_read's one retry on a connection found closed. */
+rk_store_rc rkr_run_read1(struct redis_store *rs, const struct cmd *c, redisReply **out, char *err,
+                          size_t errlen);
 /** Run a command expecting an integer reply. */
 rk_store_rc rkr_run_int(struct redis_store *rs, const struct cmd *c, long long *val, char *err,
                         size_t errlen);
@@ -162,6 +173,20 @@ extern const char rkr_lua_lease[];
 int rkr_script_sha(struct rop *op, const char *script, char sha[41]);
 /** Forget every learnt digest (the server lost its scripts). */
 void rkr_script_forget(void);
+
+/* ---- store_redis_records.c: records ---- */
+
+/** Parse a record reply (nil: RK_STORE_NOT_FOUND) and add the idle deadline from a ZSCORE
+ *  reply (score may be NULL) when the record is active. */
+rk_store_rc rkr_record_from(const redisReply *rec, const redisReply *score, json_object **out,
+                            const char *id, char *err, size_t errlen);
+/** Add expire_time from a ZSCORE reply to an active record (nothing for a nil score). */
+void rkr_record_add_score(json_object *rec, const redisReply *score);
+
+/* ---- store_redis_reader.c: an event loop's asynchronous reader ---- */
+
+/** A reader on the store's master (store_reader.h). */
+struct rk_store_reader *rkr_reader_new(struct rk_store *st);
 
 /* ---- store_redis_index.c: indexes and lists ---- */
 

@@ -11,9 +11,17 @@
 #include <string.h>
 #include <time.h>
 
-/* Parse a record and add expire_time from a ZSCORE reply when active. */
-static rk_store_rc record_from(const redisReply *rec, const redisReply *score, json_object **out,
-                               const char *id, char *err, size_t errlen)
+void rkr_record_add_score(json_object *o, const redisReply *score)
+{
+    if (score && score->type == REDIS_REPLY_STRING && rk_store_rec_active(o)) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.*s", (int)(score->len < 63 ? score->len : 63), score->str);
+        json_object_object_add(o, "expire_time", json_object_new_int64((int64_t)strtod(buf, NULL)));
+    }
+}
+
+rk_store_rc rkr_record_from(const redisReply *rec, const redisReply *score, json_object **out,
+                            const char *id, char *err, size_t errlen)
 {
     *out = NULL;
     if (rec->type == REDIS_REPLY_NIL)
@@ -31,11 +39,7 @@ static rk_store_rc record_from(const redisReply *rec, const redisReply *score, j
         json_object_put(o);
         return rk_store_fail(err, errlen, "store: record %s is not a JSON object", id);
     }
-    if (score && score->type == REDIS_REPLY_STRING && rk_store_rec_active(o)) {
-        char buf[64];
-        snprintf(buf, sizeof buf, "%.*s", (int)(score->len < 63 ? score->len : 63), score->str);
-        json_object_object_add(o, "expire_time", json_object_new_int64((int64_t)strtod(buf, NULL)));
-    }
+    rkr_record_add_score(o, score);
     *out = o;
     return RK_STORE_OK;
 }
@@ -63,7 +67,7 @@ static rk_store_rc get_many_chunk(struct rk_store *st, const char *const *ids, s
         rkr_cmd_build(&cmds[2 + 2 * i], "ZSCORE", zkey, ids[i], (const char *)NULL);
     }
     rkr_cmd_build(&cmds[ncmd - 1], "EXEC", (const char *)NULL);
-    rc = rkr_run_pipeline(rs, cmds, ncmd, replies, err, errlen);
+    rc = rkr_run_read(rs, cmds, ncmd, replies, err, errlen);
     if (rc != RK_STORE_OK)
         goto out;
     const redisReply *ex = replies[ncmd - 1];
@@ -81,7 +85,7 @@ static rk_store_rc get_many_chunk(struct rk_store *st, const char *const *ids, s
             rc = rkr_reply_fail(rec, err, errlen);
             break;
         }
-        rk_store_rc r = record_from(rec, ex->element[2 * i + 1], &out[i], ids[i], err, errlen);
+        rk_store_rc r = rkr_record_from(rec, ex->element[2 * i + 1], &out[i], ids[i], err, errlen);
         if (r == RK_STORE_ERROR)
             rc = r;
     }
@@ -220,7 +224,7 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         if (rr[i]->type == REDIS_REPLY_ERROR && *rc == RK_STORE_OK)
             *rc = rkr_reply_fail(rr[i], err, errlen);
     if (*rc == RK_STORE_OK)
-        *rc = record_from(rr[1], NULL, &rec, id, err, errlen);
+        *rc = rkr_record_from(rr[1], NULL, &rec, id, err, errlen);
     char score[64] = "";
     if (rr[2]->type == REDIS_REPLY_STRING)
         snprintf(score, sizeof score, "%.*s", (int)(rr[2]->len < 63 ? rr[2]->len : 63), rr[2]->str);
@@ -370,7 +374,7 @@ __attribute__((noinline)) static rk_store_rc get_plain(struct redis_store *rs, c
                   rkr_key_of(rs, k4, "reconcile_mark", NULL), (const char *)NULL);
     rkr_cmd_build(&cmds[1], "ZSCORE", rkr_key_of(rs, k3, "expire", NULL), id, (const char *)NULL);
     redisReply *rep[2];
-    rk_store_rc rc = rkr_run_pipeline(rs, cmds, 2, rep, err, errlen);
+    rk_store_rc rc = rkr_run_read(rs, cmds, 2, rep, err, errlen);
     if (rc != RK_STORE_OK)
         return rc;
     const redisReply *m = rep[0];
@@ -379,7 +383,7 @@ __attribute__((noinline)) static rk_store_rc get_plain(struct redis_store *rs, c
     } else if (m->type != REDIS_REPLY_ARRAY || m->elements != 2) {
         rc = rk_store_fail(err, errlen, "redis error: unexpected reply type %d", m->type);
     } else {
-        rc = record_from(m->element[0], rep[1], out, id, err, errlen);
+        rc = rkr_record_from(m->element[0], rep[1], out, id, err, errlen);
         if (mark && marklen && m->element[1]->type == REDIS_REPLY_STRING)
             snprintf(mark, marklen, "%.*s", (int)m->element[1]->len, m->element[1]->str);
     }
@@ -420,7 +424,7 @@ static rk_store_rc get_touch_script(struct redis_store *rs, const char *id, int6
                   rkr_key_of(rs, k2, "active", NULL), rkr_key_of(rs, k3, "expire", NULL),
                   rkr_key_of(rs, k4, "reconcile_mark", NULL), id, nowbuf, (const char *)NULL);
     redisReply *r = NULL;
-    rk_store_rc rc = rkr_run(rs, &c, &r, err, errlen);
+    rk_store_rc rc = rkr_run_read1(rs, &c, &r, err, errlen); /* the touch is idempotent */
     if (rc != RK_STORE_OK)
         return rc;
     if (r->type == REDIS_REPLY_NIL) {
@@ -428,8 +432,8 @@ static rk_store_rc get_touch_script(struct redis_store *rs, const char *id, int6
     } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         rc = rk_store_fail(err, errlen, "redis error: unexpected reply type %d", r->type);
     } else {
-        rc = record_from(r->element[0], r->elements > 1 ? r->element[1] : NULL, out, id, err,
-                         errlen);
+        rc = rkr_record_from(r->element[0], r->elements > 1 ? r->element[1] : NULL, out, id, err,
+                             errlen);
         if (mark && marklen && r->elements > 2 && r->element[2]->type == REDIS_REPLY_STRING)
             snprintf(mark, marklen, "%.*s", (int)r->element[2]->len, r->element[2]->str);
     }

@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Status reads on the event loops (docs/architecture.md "Concurrency model"): with the
+reconciler keeping the store current, get_status and is_alive are answered on the loop from
+the in-process store or from the loop's own Redis connection, so they keep answering while
+every worker is held by blocking plugin calls; a dropped or frozen Redis connection costs
+no wrong answer (the read is done again on a worker, or fails with the store's clear error)
+and the loops reconnect by themselves."""
+import os
+import signal
+import threading
+import time
+
+from harness import Admin, Redis, Sim, run, test, wait_until
+
+API_KEY = "sim-key-status"
+
+
+def metric(admin, name):
+    st, body, _ = admin.request("GET", "/metrics", raw=True)
+    assert st == 200, st
+    total = 0.0
+    for line in body.decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def os_admin(sim, redis=None, server=None, extra=None):
+    cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY,
+                           "use_server_proxy": False},
+           # a pass every 3 s keeps the store vouched for 9 s (3 intervals)
+           "runtime": {"reconcile_interval_ms": 3000}}
+    if server:
+        cfg["server"] = server
+    if extra:
+        cfg.update(extra)
+    return Admin(operator="opensandbox", config=cfg, redis=redis)
+
+
+def status(admin, sid):
+    return admin.api("GET", "/get_status", query={"sandbox_id": sid})
+
+
+def assert_alive(admin, sid):
+    st, js = status(admin, sid)
+    assert st == 200 and js["status"] == "Success", (st, js)
+    assert js["result"]["sandbox_id"] == sid and js["result"]["is_alive"] is True, js
+    st, js = admin.api("GET", "/is_alive", query={"sandbox_id": sid})
+    assert st == 200 and js["result"]["is_alive"] is True, (st, js)
+
+
+def answered_while_workers_are_busy(redis, password=None):
+    sim = Sim(api_key=API_KEY)
+    a = os_admin(sim, redis, server={"workers": 1, "worker_queue": 1},
+                 extra={"redis": {"password": password}} if password else None)
+    sid = a.start_sandbox()
+    a.ok("POST", "/write_file", {"sandbox_id": sid, "path": "/tmp/f.txt", "content": "x"})
+    assert_alive(a, sid)
+    # Freeze the backend: a read_file (a blocking plugin call) holds the only worker, a
+    # second one waits in the queue.
+    os.kill(sim.proc.pid, signal.SIGSTOP)
+    results = []
+
+    def read():
+        results.append(a.api("POST", "/read_file", {"sandbox_id": sid, "path": "/tmp/f.txt"}))
+    threads = [threading.Thread(target=read, daemon=True) for _ in range(2)]
+    try:
+        threads[0].start()
+        wait_until(lambda: metric(a, "rock_admin_workers_busy") == 1, 5, 0.05, "worker busy")
+        threads[1].start()
+        wait_until(lambda: metric(a, "rock_admin_worker_queue_depth") == 1, 5, 0.05,
+                   "one queued")
+        # a route that needs a worker is refused now ...
+        st, js = a.api("POST", "/write_file",
+                       {"sandbox_id": sid, "path": "/tmp/g.txt", "content": "y"})
+        assert st == 503 and js["result"]["code"] == 5000 and "busy" in js["error"], (st, js)
+        # ... while status reads are answered from the store on the event loop, at once
+        t0 = time.time()
+        for _ in range(20):
+            assert_alive(a, sid)
+        assert time.time() - t0 < 3, "status reads waited for a worker"
+        st, js = status(a, "no-such-sandbox")
+        assert js["status"] == "Failed" and js["error"] == "Sandbox no-such-sandbox not found", js
+    finally:
+        os.kill(sim.proc.pid, signal.SIGCONT)
+    for t in threads:
+        t.join(60)
+    assert len(results) == 2 and all(js["status"] == "Success" for _, js in results), results
+
+
+@test
+def status_reads_from_redis_answer_while_every_worker_is_busy():
+    # with a password: the loops' own connections authenticate as the pool's do
+    answered_while_workers_are_busy(Redis(password="s3cret-status"), "s3cret-status")
+
+
+@test
+def status_reads_from_the_inprocess_store_answer_while_every_worker_is_busy():
+    answered_while_workers_are_busy(None)
+
+
+@test
+def status_reads_survive_dropped_and_frozen_redis_connections():
+    redis = Redis()
+    sim = Sim(api_key=API_KEY)
+    a = os_admin(sim, redis, extra={"redis": {"timeout_ms": 400, "connect_timeout_ms": 300}})
+    sid = a.start_sandbox()
+    assert_alive(a, sid)
+    # every client connection dropped by the server: no status read fails for it
+    for _ in range(3):
+        out = redis.cli("CLIENT", "KILL", "TYPE", "normal")
+        assert out.strip().isdigit(), out
+        for _ in range(30):
+            assert_alive(a, sid)
+    # a frozen Redis: the read gives up within its deadlines (the loop's, then the worker's)
+    # with the store's error, and the admin keeps answering everything else
+    os.kill(redis.proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.time()
+        st, js = status(a, sid)
+        took = time.time() - t0
+        assert js["status"] == "Failed" and js["result"]["code"] == 5000, js
+        assert "sandbox store unavailable" in js["error"], js
+        assert took < 3, "the read outlived its deadlines: %.1f s" % took
+        st, js = a.request("GET", "/livez")
+        assert st == 200, st
+    finally:
+        os.kill(redis.proc.pid, signal.SIGCONT)
+    # and once Redis answers again the loops read from it again
+    wait_until(lambda: status(a, sid)[1].get("status") == "Success", 15, 0.2,
+               "status reads after Redis came back")
+    for _ in range(30):
+        assert_alive(a, sid)
+
+
+if __name__ == "__main__":
+    run()
