@@ -97,19 +97,24 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
  * dispatch gate on that record, and no backend call. *fallback is set when no recent pass
  * vouches for the store (ask the backend instead). */
 static rk_status status_from_store(struct rk_req *r, const char *id, int include_all,
-                                   json_object **out, int *fallback)
+                                   int64_t touch_s, json_object **out, int *fallback)
 {
     char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
     json_object *rec = NULL;
-    rk_store_rc rc = rk_store_get_touch(r->app->store, id, rk_activity_touch_second(id), &rec, mark,
-                                        sizeof mark, err, sizeof err);
+    if (touch_s < 0)
+        touch_s = rk_activity_touch_second(id);
+    rk_store_rc rc =
+        rk_store_get_touch(r->app->store, id, touch_s, &rec, mark, sizeof mark, err, sizeof err);
     rk_status st;
     *fallback =
         status_from_record(r, id, include_all, rc, rec, mark, err, 1, &st, out) == FS_ASK_BACKEND;
     return st;
 }
 
-rk_status rk_sandbox_status(struct rk_req *r, const char *id, int include_all, json_object **out)
+/* rk_sandbox_status with the idle touch's second decided by the caller: touch_s > 0 touches,
+ * 0 reads only, -1 asks the throttle (rk_activity_touch_second). */
+static rk_status sandbox_status_at(struct rk_req *r, const char *id, int include_all,
+                                   int64_t touch_s, json_object **out)
 {
     struct rk_app *app = r->app;
     char err[RK_STORE_ERRLEN];
@@ -117,7 +122,7 @@ rk_status rk_sandbox_status(struct rk_req *r, const char *id, int include_all, j
     *out = NULL;
     if (rk_reconciler_active(app)) {
         int fallback = 0;
-        rk_status fs = status_from_store(r, id, include_all, out, &fallback);
+        rk_status fs = status_from_store(r, id, include_all, touch_s, out, &fallback);
         if (!fallback)
             return fs;
     }
@@ -148,6 +153,11 @@ rk_status rk_sandbox_status(struct rk_req *r, const char *id, int include_all, j
     return st;
 }
 
+rk_status rk_sandbox_status(struct rk_req *r, const char *id, int include_all, json_object **out)
+{
+    return sandbox_status_at(r, id, include_all, -1, out);
+}
+
 /* How a status read is answered: the route's reply shape. */
 typedef void status_answer_fn(struct rk_req *r, const char *id, rk_status st, json_object *status);
 
@@ -155,6 +165,7 @@ typedef void status_answer_fn(struct rk_req *r, const char *id, rk_status st, js
 struct status_read {
     struct rk_req *r;
     int include_all;
+    int64_t touch_s; /* the touch the reader was asked to do (0: none): a worker redoes it */
     status_answer_fn *answer;
     char id[];
 };
@@ -165,7 +176,7 @@ static void status_on_worker(void *arg)
     struct status_read *sr = arg;
     struct rk_req *r = sr->r;
     json_object *out = NULL;
-    rk_status st = rk_sandbox_status(r, sr->id, sr->include_all, &out);
+    rk_status st = sandbox_status_at(r, sr->id, sr->include_all, sr->touch_s, &out);
     sr->answer(r, sr->id, st, out);
     free(sr);
     rk_req_finish(r);
@@ -222,18 +233,24 @@ static void status_on_loop(struct rk_req *r, const char *id, int include_all,
     struct rk_store_reader *rd = rk_req_store_reader(r);
     size_t idlen = strlen(id);
     struct status_read *sr = rd ? malloc(sizeof *sr + idlen + 1) : NULL;
+    /* The touch throttle is only peeked at here and taken once the reader took the read: a
+     * read the reader refuses is done on a worker with the touch still due. */
+    int64_t now = rk_epoch_s();
+    int64_t touch_s = rk_activity_pending(id, now) ? now : 0;
     if (sr) {
         sr->r = r;
         sr->include_all = include_all;
+        sr->touch_s = touch_s;
         sr->answer = answer;
         memcpy(sr->id, id, idlen + 1);
     }
-    if (!sr || rk_store_reader_get_touch(rd, id, rk_activity_touch_second(id), status_read_done,
-                                         sr) != 0) {
+    if (!sr || rk_store_reader_get_touch(rd, id, touch_s, status_read_done, sr) != 0) {
         free(sr);
         rk_req_needs_worker(r);
         return;
     }
+    if (touch_s)
+        rk_activity_due(id, now);
     rk_req_defer(r); /* the callback never comes before the loop's next turn */
 }
 

@@ -171,6 +171,8 @@ extern const char rkr_lua_get_touch[];
 extern const char rkr_lua_lease[];
 /** The SHA1 of script (SCRIPT LOAD on first use): 0 and sha filled, -1 to fall back to EVAL. */
 int rkr_script_sha(struct rop *op, const char *script, char sha[41]);
+/** The SHA1 of script if a SCRIPT LOAD learnt it already: 0 and sha filled, else -1. */
+int rkr_script_sha_known(const char *script, char sha[41]);
 /** Forget every learnt digest (the server lost its scripts). */
 void rkr_script_forget(void);
 

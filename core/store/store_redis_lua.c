@@ -148,17 +148,25 @@ static struct {
 static int script_cache_len;
 static pthread_mutex_t script_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* The SHA1 of script if it was learnt already: 0 and sha filled, else -1. */
+int rkr_script_sha_known(const char *script, char sha[41])
+{
+    int found = -1;
+    pthread_mutex_lock(&script_cache_mu);
+    for (int i = 0; i < script_cache_len && found != 0; i++)
+        if (script_cache[i].script == script) {
+            memcpy(sha, script_cache[i].sha, 41);
+            found = 0;
+        }
+    pthread_mutex_unlock(&script_cache_mu);
+    return found;
+}
+
 /* The SHA1 of script (SCRIPT LOAD on first use); 0 and sha filled, -1 to fall back to EVAL. */
 int rkr_script_sha(struct rop *op, const char *script, char sha[41])
 {
-    pthread_mutex_lock(&script_cache_mu);
-    for (int i = 0; i < script_cache_len; i++)
-        if (script_cache[i].script == script) {
-            memcpy(sha, script_cache[i].sha, 41);
-            pthread_mutex_unlock(&script_cache_mu);
-            return 0;
-        }
-    pthread_mutex_unlock(&script_cache_mu);
+    if (rkr_script_sha_known(script, sha) == 0)
+        return 0;
     redisReply *r = redisCommand(op->c, "SCRIPT LOAD %s", script);
     if (!r) {
         op->broken = true;

@@ -3,7 +3,7 @@
  * Redis store: the asynchronous reader of one event loop (store_reader.h). One hiredis
  * asynchronous context on the master the connection pool found, its socket in an epoll set
  * of its own that the loop watches like its curl multi. A read is the same round trip as the
- * pool's rkr_get_touch: MGET record mark + ZSCORE, or the touching script (EVAL of
+ * pool's rkr_get_touch: MGET record mark + ZSCORE, or the touching script (EVALSHA of
  * rkr_lua_get_touch), pipelined with every other read of the same turn.
  *
  * hiredis 0.14 has no timeouts on asynchronous contexts: each read carries its deadline
@@ -381,9 +381,16 @@ int rk_store_reader_get_touch(struct rk_store_reader *rd, const char *id, int64_
         if (!ok && q->parts == 2)
             q->parts = 1; /* the MGET is queued: its reply (or its failure) still comes */
     } else {
+        /* EVALSHA of a digest the pool learnt (SCRIPT LOAD is the pool's); until then, and
+         * after a NOSCRIPT (an error reply: the worker's read reloads), the worker reads. */
+        char sha[41];
+        if (rkr_script_sha_known(rkr_lua_get_touch, sha) != 0) {
+            free(q);
+            return -1;
+        }
         snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now_s);
         struct cmd c;
-        rkr_cmd_build(&c, "EVAL", rkr_lua_get_touch, "4", rkr_key_of(rs, k1, "sandbox:", id),
+        rkr_cmd_build(&c, "EVALSHA", sha, "4", rkr_key_of(rs, k1, "sandbox:", id),
                       rkr_key_of(rs, k2, "active", NULL), rkr_key_of(rs, k3, "expire", NULL),
                       rkr_key_of(rs, k4, "reconcile_mark", NULL), id, nowbuf, (const char *)NULL);
         q->parts = 1;
