@@ -21,6 +21,21 @@ void rkr_free_contexts(redisContext **list, int n)
         redisFree(list[i]);
 }
 
+int rkr_setup_cmds(const char *user, const char *password, int db, struct cmd steps[2],
+                   char dbbuf[16])
+{
+    int n = 0;
+    if (password && password[0] && user && user[0])
+        rkr_cmd_build(&steps[n++], "AUTH", user, password, (const char *)NULL);
+    else if (password && password[0])
+        rkr_cmd_build(&steps[n++], "AUTH", password, (const char *)NULL);
+    if (db != 0) {
+        snprintf(dbbuf, 16, "%d", db);
+        rkr_cmd_build(&steps[n++], "SELECT", dbbuf, (const char *)NULL);
+    }
+    return n;
+}
+
 /* Open host:port, authenticate (AUTH [user] password when password is set)
  * and select db (when not 0); NULL with msg filled on failure. */
 static redisContext *connect_one(struct redis_store *rs, const char *host, int port,
@@ -46,16 +61,8 @@ static redisContext *connect_one(struct redis_store *rs, const char *host, int p
     }
     redisEnableKeepAlive(c);
     struct cmd steps[2];
-    int nsteps = 0;
     char dbbuf[16];
-    if (password && password[0] && user && user[0])
-        rkr_cmd_build(&steps[nsteps++], "AUTH", user, password, (const char *)NULL);
-    else if (password && password[0])
-        rkr_cmd_build(&steps[nsteps++], "AUTH", password, (const char *)NULL);
-    if (db != 0) {
-        snprintf(dbbuf, sizeof dbbuf, "%d", db);
-        rkr_cmd_build(&steps[nsteps++], "SELECT", dbbuf, (const char *)NULL);
-    }
+    int nsteps = rkr_setup_cmds(user, password, db, steps, dbbuf);
     for (int i = 0; i < nsteps; i++) {
         redisReply *r = redisCommandArgv(c, steps[i].argc, steps[i].argv, steps[i].lens);
         const char *what =

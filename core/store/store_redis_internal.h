@@ -99,6 +99,10 @@ static inline struct redis_store *rkr_store(struct rk_store *st)
 
 /* ---- store_redis_conn.c: connection pool and Sentinel discovery ---- */
 
+/** The commands that set a new connection up: AUTH [user] password when password is set,
+ *  SELECT db when db is not 0 (dbbuf holds its argument). Returns how many (0-2). */
+int rkr_setup_cmds(const char *user, const char *password, int db, struct cmd steps[2],
+                   char dbbuf[16]);
 /** Free the contexts in list. */
 void rkr_free_contexts(redisContext **list, int n);
 /** Check out a connection (connecting lazily, with the pool's backoff); waits at most

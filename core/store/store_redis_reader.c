@@ -238,16 +238,8 @@ static int ensure_connection(struct rk_store_reader *rd)
     ev_add_write(rd); /* the connect completes when the socket is writable */
     struct redis_store *rs = rd->rs;
     struct cmd setup[2];
-    int n = 0;
     char dbbuf[16];
-    if (rs->password && rs->password[0] && rs->username && rs->username[0])
-        rkr_cmd_build(&setup[n++], "AUTH", rs->username, rs->password, (const char *)NULL);
-    else if (rs->password && rs->password[0])
-        rkr_cmd_build(&setup[n++], "AUTH", rs->password, (const char *)NULL);
-    if (rs->db != 0) {
-        snprintf(dbbuf, sizeof dbbuf, "%d", rs->db);
-        rkr_cmd_build(&setup[n++], "SELECT", dbbuf, (const char *)NULL);
-    }
+    int n = rkr_setup_cmds(rs->username, rs->password, rs->db, setup, dbbuf);
     for (int i = 0; i < n; i++)
         if (redisAsyncCommandArgv(ac, on_setup_reply, NULL, setup[i].argc, setup[i].argv,
                                   setup[i].lens) != REDIS_OK)
