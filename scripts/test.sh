@@ -120,7 +120,9 @@ summary="$summary; sanitizers: $sp passed, $sf failed"
 # test_e2b (envd command streams: a worker thread per command feeding the
 # response queue from the plugin's transfer thread, kills from other requests),
 # test_engine (event loops, the worker pool, suspend/resume, the HTTP relay
-# loop) and unit/test_relay_loop (hand-over to the relay loops).
+# loop), test_status_reads (status reads answered on the loops, handed to a
+# worker when the loop's Redis connection fails) and unit/test_relay_loop
+# (hand-over to the relay loops).
 # Left out as single-threaded
 # API conformance: test_api, test_cli, test_abi. The harness fails a test when
 # the daemon's output has a ThreadSanitizer report.
@@ -129,7 +131,7 @@ unit/test_relay unit/test_rkutil integration/test_multiprocess.py integration/te
 integration/test_sessions.py integration/test_proxy.py integration/test_opensandbox.py \
 integration/test_proxy_opensandbox.py integration/test_security.py integration/test_tls.py \
 integration/test_lifecycle_opensandbox.py integration/test_e2b.py integration/test_engine.py \
-unit/test_relay_loop unit/test_security"
+integration/test_status_reads.py unit/test_relay_loop unit/test_security"
 TSAN_CFLAGS="-O1 -g -fsanitize=thread -fno-omit-frame-pointer"
 export TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1"
 # Why setarch -R: ThreadSanitizer reserves its shadow memory at fixed
