@@ -93,6 +93,15 @@ def inflight(admin):
     return -1
 
 
+def upstream_inflight(admin):
+    """Plugin (upstream) calls the admin has in progress, from /metrics."""
+    st, body, _ = admin.request("GET", "/metrics", raw=True)
+    for line in body.decode().splitlines():
+        if line.startswith("rock_admin_upstream_inflight_calls "):
+            return int(float(line.split()[1]))
+    return -1
+
+
 def expire_reservation(redis, key, name, value):
     """Make a live reservation "r:<token>:<deadline ms>" expired by moving its
     deadline into the past (what waiting out the TTL would do), atomically."""
@@ -721,8 +730,10 @@ def in_process_registry_without_redis():
     """Without Redis the registry lives in the process: same rules, and a
     delete clears the sandbox's names (checked by reusing the sandbox id)."""
     sim = Sim(api_key=KEY)
+    # No reconciler: its list calls would count as upstream calls in flight below.
     a = Admin(operator="opensandbox", config={
-        "opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": KEY}})
+        "opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": KEY},
+        "runtime": {"reconcile_interval_ms": 0}})
     sid = a.start_sandbox()
     osid = upstream_id_by_list(sim, sid)
     assert create(a, sid, "m", env={"V": "1"})["status"] == "Success"
@@ -739,9 +750,11 @@ def in_process_registry_without_redis():
     box = {}
     th = threading.Thread(target=lambda: box.update(reply=create(a, sid, "slow")))
     th.start()
-    # Without Redis the reservation cannot be seen from outside: wait until
-    # the create is being handled (it reserves before its 5 s execd call).
-    wait_until(lambda: inflight(a) == 1, 20, 0.02, "create_session in flight")
+    # Without Redis the reservation cannot be seen from outside: wait until the
+    # create is in its 5 s execd call (it reserves the name before that call; a
+    # request counts as in flight from its headers on, before it reserves).
+    wait_until(lambda: inflight(a) == 1 and upstream_inflight(a) == 1, 20, 0.02,
+               "create_session in its execd call")
     assert_plain_failure(create(a, sid, "slow"), "create session failed",
                          "session 'slow' already exists")
     assert_plain_failure(run_cmd(a, sid, "slow", "true"), "run in session failed",
