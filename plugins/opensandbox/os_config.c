@@ -209,6 +209,7 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
     }
     /* Each module sets up its own state. */
     inst->execd_ping = os_execd_ping;
+    inst->execd_ping_many = os_execd_ping_many;
     if (os_ep_cache_init(inst) != 0) {
         os_config_free(inst);
         return RK_E_NOMEM;

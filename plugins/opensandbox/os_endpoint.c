@@ -258,6 +258,50 @@ static void ep_cache_put(struct os_inst *inst, const char *osid, int port,
     pthread_mutex_unlock(&inst->ep_lock);
 }
 
+/** The lifecycle path that resolves osid's port:
+ * /sandboxes/{id}/endpoints/{port}?use_server_proxy=<cfg> (malloc'd; NULL when out of memory). */
+char *os_ep_path(const struct os_inst *inst, const char *osid, int port)
+{
+    char *enc = os_escape(osid);
+    if (!enc)
+        return NULL;
+    struct os_sb sb = {0};
+    os_sb_printf(&sb, "/sandboxes/%s/endpoints/%d?use_server_proxy=%s", enc, port,
+                 inst->use_server_proxy ? "true" : "false");
+    free(enc);
+    return os_sb_take(&sb);
+}
+
+/** Read an endpoint reply o into *out: out->base is set to a malloc'd URL, which is also left in
+ *  *base for the caller to free, and out->headers to hdrs (room for max) pointing into o. The
+ *  endpoint is cached. 1, 0 when the reply names no endpoint, -1 when out of memory. */
+int os_ep_from_reply(struct os_inst *inst, const char *osid, int port, struct json_object *o,
+                     struct os_endpoint *out, struct rk_kv *hdrs, size_t max, char **base)
+{
+    memset(out, 0, sizeof(*out));
+    *base = NULL;
+    const char *endpoint = os_lc_jstr(o, "endpoint");
+    if (!endpoint || !*endpoint)
+        return 0;
+    *base = os_join_url(inst->protocol, endpoint, NULL);
+    if (!*base)
+        return -1;
+    size_t n = 0;
+    json_object *jh = NULL;
+    if (json_object_object_get_ex(o, "headers", &jh) && json_object_is_type(jh, json_type_object)) {
+        json_object_object_foreach(jh, k, v)
+        {
+            if (n < max && json_object_is_type(v, json_type_string))
+                hdrs[n++] = (struct rk_kv){k, json_object_get_string(v)};
+        }
+    }
+    out->base = *base;
+    out->headers = n ? hdrs : NULL;
+    out->headers_len = n;
+    ep_cache_put(inst, osid, port, out);
+    return 1;
+}
+
 /** Resolve GET /sandboxes/{id}/endpoints/{port}?use_server_proxy=<cfg> (cached when allowed). */
 rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
                          int use_cache, const char *op, struct os_endpoint *out)
@@ -268,12 +312,7 @@ rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char 
         out->from_cache = 1;
         return RK_OK;
     }
-    char *enc = os_escape(osid);
-    struct os_sb sb = {0};
-    os_sb_printf(&sb, "/sandboxes/%s/endpoints/%d?use_server_proxy=%s", enc ? enc : "", port,
-                 inst->use_server_proxy ? "true" : "false");
-    free(enc);
-    char *path = os_sb_take(&sb);
+    char *path = os_ep_path(inst, osid, port);
     struct os_xfer x;
     rk_status s = path ? os_lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
     free(path);
@@ -292,32 +331,22 @@ rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char 
         os_xfer_cleanup(&x);
         return s;
     }
-    json_object *o = os_lc_body_json(&x), *hdrs = NULL;
+    json_object *o = os_lc_body_json(&x);
     os_xfer_cleanup(&x);
-    const char *endpoint = os_lc_jstr(o, "endpoint");
-    if (!endpoint || !*endpoint) {
-        json_object_put(o);
+    struct rk_kv tmp[OS_ENDPOINT_HEADERS_MAX];
+    struct os_endpoint parsed;
+    char *base = NULL;
+    int got = os_ep_from_reply(inst, osid, port, o, &parsed, tmp, OS_ENDPOINT_HEADERS_MAX, &base);
+    int ok =
+        got == 1 && ep_to_arena(inst, call, parsed.base, parsed.headers, parsed.headers_len, out);
+    free(base);
+    json_object_put(o);
+    if (got == 0)
         return h->set_error(call, RK_E_UPSTREAM,
                             "opensandbox %s failed for %s: endpoint response without endpoint", op,
                             osid);
-    }
-    char *base = os_join_url(inst->protocol, endpoint, NULL);
-    size_t n = 0;
-    struct rk_kv tmp[64];
-    if (json_object_object_get_ex(o, "headers", &hdrs) &&
-        json_object_is_type(hdrs, json_type_object)) {
-        json_object_object_foreach(hdrs, k, v)
-        {
-            if (n < sizeof(tmp) / sizeof(tmp[0]) && json_object_is_type(v, json_type_string))
-                tmp[n++] = (struct rk_kv){k, json_object_get_string(v)};
-        }
-    }
-    int ok = base && ep_to_arena(inst, call, base, tmp, n, out);
-    free(base);
-    json_object_put(o);
     if (!ok)
         return h->set_error(call, RK_E_NOMEM, "opensandbox %s failed for %s: out of memory", op,
                             osid);
-    ep_cache_put(inst, osid, port, out);
     return RK_OK;
 }

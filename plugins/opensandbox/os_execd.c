@@ -520,17 +520,6 @@ rk_status os_exec_start(struct os_inst *inst, struct rk_call *call,
     return exec_run(inst, call, ref, req, sink, out, 1);
 }
 
-int os_execd_ping(struct os_inst *inst, struct rk_call *call, const char *osid, int64_t timeout_ms)
-{
-    struct os_xfer x;
-    if (os_execd_simple(inst, call, osid, "ping", "GET", "/ping", timeout_ms, NULL, NULL, &x) !=
-        RK_OK)
-        return 0;
-    int ok = x.status == 200;
-    os_xfer_cleanup(&x);
-    return ok;
-}
-
 /**
  * One non-streamed (or custom-streamed) execd exchange with a single re-resolve
  * on a refused connection. `prep` adds the body; it runs once per attempt. On

@@ -244,6 +244,13 @@ rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value)
     return RK_OK;
 }
 
+/** Bound the whole exchange by timeout_ms from now instead of the bound it was prepared with. */
+void os_xfer_limit(struct os_xfer *x, int64_t timeout_ms)
+{
+    x->own_deadline_ms = x->inst->host->now_ms() + timeout_ms;
+    curl_easy_setopt(x->curl, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+}
+
 /** Use a new connection for this exchange (non-idempotent requests that must not be re-sent). */
 void os_xfer_fresh_connection(struct os_xfer *x)
 {

@@ -22,11 +22,12 @@
  *   10. os_pause.c      stop/restart by pause/resume (stop_mode: pause)
  *   11. os_snapshot.c   archive by snapshots (archive_enabled)
  *   12. os_execd.c      execd requests and streamed command runs
- *   13. os_files.c      file stat/read/write through execd
- *   14. os_session.c    bash sessions through execd
- *   15. os_config.c     the section's schema and validation, configured capabilities, and the
+ *   13. os_ready.c      readiness: execd pings, one or many at once on the loop
+ *   14. os_files.c      file stat/read/write through execd
+ *   15. os_session.c    bash sessions through execd
+ *   16. os_config.c     the section's schema and validation, configured capabilities, and the
  *                       instance's assembly (each module above sets up its own state)
- *   16. opensandbox.c   the descriptor and the ABI entry points
+ *   17. opensandbox.c   the descriptor and the ABI entry points
  *
  * Deadlines: the core owns every call's deadline (for a command: its timeout
  * plus runtime.command_timeout_margin) and os_http.c honours
@@ -204,6 +205,12 @@ struct os_ep_entry {
 };
 
 /** Per-instance state built by init(). Immutable after init except the cache. */
+/** One sandbox a list pass asks about (os_execd_ping_many): does its execd answer yet? */
+struct os_ping_item {
+    const char *osid; /**< in: the OpenSandbox id */
+    int ready;        /**< out: 1 when its execd answered GET /ping with 200 */
+};
+
 struct os_inst {
     const struct rk_host *host;
     char *endpoint;
@@ -229,10 +236,13 @@ struct os_inst {
     struct os_ready_entry **ready_tab;
     size_t ready_count;
     int64_t ready_pruned_ms;
-    /** os_execd_ping, set by os_config.c: lets os_lifecycle.c (below os_execd.c) ask whether a
+    /** os_execd_ping, set by os_config.c: lets os_lifecycle.c (below os_ready.c) ask whether a
      *  sandbox's execd answers yet. */
     int (*execd_ping)(struct os_inst *inst, struct rk_call *call, const char *osid,
                       int64_t timeout_ms);
+    /** os_execd_ping_many, set by os_config.c: a list pass's pings, many at once. */
+    void (*execd_ping_many)(struct os_inst *inst, struct os_ping_item *items, size_t n,
+                            int64_t budget_ms);
     /* os_http.c */
     void *share;                    /**< CURLSH: DNS cache and TLS sessions only */
     pthread_mutex_t share_locks[8]; /**< one per curl_lock_data value */
@@ -297,6 +307,7 @@ rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *
 rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value);
 void os_xfer_json(struct os_xfer *x, const char *json);
 void os_xfer_fresh_connection(struct os_xfer *x);
+void os_xfer_limit(struct os_xfer *x, int64_t timeout_ms);
 rk_status os_xfer_perform(struct os_xfer *x);
 /** Start the exchange on the loop; done(x, status) reports its end (loop thread). RK_OK: done
  *  will run; otherwise it ended at once with that status (done not called). */
@@ -355,6 +366,14 @@ void os_ep_cache_free(struct os_inst *inst);
 /** Resolve the endpoint of a sandbox port (cached for OS_ENDPOINT_TTL_MS when use_cache). */
 rk_status os_lc_endpoint(struct os_inst *inst, struct rk_call *call, const char *osid, int port,
                          int use_cache, const char *op, struct os_endpoint *out);
+/** Most headers kept from one endpoint reply. */
+#define OS_ENDPOINT_HEADERS_MAX 64
+/** The lifecycle path resolving osid's port (malloc'd; NULL when out of memory). */
+char *os_ep_path(const struct os_inst *inst, const char *osid, int port);
+/** Read an endpoint reply into *out (base malloc'd into *base, headers into hdrs[max] pointing
+ *  into o) and cache it: 1, 0 when it names no endpoint, -1 when out of memory. */
+int os_ep_from_reply(struct os_inst *inst, const char *osid, int port, struct json_object *o,
+                     struct os_endpoint *out, struct rk_kv *hdrs, size_t max, char **base);
 /** Drop cached endpoints of a sandbox (port -1 = every port). */
 void os_ep_invalidate(struct os_inst *inst, const char *osid, int port);
 /** 1 if the execd of osid answered since its Running transition at since (os_ep_ready_note). */
@@ -469,9 +488,6 @@ struct os_run_opts {
     void *finish_ctx;
 };
 
-/** 1 if the sandbox's execd answers GET /ping with 200 within timeout_ms (0 on any failure;
- *  the call may carry the failure's detail). */
-int os_execd_ping(struct os_inst *inst, struct rk_call *call, const char *osid, int64_t timeout_ms);
 rk_status os_run_stream(struct os_inst *inst, struct rk_call *call, const char *osid,
                         const struct os_run_opts *opts, const struct rk_sink *sink,
                         struct rk_exec_res *out);
@@ -486,6 +502,14 @@ rk_status os_exec(struct os_inst *inst, struct rk_call *call, const struct rk_sa
 rk_status os_exec_start(struct os_inst *inst, struct rk_call *call,
                         const struct rk_sandbox_ref *ref, const struct rk_exec_req *req,
                         const struct rk_sink *sink, struct rk_exec_res *out);
+/* Readiness (os_ready.c) */
+/** 1 if the sandbox's execd answers GET /ping with 200 within timeout_ms (0 on any failure;
+ *  the call may carry the failure's detail). */
+int os_execd_ping(struct os_inst *inst, struct rk_call *call, const char *osid, int64_t timeout_ms);
+/** Ask many sandboxes at once, on the loop, whether their execd answers (items[i].ready);
+ *  starts checks while budget_ms lasts, returns when every started one ended. */
+void os_execd_ping_many(struct os_inst *inst, struct os_ping_item *items, size_t n,
+                        int64_t budget_ms);
 rk_status os_file_stat(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                        const char *path, struct rk_file_info *out);
 rk_status os_file_read(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,

@@ -19,10 +19,10 @@
 #define OS_LIST_MAX_PAGES 10
 /** Pages of 200 the reconciler's list pass reads at most (100,000 sandboxes). */
 #define OS_RECONCILE_MAX_PAGES 500
-/** Time one list pass may spend pinging the execd of newly Running sandboxes. The pings run one
- *  after another; those left over show pending for this pass and are pinged by the next one, so
- *  a burst of thousands of new sandboxes cannot stretch a pass past the reconciler's freshness
- *  bound (status reads would then all fall back to backend calls). */
+/** Time one list pass may spend starting readiness checks of newly Running sandboxes (many at
+ *  once, os_ready.c); those not checked show pending for this pass and are checked by the next
+ *  one, so a burst of thousands of new sandboxes cannot stretch a pass past the reconciler's
+ *  freshness bound (status reads would then all fall back to backend calls). */
 #define OS_LIST_PING_BUDGET_MS 700
 
 /** One sandbox found by metadata. */
@@ -343,20 +343,13 @@ static int transition_recent(const char *iso)
 }
 
 /* 1 if the sandbox's execd answers (remembered per Running transition, so a sandbox is
- * pinged only until its execd answered once). The ping itself is os_execd.c's (a layer
+ * pinged only until its execd answered once). The ping itself is os_ready.c's (a layer
  * above), reached through inst->execd_ping. */
 static int execd_answers(struct os_inst *inst, struct rk_call *call, const char *osid,
-                         const char *since, int64_t *ping_budget)
+                         const char *since)
 {
     if (os_ep_ready_known(inst, osid, since))
         return 1;
-    if (ping_budget) { /* a list pass: OS_LIST_PING_BUDGET_MS from its first ping */
-        int64_t now = inst->host->now_ms();
-        if (*ping_budget == 0)
-            *ping_budget = now;
-        else if (now - *ping_budget >= OS_LIST_PING_BUDGET_MS)
-            return 0;
-    }
     if (!inst->execd_ping || !inst->execd_ping(inst, call, osid, OS_READY_PING_MS))
         return 0;
     os_ep_ready_note(inst, osid, since);
@@ -364,20 +357,26 @@ static int execd_answers(struct os_inst *inst, struct rk_call *call, const char 
 }
 
 /* Map OpenSandbox's status into *out. osid and since (status.lastTransitionAt), when given, let
- * a sandbox that turned Running recently count as running only once its execd answers.
- * ping_budget (a list pass; NULL: no limit) holds when the pass pinged first: once its budget
- * is spent, one not known to answer shows pending without a ping. */
+ * a sandbox that turned Running recently count as running only once its execd answers: asked
+ * here, or, when check_later is given (a list pass), *check_later is set and the caller asks
+ * (many at once) and decides. */
 static rk_status fill_status(struct os_inst *inst, struct rk_call *call, const char *state,
-                             char *reason, const char *osid, const char *since,
-                             int64_t *ping_budget, struct rk_status_info *out)
+                             char *reason, const char *osid, const char *since, int *check_later,
+                             struct rk_status_info *out)
 {
     int failed = 0;
     out->state = os_map_state(state, &failed);
     out->failed = failed;
     out->reason = NULL;
+    if (check_later)
+        *check_later = 0;
     if (out->state == RK_STATE_RUNNING && osid && transition_recent(since) &&
-        !execd_answers(inst, call, osid, since, ping_budget))
-        out->state = RK_STATE_PENDING; /* not ready for commands yet */
+        !os_ep_ready_known(inst, osid, since)) {
+        if (check_later)
+            *check_later = 1;
+        else if (!execd_answers(inst, call, osid, since))
+            out->state = RK_STATE_PENDING; /* not ready for commands yet */
+    }
     if (failed) {
         out->reason =
             inst->host->arena_strdup(call, reason ? reason : "OpenSandbox reports Failed");
@@ -471,23 +470,97 @@ rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
     return s;
 }
 
+/** Listed sandboxes whose readiness a list pass checks after its last page (os_ready.c). */
+struct list_checks {
+    struct os_ping_item *items; /**< items[i].osid is owned (strdup) */
+    char **rock_ids;
+    char **since;
+    size_t n, cap;
+};
+
+/** Remember one listed Running sandbox to check; 0, or -1 when out of memory. */
+static int checks_add(struct list_checks *c, const char *rock_id, const char *osid,
+                      const char *since)
+{
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        struct os_ping_item *ni = realloc(c->items, cap * sizeof(*ni));
+        if (ni)
+            c->items = ni;
+        char **nr = ni ? realloc(c->rock_ids, cap * sizeof(*nr)) : NULL;
+        if (nr)
+            c->rock_ids = nr;
+        char **ns = nr ? realloc(c->since, cap * sizeof(*ns)) : NULL;
+        if (!ns)
+            return -1;
+        c->since = ns;
+        c->cap = cap;
+    }
+    char *o = strdup(osid), *r = strdup(rock_id), *t = since ? strdup(since) : NULL;
+    if (!o || !r || (since && !t)) {
+        free(o);
+        free(r);
+        free(t);
+        return -1;
+    }
+    c->items[c->n] = (struct os_ping_item){.osid = o};
+    c->rock_ids[c->n] = r;
+    c->since[c->n] = t;
+    c->n++;
+    return 0;
+}
+
+/** Release what checks_add kept. */
+static void checks_free(struct list_checks *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        free((char *)c->items[i].osid);
+        free(c->rock_ids[i]);
+        free(c->since[i]);
+    }
+    free(c->items);
+    free(c->rock_ids);
+    free(c->since);
+}
+
+/** Check the remembered sandboxes (many at once, within OS_LIST_PING_BUDGET_MS) and report
+ *  each: running once its execd answered, pending otherwise (checked again next pass). */
+static void checks_report(struct os_inst *inst, struct list_checks *c, rk_list_fn fn, void *ctx)
+{
+    if (c->n == 0)
+        return;
+    if (inst->execd_ping_many)
+        inst->execd_ping_many(inst, c->items, c->n, OS_LIST_PING_BUDGET_MS);
+    for (size_t i = 0; i < c->n; i++) {
+        struct rk_status_info info = {.state = RK_STATE_PENDING, .upstream_id = c->items[i].osid};
+        if (inst->execd_ping_many && c->items[i].ready) {
+            os_ep_ready_note(inst, c->items[i].osid, c->since[i]);
+            info.state = RK_STATE_RUNNING;
+        }
+        fn(ctx, c->rock_ids[i], &info);
+    }
+}
+
 /**
  * ops.list: every sandbox this deployment created (those carrying the rock id in
  * metadata["rock_sandbox_id"], set at create), all pages of GET /sandboxes with
  * pageSize 200 (the maximum the server's list route accepts). RK_OK only after a
  * complete pass; a truncated pass (more than OS_RECONCILE_MAX_PAGES pages) is an error
- * so the reconciler never takes a partial list as "the others vanished".
+ * so the reconciler never takes a partial list as "the others vanished". Sandboxes that
+ * turned Running recently are reported after the last page, once their readiness was
+ * checked (checks_report).
  */
 rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx)
 {
     const struct rk_host *h = inst->host;
     struct os_sb sb = {0};
-    int64_t ping_budget = 0; /* when this pass pinged first (fill_status) */
+    struct list_checks checks = {0};
+    rk_status rs = RK_OK;
     for (int page = 1; page <= OS_RECONCILE_MAX_PAGES; page++) {
         os_sb_printf(&sb, "/sandboxes?page=%d&pageSize=200", page);
         char *path = os_sb_take(&sb);
         struct os_xfer x;
-        rk_status rs = path ? os_lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
+        rs = path ? os_lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
         free(path);
         if (rs == RK_OK)
             rs = os_xfer_perform(&x);
@@ -495,20 +568,21 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             rs = os_lc_xfer_fail(inst, call, rs == RK_E_TOO_LARGE ? RK_E_UPSTREAM : rs, "list", "*",
                                  &x);
             os_xfer_cleanup(&x);
-            return rs;
+            goto out;
         }
         if (x.status != 200) {
             rs = os_lc_http_fail(inst, call, RK_E_UPSTREAM, "list", "*", &x);
             os_xfer_cleanup(&x);
-            return rs;
+            goto out;
         }
         json_object *o = os_lc_body_json(&x), *items = NULL, *pg = NULL, *v;
         os_xfer_cleanup(&x);
         if (!o || !json_object_object_get_ex(o, "items", &items) ||
             !json_object_is_type(items, json_type_array)) {
             json_object_put(o);
-            return h->set_error(call, RK_E_UPSTREAM,
-                                "opensandbox list failed: malformed list response");
+            rs = h->set_error(call, RK_E_UPSTREAM,
+                              "opensandbox list failed: malformed list response");
+            goto out;
         }
         size_t cnt = json_object_array_length(items);
         for (size_t i = 0; i < cnt; i++) {
@@ -522,13 +596,18 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             json_object_object_get_ex(it, "status", &st);
             char *reason = status_reason(st);
             struct rk_status_info info = {0};
-            rk_status fs = fill_status(inst, call, os_lc_jstr(st, "state"), reason, id,
-                                       os_lc_jstr(st, "lastTransitionAt"), &ping_budget, &info);
+            int check = 0;
+            const char *since = os_lc_jstr(st, "lastTransitionAt");
+            rs = fill_status(inst, call, os_lc_jstr(st, "state"), reason, id, since, &check, &info);
             free(reason);
-            if (fs != RK_OK) {
+            if (rs == RK_OK && check && checks_add(&checks, rock_id, id, since) != 0)
+                rs = h->set_error(call, RK_E_NOMEM, "opensandbox list failed: out of memory");
+            if (rs != RK_OK) {
                 json_object_put(o);
-                return fs;
+                goto out;
             }
+            if (check)
+                continue; /* reported by checks_report */
             info.upstream_id = id;
             fn(ctx, rock_id, &info);
         }
@@ -537,9 +616,14 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             json_object_object_get_ex(pg, "hasNextPage", &v))
             more = json_object_get_boolean(v);
         json_object_put(o);
-        if (!more)
-            return RK_OK;
+        if (!more) {
+            checks_report(inst, &checks, fn, ctx);
+            goto out;
+        }
     }
-    return h->set_error(call, RK_E_UPSTREAM, "opensandbox list failed: more than %d pages",
-                        OS_RECONCILE_MAX_PAGES);
+    rs = h->set_error(call, RK_E_UPSTREAM, "opensandbox list failed: more than %d pages",
+                      OS_RECONCILE_MAX_PAGES);
+out:
+    checks_free(&checks);
+    return rs;
 }

@@ -800,6 +800,35 @@ def alive_means_execd_answers():
 
 
 @test
+def readiness_checked_many_at_once():
+    """A list pass checks the readiness of the sandboxes that turned Running (endpoint lookup,
+    then execd's /ping) many at once: with a lifecycle server that takes 200 ms per request, 64
+    new sandboxes all turn alive within one or two passes. One at a time, a pass (700 ms of
+    checks) covered three of them and the last waited some twenty passes."""
+    admin, sim, redis, _ = setup(sim_extra=["--max-sandboxes", "100"])
+    faults(sim, {"lifecycle_latency_ms": 200})
+    sids = []
+    for _ in range(64):
+        st, js = admin.api("POST", "/start_async", dict(START_BODY))
+        assert st == 200 and js["status"] == "Success", js
+        sids.append(js["result"]["sandbox_id"])
+    t0 = time.time()
+    left = set(sids)
+
+    def all_alive():
+        for sid in list(left):
+            st, js = status(admin, sid)
+            if js.get("status") == "Success" and js["result"]["is_alive"]:
+                left.discard(sid)
+        return not left
+    wait_until(all_alive, 12, 0.2, "64 sandboxes alive (left: %d)" % len(left))
+    took = time.time() - t0
+    faults(sim)
+    assert run_ok(admin, sids[-1], "echo ready")["stdout"] == "ready\n"
+    print("64 sandboxes alive %.1f s after the last start_async" % took)
+
+
+@test
 def lifecycle_down():
     """Lifecycle API answering 503 / dropping connections: get_status gives a
     clear 5000 error (not a silent pending), a start fails visibly, and
