@@ -26,10 +26,11 @@
 #include "store/store_reader.h"
 
 /* What a record read with the idle touch says when the reconciler keeps the store current.
- * Takes rec. FS_ANSWERED: *st and *out are the answer (an error recorded on r->call);
- * FS_ASK_BACKEND: no recent pass vouches for the store (backend down, no elected admin yet);
- * FS_NEEDS_WORKER: the read must renew the backend expiry, a plugin call, and may_renew is 0
- * (on the event loop). Nothing is recorded on r->call unless the answer is FS_ANSWERED. */
+ * Only reads rec (the caller keeps it; *out shares nothing with it). FS_ANSWERED: *st and *out are
+ * the answer (an error recorded on r->call); FS_ASK_BACKEND: no recent pass vouches for the store
+ * (backend down, no elected admin yet); FS_NEEDS_WORKER: the read must renew the backend expiry, a
+ * plugin call, and may_renew is 0 (on the event loop). Nothing is recorded on r->call unless the
+ * answer is FS_ANSWERED. */
 enum from_store { FS_ANSWERED, FS_ASK_BACKEND, FS_NEEDS_WORKER };
 static enum from_store status_from_record(struct rk_req *r, const char *id, int include_all,
                                           rk_store_rc rc, json_object *rec, const char *mark,
@@ -45,12 +46,9 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
         return FS_ANSWERED;
     }
     enum rk_state stored = rc == RK_STORE_OK ? rk_rec_state(rec) : 0;
-    if (rk_state_is_active(stored) && !rk_reconciler_mark_fresh(app, mark)) {
-        json_object_put(rec);
+    if (rk_state_is_active(stored) && !rk_reconciler_mark_fresh(app, mark))
         return FS_ASK_BACKEND;
-    }
     if (rc == RK_STORE_NOT_FOUND || (!include_all && !rk_state_is_active(stored))) {
-        json_object_put(rec);
         *st = rk_call_set_error(r->call, RK_E_NOT_FOUND, "Sandbox %s not found", id);
         return FS_ANSWERED;
     }
@@ -64,19 +62,15 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
             *st = rk_call_set_error(r->call, RK_E_INVALID,
                                     "Sandbox backend %s conflicts with configured operator %s", tag,
                                     desc->name);
-        if (*st != RK_OK) {
-            json_object_put(rec);
+        if (*st != RK_OK)
             return FS_ANSWERED;
-        }
     }
     json_object *acm;
     if (rk_state_is_active(stored) && rk_dispatch_can_renew(app) &&
         json_object_object_get_ex(rec, "auto_clear_time", &acm) && acm &&
         json_object_get_int64(acm) > 0) { /* a status poll is use too (renewal) */
-        if (!may_renew) {
-            json_object_put(rec);
+        if (!may_renew)
             return FS_NEEDS_WORKER;
-        }
         rk_dispatch_renew(app, rec, rk_epoch_s() + json_object_get_int64(acm) * 60);
     }
     json_object *cf;
@@ -88,7 +82,6 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
     if (observed && rk_state_parse(observed))
         shown = rk_state_parse(observed);
     *out = rk_rec_status(rec, shown, shown == RK_STATE_RUNNING && !create_failed);
-    json_object_put(rec);
     return FS_ANSWERED;
 }
 
@@ -108,6 +101,7 @@ static rk_status status_from_store(struct rk_req *r, const char *id, int include
     rk_status st;
     *fallback =
         status_from_record(r, id, include_all, rc, rec, mark, err, 1, &st, out) == FS_ASK_BACKEND;
+    json_object_put(rec);
     return st;
 }
 
@@ -189,22 +183,42 @@ static void status_read_done(void *arg, rk_store_rc rc, json_object *rec, const 
 {
     struct status_read *sr = arg;
     struct rk_req *r = sr->r;
-    if (rc != RK_STORE_ERROR) {
-        rk_status st;
-        json_object *out = NULL;
-        if (status_from_record(r, sr->id, sr->include_all, rc, rec, mark, err, 0, &st, &out) ==
-            FS_ANSWERED) {
-            sr->answer(r, sr->id, st, out);
-            free(sr);
-            rk_req_finish(r);
-            return;
-        }
+    enum from_store fs = FS_NEEDS_WORKER;
+    rk_status st = RK_OK;
+    json_object *out = NULL;
+    if (rc != RK_STORE_ERROR)
+        fs = status_from_record(r, sr->id, sr->include_all, rc, rec, mark, err, 0, &st, &out);
+    json_object_put(rec);
+    if (fs == FS_ANSWERED) {
+        sr->answer(r, sr->id, st, out);
+        free(sr);
+        rk_req_finish(r);
+        return;
     }
     if (rk_req_submit(r, status_on_worker, sr) != 0) {
         free(sr);
         rk_req_reply_busy(r, "all workers are busy and their queue is full (server.worker_queue)");
         rk_req_finish(r);
     }
+}
+
+/* A status read answered from a record seen in place (rk_store_view_touch). */
+struct status_view {
+    struct rk_req *r;
+    const char *id;
+    int include_all;
+    enum from_store fs; /* what status_from_record said */
+    rk_status st;
+    json_object *out;
+};
+
+/* rk_store_view_fn, under the in-process store's lock: status_from_record only reads the
+ * record and its answer shares nothing with it. */
+static void status_view(void *ctx, rk_store_rc rc, json_object *rec, const char *mark,
+                        const char *err)
+{
+    struct status_view *v = ctx;
+    v->fs = status_from_record(v->r, v->id, v->include_all, rc, rec, mark, err, 0, &v->st, &v->out);
 }
 
 /* On the event loop: answer a status read there when nothing has to wait — from the
@@ -219,13 +233,12 @@ static void status_on_loop(struct rk_req *r, const char *id, int include_all,
         return;
     }
     if (!rk_store_reads_block(app->store)) {
-        char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
-        json_object *rec = NULL, *out = NULL;
-        rk_status st;
-        rk_store_rc rc = rk_store_get_touch(app->store, id, rk_activity_touch_second(id), &rec,
-                                            mark, sizeof mark, err, sizeof err);
-        if (status_from_record(r, id, include_all, rc, rec, mark, err, 0, &st, &out) == FS_ANSWERED)
-            answer(r, id, st, out);
+        /* In place: the in-process store shows its record without a copy (status_view). */
+        struct status_view v = {.r = r, .id = id, .include_all = include_all, .fs = FS_ASK_BACKEND};
+        if (rk_store_view_touch(app->store, id, rk_activity_touch_second(id), status_view, &v) ==
+                0 &&
+            v.fs == FS_ANSWERED)
+            answer(r, id, v.st, v.out);
         else
             rk_req_needs_worker(r);
         return;

@@ -130,12 +130,22 @@ void rk_rec_transition(json_object *rec, enum rk_state to, const char *event)
         json_object_array_del_idx(hist, 0, n - RK_HISTORY_MAX);
 }
 
+/* A copy of v (NULL for NULL or when memory ran out): rk_rec_status's answer shares nothing
+ * with the record, which may be a store's own borrowed for the call (rk_store_view_touch). */
+static json_object *copy_of(json_object *v)
+{
+    json_object *c = NULL;
+    if (v && json_object_deep_copy(v, &c, NULL) != 0)
+        c = NULL;
+    return c;
+}
+
 /* Copy member key of rec into out (null when absent). */
 static void copy_member(json_object *out, json_object *rec, const char *key)
 {
     json_object *v = NULL;
     json_object_object_get_ex(rec, key, &v);
-    json_object_object_add(out, key, v ? json_object_get(v) : NULL);
+    json_object_object_add(out, key, copy_of(v));
 }
 
 /* Copy a string member, substituting def for absent/null (TS rejects null). */
@@ -175,7 +185,7 @@ json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive)
     copy_str_nonnull(o, rec, "image", "");
     json_object *md;
     if (json_object_object_get_ex(rec, "metadata", &md) && md)
-        json_object_object_add(o, "metadata", json_object_get(md));
+        json_object_object_add(o, "metadata", copy_of(md));
     else
         json_object_object_add(o, "metadata", json_object_new_object());
     json_object_object_add(o, "gateway_version", json_object_new_string(RK_GATEWAY_VERSION));
@@ -194,7 +204,7 @@ json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive)
     copy_member(o, rec, "disk");
     json_object *disk = NULL;
     json_object_object_get_ex(rec, "disk", &disk);
-    json_object_object_add(o, "disk_limit_rootfs", disk ? json_object_get(disk) : NULL);
+    json_object_object_add(o, "disk_limit_rootfs", copy_of(disk));
     copy_member(o, rec, "start_time");
     copy_member(o, rec, "stop_time");
     copy_member(o, rec, "create_time");
@@ -215,7 +225,7 @@ json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive)
     json_object *hist;
     if (json_object_object_get_ex(rec, "state_history", &hist) && hist &&
         json_object_is_type(hist, json_type_array))
-        json_object_object_add(o, "state_history", json_object_get(hist));
+        json_object_object_add(o, "state_history", copy_of(hist));
     else
         json_object_object_add(o, "state_history", json_object_new_array());
     return o;

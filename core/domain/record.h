@@ -75,8 +75,8 @@ const struct rk_kv *rk_rec_env(struct rk_call *call, json_object *rec, size_t *n
  *  (state pending, empty history, backend tag set). New reference. */
 json_object *rk_rec_new_pending(const struct rk_rec_start *s);
 
-/** Build the client-facing status object (new reference).
- *  state: the state to show; is_alive as computed by the caller. */
+/** Build the client-facing status object (new reference; it shares no member with rec, which
+ *  it only reads). state: the state to show; is_alive as computed by the caller. */
 json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive);
 
 /** Normalise a memory string to GiB with two decimals ("8g" -> "8.00g").

@@ -217,6 +217,20 @@ rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_
                                json_object **out, char *mark, size_t marklen, char *err,
                                size_t errlen);
 
+/** What rk_store_view_touch shows: rc as rk_store_get_touch; rec (RK_STORE_OK only, else NULL)
+ *  is the stored record itself, with its "expire_time" when active — borrowed and read-only:
+ *  valid during the call only, never modified, serialised or referenced (json_object_get) by
+ *  anything that outlives the call; mark and err as rk_store_get_touch. Runs under the
+ *  store's lock: short, and never calls the store. */
+typedef void rk_store_view_fn(void *ctx, rk_store_rc rc, json_object *rec, const char *mark,
+                              const char *err);
+
+/** rk_store_get_touch without the copy, for a caller that only reads the record: fn sees it in
+ *  place. 0 when fn was called; -1 when the store offers no such view (Redis, whose record is
+ *  a reply to parse anyway): use rk_store_get_touch. */
+int rk_store_view_touch(struct rk_store *st, const char *id, int64_t now_s, rk_store_view_fn *fn,
+                        void *ctx);
+
 /** Take or renew the lease `name` for owner for ttl_ms milliseconds:
  *  RK_STORE_OK when owner holds it now, RK_STORE_EXISTS when another owner
  *  does. The in-process store always grants it (one process). */

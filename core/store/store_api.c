@@ -395,6 +395,18 @@ rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_
     return counted(st, st->ops->get_touch(st, id, now_s, out, mark, marklen, err, errlen));
 }
 
+/* View a record in place (in-process store) with the same touch as rk_store_get_touch. */
+int rk_store_view_touch(struct rk_store *st, const char *id, int64_t now_s, rk_store_view_fn *fn,
+                        void *ctx)
+{
+    if (!st || !st->ops->view_touch || !fn || !name_ok(id))
+        return -1;
+    call_start_ns = rk_mono_ns();
+    st->ops->view_touch(st, id, now_s, fn, ctx);
+    counted_call(st, "get_touch", RK_STORE_OK);
+    return 0;
+}
+
 int rk_store_reads_block(const struct rk_store *st)
 {
     return st->shared;

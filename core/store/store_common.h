@@ -64,6 +64,8 @@ typedef rk_store_rc rk_store_session_count_fn(struct rk_store *st, const char *s
 typedef rk_store_rc rk_store_get_touch_fn(struct rk_store *st, const char *id, int64_t now_s,
                                           json_object **out, char *mark, size_t marklen, char *err,
                                           size_t errlen);
+typedef void rk_store_view_touch_fn(struct rk_store *st, const char *id, int64_t now_s,
+                                    rk_store_view_fn *fn, void *ctx);
 typedef rk_store_rc rk_store_set_mark_fn(struct rk_store *st, const char *value, char *err,
                                          size_t errlen);
 typedef rk_store_rc rk_store_lease_fn(struct rk_store *st, const char *name, const char *owner,
@@ -111,6 +113,7 @@ struct rk_store_ops {
     rk_store_session_take_all_fn *session_take_all;
     rk_store_session_count_fn *session_count;
     rk_store_get_touch_fn *get_touch;
+    rk_store_view_touch_fn *view_touch; /* NULL: the backend offers no in-place view */
     rk_store_set_mark_fn *set_mark;
     rk_store_lease_fn *lease;
     /* indexed list pages and per-state counts */

@@ -228,8 +228,24 @@ rk_store_rc rkm_touch(struct rk_store *st, const char *id, int64_t expire_time, 
     return RK_STORE_OK;
 }
 
-/* Record + idle deadline; when active with a positive auto_clear_time, move the deadline to
- * now_s + minutes*60 if later (same semantics as the Redis script). */
+/* The idle touch of get_touch (caller holds the lock): when the record is active with a
+ * positive auto_clear_time, move its deadline to now_s + minutes*60 if later (same semantics as
+ * the Redis script). now_s <= 0: no touch. */
+static void touch_locked(struct mem_store *m, const char *id, int64_t now_s)
+{
+    struct mem_ent *e = now_s > 0 ? rkm_map_find(&m->records, id) : NULL;
+    if (!e)
+        return;
+    struct mem_rec *r = e->val;
+    json_object *mv;
+    int64_t minutes = 0;
+    if (r->active && json_object_object_get_ex(r->rec, "auto_clear_time", &mv) && mv)
+        minutes = json_object_get_int64(mv);
+    if (minutes > 0 && minutes < INT64_MAX / 120 && now_s + minutes * 60 > r->expire)
+        r->expire = now_s + minutes * 60;
+}
+
+/* Record + idle deadline, touched (touch_locked). */
 rk_store_rc rkm_get_touch(struct rk_store *st, const char *id, int64_t now_s, json_object **out,
                           char *mark, size_t marklen, char *err, size_t errlen)
 {
@@ -237,17 +253,41 @@ rk_store_rc rkm_get_touch(struct rk_store *st, const char *id, int64_t now_s, js
     pthread_mutex_lock(&m->mu);
     if (mark && marklen)
         snprintf(mark, marklen, "%s", m->mark);
-    struct mem_ent *e = rkm_map_find(&m->records, id);
-    if (e && now_s > 0) {
-        struct mem_rec *r = e->val;
-        json_object *mv;
-        int64_t minutes = 0;
-        if (r->active && json_object_object_get_ex(r->rec, "auto_clear_time", &mv) && mv)
-            minutes = json_object_get_int64(mv);
-        if (minutes > 0 && minutes < INT64_MAX / 120 && now_s + minutes * 60 > r->expire)
-            r->expire = now_s + minutes * 60;
-    }
+    touch_locked(m, id, now_s);
     rk_store_rc rc = get_locked(m, id, out, err, errlen);
     pthread_mutex_unlock(&m->mu);
     return rc;
+}
+
+/* get_touch shown in place: fn sees the stored record itself, with the caller's view's
+ * expire_time added for the call and taken away after it (everything happens under the lock,
+ * where every reader of the stored object is). */
+void rkm_view_touch(struct rk_store *st, const char *id, int64_t now_s, rk_store_view_fn *fn,
+                    void *ctx)
+{
+    struct mem_store *m = rkm_store(st);
+    pthread_mutex_lock(&m->mu);
+    touch_locked(m, id, now_s);
+    struct mem_ent *e = rkm_map_find(&m->records, id);
+    if (!e || rec_purged(e->val, rk_store_now_ms())) {
+        fn(ctx, RK_STORE_NOT_FOUND, NULL, m->mark, "");
+    } else {
+        struct mem_rec *r = e->val;
+        int with_expire = r->active && r->expire > 0;
+        json_object *ev = with_expire ? json_object_new_int64(r->expire) : NULL, *kept = NULL;
+        if (with_expire && json_object_object_get_ex(r->rec, "expire_time", &kept))
+            json_object_get(kept); /* a stored member the view hides: put back after */
+        if (with_expire && (!ev || json_object_object_add(r->rec, "expire_time", ev) != 0)) {
+            json_object_put(ev);
+            json_object_put(kept);
+            fn(ctx, RK_STORE_ERROR, NULL, m->mark, "store: out of memory");
+        } else {
+            fn(ctx, RK_STORE_OK, r->rec, m->mark, "");
+            if (kept)
+                json_object_object_add(r->rec, "expire_time", kept);
+            else if (with_expire)
+                json_object_object_del(r->rec, "expire_time");
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
 }

@@ -502,6 +502,67 @@ static void test_get_touch(void **state)
     json_object_put(got);
 }
 
+/* What a view_touch callback saw, copied out while it ran. */
+struct seen {
+    int calls;
+    rk_store_rc rc;
+    json_object *copy; /* a deep copy of the record shown */
+    char mark[RK_STORE_MARK_MAX];
+};
+
+/* rk_store_view_fn: copy what it shows. */
+static void see(void *ctx, rk_store_rc rc, json_object *rec, const char *mark, const char *err)
+{
+    (void)err;
+    struct seen *s = ctx;
+    s->calls++;
+    s->rc = rc;
+    s->copy = NULL;
+    if (rec)
+        assert_int_equal(json_object_deep_copy(rec, &s->copy, NULL), 0);
+    snprintf(s->mark, sizeof s->mark, "%s", mark);
+}
+
+/* view_touch: the in-process store shows the record in place with what get_touch returns (the
+ * touch, expire_time, the mark), and leaves the stored record as it was; Redis offers no view. */
+static void test_view_touch(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    struct seen s = {0};
+    create_idle(tc->st, "v-1", 2, 100);
+    if (tc->kind == BACKEND_REDIS) {
+        assert_int_equal(rk_store_view_touch(tc->st, "v-1", 1000, see, &s), -1);
+        assert_int_equal(s.calls, 0);
+        return;
+    }
+    assert_int_equal(rk_store_set_mark(tc->st, "17 18 ", err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_view_touch(tc->st, "v-1", 1000, see, &s), 0);
+    assert_int_equal(s.calls, 1);
+    assert_int_equal(s.rc, RK_STORE_OK);
+    assert_int_equal(expire_of(s.copy), 1120); /* touched, and shown with its deadline */
+    assert_string_equal(member(s.copy, "state"), "running");
+    assert_string_equal(s.mark, "17 18 ");
+    /* The same as get_touch shows, and the view left nothing behind in the stored record. */
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get_touch(tc->st, "v-1", 0, &got, NULL, 0, err, sizeof err),
+                     RK_STORE_OK);
+    assert_true(json_object_equal(got, s.copy));
+    json_object_put(got);
+    json_object_put(s.copy);
+    assert_int_equal(rk_store_update(tc->st, "v-1", set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_view_touch(tc->st, "v-1", 5000, see, &s), 0);
+    assert_int_equal(s.rc, RK_STORE_OK);
+    assert_int_equal(expire_of(s.copy), -1); /* not active: no deadline shown */
+    json_object_put(s.copy);
+    assert_int_equal(rk_store_view_touch(tc->st, "ghost", 1000, see, &s), 0);
+    assert_int_equal(s.calls, 3);
+    assert_int_equal(s.rc, RK_STORE_NOT_FOUND);
+    assert_null(s.copy);
+    assert_int_equal(rk_store_view_touch(tc->st, "", 1000, see, &s), -1);
+}
+
 /* CLOCK_MONOTONIC in ms. */
 static int64_t mono_ms(void)
 {
@@ -1686,6 +1747,7 @@ int main(void)
         BOTH(test_touch_and_expired),
         BOTH(test_claim),
         BOTH(test_get_touch),
+        BOTH(test_view_touch),
         BOTH(test_lease),
         BOTH(test_create_queue),
         BOTH(test_b90_reserve_is_exclusive),
