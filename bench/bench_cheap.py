@@ -263,6 +263,13 @@ def scenario_status(do_strace):
     finally:
         stop(p)
     admin.stop()
+    # opensandbox.so with the in-process store: the reconciler vouches, the read is in place
+    a1 = os_admin(sim, None)
+    sid1 = a1.start_sandbox()
+    measure("get_status, opensandbox.so + in-process store",
+            "http://127.0.0.1:%d%s/get_status?sandbox_id=%s" % (a1.port, PREFIX, sid1),
+            pid=a1.proc.pid)
+    a1.stop()
     # the test operator with the in-process store
     a2 = Admin(config={"log": {"level": "warning"}})
     sid2 = a2.start_sandbox()
