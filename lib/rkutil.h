@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /** POSIX-shell word for s (Python's shlex.quote rules: safe words stay bare,
  *  anything else single-quoted with ' written as '"'"'). malloc'd; NULL on OOM. */
@@ -47,5 +48,9 @@ void rku_strip(const char **s, size_t *n);
  * locale object: then glibc returns at once. The daemon never calls setlocale, so its locale
  * is "C" already and no output changes. Call at the start of threads that parse JSON. */
 void rku_thread_c_locale(void);
+
+/** The absolute time ms milliseconds from now on clock (for pthread_cond_timedwait with a
+ *  condition variable set to that clock). */
+struct timespec rku_time_after_ms(clockid_t clock, int64_t ms);
 
 #endif /* RK_UTIL_LIB_H */

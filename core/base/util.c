@@ -39,15 +39,7 @@ void rk_ring_copy(void *dst, const char *ring, size_t size, size_t head, size_t 
 
 struct timespec rk_time_after_ms(clockid_t clock, int64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
+    return rku_time_after_ms(clock, ms);
 }
 
 int64_t rk_epoch_s(void)

@@ -25,6 +25,7 @@
 #include <json-c/json.h>
 
 #include "os_internal.h"
+#include "rkutil.h"
 
 /** Sandboxes asked about at once by a list pass: each holds one upstream connection. */
 #define OS_READY_PARALLEL 32
@@ -176,14 +177,7 @@ void os_execd_ping_many(struct os_inst *inst, struct os_ping_item *items, size_t
         int64_t wait_ms = now < stop_at ? stop_at - now : 100;
         if (wait_ms > 100)
             wait_ms = 100;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += wait_ms / 1000;
-        ts.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = rku_time_after_ms(CLOCK_MONOTONIC, wait_ms);
         pthread_cond_timedwait(&b.cv, &b.mu, &ts);
     }
     pthread_mutex_unlock(&b.mu);

@@ -129,12 +129,27 @@ static void test_random_hex(void **state)
     assert_int_equal(strlen(odd), 7);
 }
 
+/* rku_time_after_ms: now + ms on that clock, nanoseconds normalised. */
+static void test_time_after_ms(void **state)
+{
+    (void)state;
+    struct timespec now, t;
+    for (int64_t ms = 0; ms <= 2500; ms += 499) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        t = rku_time_after_ms(CLOCK_MONOTONIC, ms);
+        assert_true(t.tv_nsec >= 0 && t.tv_nsec < 1000000000L);
+        int64_t d = (int64_t)(t.tv_sec - now.tv_sec) * 1000 + (t.tv_nsec - now.tv_nsec) / 1000000;
+        assert_true(d >= ms && d <= ms + 50);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shell_quote), cmocka_unit_test(test_py_repr),
-        cmocka_unit_test(test_py_float),    cmocka_unit_test(test_utf8_decode),
-        cmocka_unit_test(test_random_hex),  cmocka_unit_test(test_strip),
+        cmocka_unit_test(test_shell_quote),   cmocka_unit_test(test_py_repr),
+        cmocka_unit_test(test_py_float),      cmocka_unit_test(test_utf8_decode),
+        cmocka_unit_test(test_random_hex),    cmocka_unit_test(test_strip),
+        cmocka_unit_test(test_time_after_ms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
