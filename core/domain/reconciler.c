@@ -11,6 +11,14 @@
  * record without an upstream id (create still running) is only failed after
  * its create deadline, exactly as the per-request status path does.
  *
+ * A long pass keeps vouching (pass_beat): while it makes progress (records read, list
+ * pages, records applied) it renews its lease and stores a progress beat at least every
+ * interval, so another admin does not start a second pass beside it and status reads
+ * keep coming from the store instead of all falling back to the backend at once (which
+ * made a busy backend busier: passes of 7-12 s at 16,000 sandboxes did exactly that).
+ * A pass that stops making progress (a hung list) stops beating, and reads fall back
+ * after the usual bound. The staleness bound stays one interval plus one pass.
+ *
  * Archive and restore jobs whose admin died are not the reconciler's: the
  * background pass (domain/sweeper.c) takes them over for every plugin. After
  * a pass the reconciler clears the session mappings that status reads left to
@@ -59,11 +67,20 @@ struct listed {
     int failed;
 };
 
+/* A pass's progress beat (pass_beat): when the last one was stored, and whether the lease
+ * was lost to another admin meanwhile. */
+struct beat {
+    struct rk_app *app;
+    int64_t last_ms;
+    int lost;
+};
+
 /* Everything one list pass returned. */
 struct listing {
     struct listed *v;
     size_t n, cap;
     int oom;
+    struct beat *beat; /* beaten as pages arrive */
 };
 
 /* 1 if the plugin can list and the reconciler is enabled in the config. */
@@ -78,10 +95,14 @@ int rk_reconciler_active(const struct rk_app *app)
     return rc_running && can_reconcile(app);
 }
 
+static int pass_beat(struct beat *b);
+
 /* rk_list_fn: copy one listed sandbox. */
 static void collect(void *ctx, const char *sandbox_id, const struct rk_status_info *info)
 {
     struct listing *l = ctx;
+    if (l->beat)
+        pass_beat(l->beat);
     if (!sandbox_id || !info || l->oom)
         return;
     if (l->n == l->cap) {
@@ -171,25 +192,38 @@ static int64_t fresh_ms(const struct rk_app *app)
     return b < 3000 ? 3000 : b;
 }
 
-/* Mark format: "<epoch ms of the last successful pass> <epoch ms of the last pass> <error>". */
+/* Mark format: "<epoch ms of the last successful pass> <epoch ms of the last pass end or
+ * progress beat> <1 while a pass is in progress, else 0> <error>". (Admins before the beat
+ * wrote no third number; their marks read as "no pass in progress".) */
 int rk_reconciler_mark_fresh(const struct rk_app *app, const char *mark)
 {
-    long long ok_ms = 0;
-    if (!mark || sscanf(mark, "%lld", &ok_ms) != 1 || ok_ms <= 0)
+    long long ok_ms = 0, at_ms = 0;
+    int busy = 0;
+    if (!mark || sscanf(mark, "%lld %lld %d", &ok_ms, &at_ms, &busy) < 1 || ok_ms <= 0)
         return 0;
-    int64_t age = epoch_ms() - ok_ms;
-    return age < fresh_ms(app);
+    int64_t now = epoch_ms(), bound = fresh_ms(app);
+    if (now - ok_ms < bound)
+        return 1;
+    /* A pass in progress that beat recently vouches for what the previous one stored, for
+     * as long as a pass may take. */
+    return busy == 1 && now - at_ms < bound && now - ok_ms < bound + RECONCILE_PASS_MS;
 }
 
-/* Record the outcome of a pass in the store for every admin's reads. */
-static void put_mark(struct rk_app *app, int ok, const char *error)
+/* What a stored mark says about the pass. */
+enum mark_kind { MARK_DONE, MARK_FAILED, MARK_PROGRESS };
+
+/* Record the outcome or the progress of a pass in the store for every admin's reads. */
+static void put_mark(struct rk_app *app, enum mark_kind kind, const char *error)
 {
     static long long last_ok_ms;
     long long now = (long long)epoch_ms();
-    if (ok)
+    if (kind == MARK_DONE)
         last_ok_ms = now;
+    if (kind == MARK_PROGRESS && last_ok_ms == 0)
+        return; /* no pass of ours to vouch for yet: leave the mark as it is */
     char mark[RK_STORE_MARK_MAX], err[RK_STORE_ERRLEN];
-    snprintf(mark, sizeof mark, "%lld %lld %s", last_ok_ms, now, error ? error : "");
+    snprintf(mark, sizeof mark, "%lld %lld %d %s", last_ok_ms, now, kind == MARK_PROGRESS,
+             error ? error : "");
     if (rk_store_set_mark(app->store, mark, err, sizeof err) != RK_STORE_OK)
         rk_warn("reconciler: cannot store the pass mark: %s", err);
 }
@@ -209,6 +243,45 @@ static int hold_lease(struct rk_app *app)
     return leader;
 }
 
+/* Every interval at most while a pass makes progress: renew the lease and store a progress
+ * mark. -1 once the lease went to another admin (the pass then stops writing). */
+static int pass_beat(struct beat *b)
+{
+    if (b->lost)
+        return -1;
+    int64_t now = rk_now_ms();
+    if (now - b->last_ms < fresh_ms(b->app) / 3)
+        return 0;
+    b->last_ms = now;
+    if (!hold_lease(b->app)) {
+        b->lost = 1;
+        return -1;
+    }
+    put_mark(b->app, MARK_PROGRESS, NULL);
+    return 0;
+}
+
+/** Records read from the store between two progress beats. */
+#define READ_CHUNK 1024
+
+/* Read the active records ids[0..n) into recs, beating between chunks. */
+static rk_store_rc read_records(struct rk_app *app, struct beat *b, char **ids, size_t n,
+                                json_object **recs, char *err, size_t errlen)
+{
+    for (size_t off = 0; off < n; off += READ_CHUNK) {
+        size_t m = n - off < READ_CHUNK ? n - off : READ_CHUNK;
+        rk_store_rc rc = rk_store_get_many(app->store, (const char *const *)ids + off, m,
+                                           recs + off, err, errlen);
+        if (rc != RK_STORE_OK)
+            return rc;
+        if (pass_beat(b) != 0) {
+            snprintf(err, errlen, "the reconciler lease went to another admin");
+            return RK_STORE_ERROR;
+        }
+    }
+    return RK_STORE_OK;
+}
+
 int rk_reconciler_run_once(struct rk_app *app)
 {
     if (!can_reconcile(app) || !hold_lease(app))
@@ -217,15 +290,17 @@ int rk_reconciler_run_once(struct rk_app *app)
     char **ids = NULL;
     size_t n = 0;
     int64_t t0 = rk_now_ms(), t_read = 0, t_list = 0;
+    struct beat beat = {.app = app, .last_ms = t0};
     /* 1. Snapshot the active records first (see the ordering note above). */
     if (rk_store_list_active(app->store, &ids, &n, err, sizeof err) != RK_STORE_OK) {
         rk_warn("reconciler: %s", err);
         return -1;
     }
     json_object **recs = n ? calloc(n, sizeof *recs) : NULL;
-    if (n && (!recs || rk_store_get_many(app->store, (const char *const *)ids, n, recs, err,
-                                         sizeof err) != RK_STORE_OK)) {
+    if (n && (!recs || read_records(app, &beat, ids, n, recs, err, sizeof err) != RK_STORE_OK)) {
         rk_warn("reconciler: %s", recs ? err : "out of memory");
+        for (size_t i = 0; recs && i < n; i++)
+            json_object_put(recs[i]);
         free(recs);
         rk_store_free_ids(ids, n);
         return -1;
@@ -234,15 +309,18 @@ int rk_reconciler_run_once(struct rk_app *app)
     /* 2. One complete list pass. */
     const struct rk_plugin *pl = app->plugin;
     struct rk_call *call = rk_call_new("reconciler", -1, rk_now_ms() + RECONCILE_PASS_MS);
-    struct listing l = {0};
+    struct listing l = {.beat = &beat};
     rk_status st = RK_E_NOMEM;
     if (call)
         RK_UPSTREAM(st, pl, list, call, collect, &l);
     int changed = -1;
     if (st != RK_OK || l.oom) {
-        rk_warn("reconciler: list failed: %s", l.oom  ? "out of memory"
-                                               : call ? rk_call_error_text(call)
-                                                      : "out of memory");
+        const char *why = l.oom  ? "out of memory"
+                          : call ? rk_call_error_text(call)
+                                 : "out of memory";
+        rk_warn("reconciler: list failed: %s", why);
+        if (beat.last_ms != t0 && !beat.lost)
+            put_mark(app, MARK_FAILED, why); /* the progress beats no longer vouch */
         goto out;
     }
     t_list = rk_now_ms();
@@ -251,7 +329,7 @@ int rk_reconciler_run_once(struct rk_app *app)
     /* 3. Apply: only differences are written (rk_lifecycle_reconcile patches on change). */
     changed = 0;
     const char *tag = pl->desc->backend_tag;
-    for (size_t i = 0; i < n && !app->stopping; i++) {
+    for (size_t i = 0; i < n && !app->stopping && pass_beat(&beat) == 0; i++) {
         json_object *rec = recs[i];
         if (!rec || !rk_state_is_active(rk_rec_state(rec)))
             continue;
@@ -279,7 +357,13 @@ int rk_reconciler_run_once(struct rk_app *app)
                     rk_state_name(rk_rec_state(recs[i])));
         }
     }
-    put_mark(app, 1, NULL);
+    if (beat.lost) {
+        rk_info("reconciler: the lease went to another admin during a pass of %lld ms; it "
+                "stopped there",
+                (long long)(rk_now_ms() - t0));
+        goto out;
+    }
+    put_mark(app, MARK_DONE, NULL);
     rk_debug("reconciler: pass over %zu records, %zu listed, %d changed in %lld ms (store read "
              "%lld ms, list %lld ms, apply %lld ms)",
              n, l.n, changed, (long long)(rk_now_ms() - t0), (long long)(t_read - t0),

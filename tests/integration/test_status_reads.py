@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 
-from harness import Admin, Redis, Sim, run, test, wait_until
+from harness import Admin, Redis, Sim, run, sim_only, test, wait_until
 
 API_KEY = "sim-key-status"
 
@@ -23,6 +23,14 @@ def metric(admin, name):
         if line.startswith(name + " ") or line.startswith(name + "{"):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def status_calls(admin):
+    """Backend status calls the admin made so far (rock_admin_upstream_calls_total)."""
+    st, body, _ = admin.request("GET", "/metrics", raw=True)
+    assert st == 200, st
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+               if line.startswith("rock_admin_upstream_calls_total{") and 'op="status"' in line)
 
 
 def os_admin(sim, redis=None, server=None, extra=None):
@@ -131,6 +139,63 @@ def status_reads_survive_dropped_and_frozen_redis_connections():
                "status reads after Redis came back")
     for _ in range(30):
         assert_alive(a, sid)
+
+
+@test
+def a_long_reconciler_pass_keeps_vouching():
+    """A reconciler pass that takes longer than the staleness bound (3 intervals, here 3 s)
+    but makes progress keeps the store vouched for: status reads stay store reads (no backend
+    call each, which would load a busy backend more) and the other admin does not take the
+    lease and start a second pass beside it. Once the backend stops answering, reads fall back
+    to it again after the bound and report its failure."""
+    sim_only("it slows the lifecycle server down with the simulator's fault switch")
+    redis = Redis()
+    sim = Sim(api_key=API_KEY, extra=["--max-sandboxes", "600"], ready_delay_ms=0)
+    cfg = {"runtime": {"reconcile_interval_ms": 1000}}
+    a = os_admin(sim, redis, extra=cfg)
+    b = os_admin(sim, redis, extra=cfg)
+    # 450 sandboxes: a pass lists three pages of 200
+    sids = []
+    for _ in range(450):
+        r = a.ok("POST", "/start_async", {"image": "python:3.11", "memory": "1g", "cpus": 0.5})
+        sids.append(r["sandbox_id"])
+    wait_until(lambda: all(status(a, s)[1]["result"]["is_alive"] for s in sids[-5:]), 60, 0.5,
+               "the last sandboxes alive")
+    a.wait_alive(sids[0], timeout=30)
+    leaders = [x for x in (a, b) if "this admin is now the reconciler" in x.output()]
+    assert len(leaders) == 1, [x.output()[-2000:] for x in (a, b)]
+    # every lifecycle request now takes 1.4 s: a pass (three pages) takes over 4 s
+    st, _ = sim.request("POST", "/_sim/faults", {"lifecycle_latency_ms": 1400})
+    assert st == 200, st
+    try:
+        calls0 = status_calls(a) + status_calls(b)
+        t_end = time.time() + 12
+        slowest = 0.0
+        while time.time() < t_end:
+            for x in (a, b):
+                t0 = time.time()
+                assert_alive(x, sids[0])
+                slowest = max(slowest, time.time() - t0)
+            time.sleep(0.2)
+        calls = status_calls(a) + status_calls(b) - calls0
+        # two reads per round from each admin, about 100 in all: none asked the backend
+        assert calls == 0, "status reads asked the backend %d times" % calls
+        assert slowest < 1.0, "a status read waited for the backend: %.2f s" % slowest
+        for x in (a, b):
+            if x is not leaders[0]:
+                assert "this admin is now the reconciler" not in x.output(), x.output()[-2000:]
+        assert "reconciler: list failed" not in leaders[0].output()
+        # the backend stops answering: the beats stop with the progress, reads fall back
+        st, _ = sim.request("POST", "/_sim/faults", {"lifecycle_status": 503})
+        assert st == 200, st
+
+        def failing():
+            js = status(a, sids[0])[1]
+            return js if js["status"] == "Failed" else None
+        js = wait_until(failing, 30, 0.3, "status reads reporting the backend's failure")
+        assert js["result"]["code"] == 5000 and "503" in js["error"], js
+    finally:
+        sim.request("DELETE", "/_sim/faults")
 
 
 if __name__ == "__main__":
