@@ -87,7 +87,9 @@ void os_config_free(struct os_inst *inst)
     if (!inst)
         return;
     if (inst->modules_ready) {
+        os_ready_stop(inst); /* nothing new starts while the loop's transfers end */
         os_http_free(inst);
+        os_ready_free(inst);
         os_ep_cache_free(inst);
         os_renew_cache_free(inst);
     }
@@ -209,7 +211,7 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
     }
     /* Each module sets up its own state. */
     inst->execd_ping = os_execd_ping;
-    inst->execd_ping_many = os_execd_ping_many;
+    inst->execd_check = os_execd_check;
     if (os_ep_cache_init(inst) != 0) {
         os_config_free(inst);
         return RK_E_NOMEM;
@@ -221,6 +223,10 @@ rk_status os_config_init(const struct rk_host *host, const struct rk_cfg *cfg, s
     }
     os_http_init(inst);
     inst->modules_ready = 1;
+    if (os_ready_init(inst) != 0) {
+        os_config_free(inst);
+        return RK_E_NOMEM;
+    }
     *out = inst;
     return RK_OK;
 }

@@ -204,13 +204,9 @@ struct os_ep_entry {
     size_t headers_len;
 };
 
-/** Per-instance state built by init(). Immutable after init except the cache. */
-/** One sandbox a list pass asks about (os_execd_ping_many): does its execd answer yet? */
-struct os_ping_item {
-    const char *osid; /**< in: the OpenSandbox id */
-    int ready;        /**< out: 1 when its execd answered GET /ping with 200 */
-};
+struct os_ready_queue;
 
+/** Per-instance state built by init(). Immutable after init except the cache. */
 struct os_inst {
     const struct rk_host *host;
     char *endpoint;
@@ -240,9 +236,10 @@ struct os_inst {
      *  sandbox's execd answers yet. */
     int (*execd_ping)(struct os_inst *inst, struct rk_call *call, const char *osid,
                       int64_t timeout_ms);
-    /** os_execd_ping_many, set by os_config.c: a list pass's pings, many at once. */
-    void (*execd_ping_many)(struct os_inst *inst, struct os_ping_item *items, size_t n,
-                            int64_t budget_ms);
+    /** os_execd_check, set by os_config.c: a list pass queues a background readiness check. */
+    void (*execd_check)(struct os_inst *inst, const char *osid, const char *since);
+    /** os_ready.c: the queue of background readiness checks. */
+    struct os_ready_queue *ready;
     /* os_http.c */
     void *share;                    /**< CURLSH: DNS cache and TLS sessions only */
     pthread_mutex_t share_locks[8]; /**< one per curl_lock_data value */
@@ -506,10 +503,16 @@ rk_status os_exec_start(struct os_inst *inst, struct rk_call *call,
 /** 1 if the sandbox's execd answers GET /ping with 200 within timeout_ms (0 on any failure;
  *  the call may carry the failure's detail). */
 int os_execd_ping(struct os_inst *inst, struct rk_call *call, const char *osid, int64_t timeout_ms);
-/** Ask many sandboxes at once, on the loop, whether their execd answers (items[i].ready);
- *  starts checks while budget_ms lasts, returns when every started one ended. */
-void os_execd_ping_many(struct os_inst *inst, struct os_ping_item *items, size_t n,
-                        int64_t budget_ms);
+/** Queue a background check of whether the execd of osid (Running since since) answers; the
+ *  answer is noted (os_ep_ready_note) when it does. Returns at once; a sandbox already queued,
+ *  or a full queue, is left for a later call. */
+void os_execd_check(struct os_inst *inst, const char *osid, const char *since);
+/** Set up the instance's check queue; 0, or -1 when out of memory. */
+int os_ready_init(struct os_inst *inst);
+/** Drop the checks that have not started (before the loop stops). */
+void os_ready_stop(struct os_inst *inst);
+/** Release the queue (after the loop stopped and every running check ended). */
+void os_ready_free(struct os_inst *inst);
 rk_status os_file_stat(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,
                        const char *path, struct rk_file_info *out);
 rk_status os_file_read(struct os_inst *inst, struct rk_call *call, const struct rk_sandbox_ref *ref,

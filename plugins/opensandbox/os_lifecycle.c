@@ -19,11 +19,6 @@
 #define OS_LIST_MAX_PAGES 10
 /** Pages of 200 the reconciler's list pass reads at most (100,000 sandboxes). */
 #define OS_RECONCILE_MAX_PAGES 500
-/** Time one list pass may spend starting readiness checks of newly Running sandboxes (many at
- *  once, os_ready.c); those not checked show pending for this pass and are checked by the next
- *  one, so a burst of thousands of new sandboxes cannot stretch a pass past the reconciler's
- *  freshness bound (status reads would then all fall back to backend calls). */
-#define OS_LIST_PING_BUDGET_MS 700
 
 /** One sandbox found by metadata. */
 struct lc_found {
@@ -358,8 +353,8 @@ static int execd_answers(struct os_inst *inst, struct rk_call *call, const char 
 
 /* Map OpenSandbox's status into *out. osid and since (status.lastTransitionAt), when given, let
  * a sandbox that turned Running recently count as running only once its execd answers: asked
- * here, or, when check_later is given (a list pass), *check_later is set and the caller asks
- * (many at once) and decides. */
+ * here, or, when check_later is given (a list pass), *check_later is set and the caller
+ * queues the check (os_ready.c) and reports the sandbox pending meanwhile. */
 static rk_status fill_status(struct os_inst *inst, struct rk_call *call, const char *state,
                              char *reason, const char *osid, const char *since, int *check_later,
                              struct rk_status_info *out)
@@ -470,91 +465,20 @@ rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
     return s;
 }
 
-/** Listed sandboxes whose readiness a list pass checks after its last page (os_ready.c). */
-struct list_checks {
-    struct os_ping_item *items; /**< items[i].osid is owned (strdup) */
-    char **rock_ids;
-    char **since;
-    size_t n, cap;
-};
-
-/** Remember one listed Running sandbox to check; 0, or -1 when out of memory. */
-static int checks_add(struct list_checks *c, const char *rock_id, const char *osid,
-                      const char *since)
-{
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? c->cap * 2 : 64;
-        struct os_ping_item *ni = realloc(c->items, cap * sizeof(*ni));
-        if (ni)
-            c->items = ni;
-        char **nr = ni ? realloc(c->rock_ids, cap * sizeof(*nr)) : NULL;
-        if (nr)
-            c->rock_ids = nr;
-        char **ns = nr ? realloc(c->since, cap * sizeof(*ns)) : NULL;
-        if (!ns)
-            return -1;
-        c->since = ns;
-        c->cap = cap;
-    }
-    char *o = strdup(osid), *r = strdup(rock_id), *t = since ? strdup(since) : NULL;
-    if (!o || !r || (since && !t)) {
-        free(o);
-        free(r);
-        free(t);
-        return -1;
-    }
-    c->items[c->n] = (struct os_ping_item){.osid = o};
-    c->rock_ids[c->n] = r;
-    c->since[c->n] = t;
-    c->n++;
-    return 0;
-}
-
-/** Release what checks_add kept. */
-static void checks_free(struct list_checks *c)
-{
-    for (size_t i = 0; i < c->n; i++) {
-        free((char *)c->items[i].osid);
-        free(c->rock_ids[i]);
-        free(c->since[i]);
-    }
-    free(c->items);
-    free(c->rock_ids);
-    free(c->since);
-}
-
-/** Check the remembered sandboxes (many at once, within OS_LIST_PING_BUDGET_MS) and report
- *  each: running once its execd answered, pending otherwise (checked again next pass). */
-static void checks_report(struct os_inst *inst, struct list_checks *c, rk_list_fn fn, void *ctx)
-{
-    if (c->n == 0)
-        return;
-    if (inst->execd_ping_many)
-        inst->execd_ping_many(inst, c->items, c->n, OS_LIST_PING_BUDGET_MS);
-    for (size_t i = 0; i < c->n; i++) {
-        struct rk_status_info info = {.state = RK_STATE_PENDING, .upstream_id = c->items[i].osid};
-        if (inst->execd_ping_many && c->items[i].ready) {
-            os_ep_ready_note(inst, c->items[i].osid, c->since[i]);
-            info.state = RK_STATE_RUNNING;
-        }
-        fn(ctx, c->rock_ids[i], &info);
-    }
-}
-
 /**
  * ops.list: every sandbox this deployment created (those carrying the rock id in
  * metadata["rock_sandbox_id"], set at create), all pages of GET /sandboxes with
  * pageSize 200 (the maximum the server's list route accepts). RK_OK only after a
  * complete pass; a truncated pass (more than OS_RECONCILE_MAX_PAGES pages) is an error
- * so the reconciler never takes a partial list as "the others vanished". Sandboxes that
- * turned Running recently are reported after the last page, once their readiness was
- * checked (checks_report).
+ * so the reconciler never takes a partial list as "the others vanished". A sandbox that
+ * turned Running recently and whose execd was not heard from yet is reported pending, and its
+ * readiness check is queued (os_ready.c): the pass does not wait for it, a later pass reports
+ * it running once its execd answered.
  */
 rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx)
 {
     const struct rk_host *h = inst->host;
     struct os_sb sb = {0};
-    struct list_checks checks = {0};
     rk_status rs = RK_OK;
     for (int page = 1; page <= OS_RECONCILE_MAX_PAGES; page++) {
         os_sb_printf(&sb, "/sandboxes?page=%d&pageSize=200", page);
@@ -600,14 +524,14 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             const char *since = os_lc_jstr(st, "lastTransitionAt");
             rs = fill_status(inst, call, os_lc_jstr(st, "state"), reason, id, since, &check, &info);
             free(reason);
-            if (rs == RK_OK && check && checks_add(&checks, rock_id, id, since) != 0)
-                rs = h->set_error(call, RK_E_NOMEM, "opensandbox list failed: out of memory");
             if (rs != RK_OK) {
                 json_object_put(o);
                 goto out;
             }
-            if (check)
-                continue; /* reported by checks_report */
+            if (check) { /* not ready for commands until its execd answers */
+                inst->execd_check(inst, id, since);
+                info.state = RK_STATE_PENDING;
+            }
             info.upstream_id = id;
             fn(ctx, rock_id, &info);
         }
@@ -616,14 +540,11 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             json_object_object_get_ex(pg, "hasNextPage", &v))
             more = json_object_get_boolean(v);
         json_object_put(o);
-        if (!more) {
-            checks_report(inst, &checks, fn, ctx);
+        if (!more)
             goto out;
-        }
     }
     rs = h->set_error(call, RK_E_UPSTREAM, "opensandbox list failed: more than %d pages",
                       OS_RECONCILE_MAX_PAGES);
 out:
-    checks_free(&checks);
     return rs;
 }

@@ -7,19 +7,24 @@
  * later, so a sandbox that turned Running recently counts as running only once its execd
  * answered (os_lifecycle.c decides when to ask, os_endpoint.c remembers who answered).
  *
- * A status read asks about one sandbox and waits (os_execd_ping). A list pass asks about every
- * sandbox that turned Running since the last pass, after a burst thousands: one at a time, each
- * an endpoint lookup on the lifecycle server and a ping, a pass answered a few hundred per
- * second (a few dozen against a server whose endpoint lookup takes tens of milliseconds) and
- * the rest stayed pending for pass after pass. os_execd_ping_many asks OS_READY_PARALLEL at a
- * time on the instance's loop: each sandbox is a two-step exchange (the endpoint, then the
- * ping) driven by completion callbacks, and the calling thread only starts new ones while the
- * pass's budget lasts and waits for the last to end. Every exchange has its own bound
- * (OS_READY_STEP_MS), so the wait is bounded too.
+ * A status read asks about one sandbox and waits (os_execd_ping). A list pass does not wait:
+ * it reports a sandbox that turned Running recently and was not heard from as pending and
+ * queues its check (os_execd_check); the checks run in the background on the instance's loop,
+ * OS_READY_PARALLEL at a time, each a two-step exchange (the endpoint lookup, then the ping)
+ * driven by completion callbacks and bounded by OS_READY_STEP_MS per step, and one that
+ * answers is noted (os_ep_ready_note), so the next pass reports the sandbox running. After a
+ * burst of thousands of new sandboxes, passes waiting for their checks (one at a time, later
+ * within a time budget) left most of them pending pass after pass; now a pass costs the same
+ * whatever the checks take, and the checks keep the loop busy between passes.
+ *
+ * The queue is bounded (OS_READY_QUEUED_MAX: a sandbox not queued is queued by a later pass)
+ * and holds each sandbox once; os_ready_stop drops what has not started before the loop
+ * stops (the running checks end by their bounds).
  */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <json-c/json.h>
@@ -27,8 +32,12 @@
 #include "os_internal.h"
 #include "rkutil.h"
 
-/** Sandboxes asked about at once by a list pass: each holds one upstream connection. */
-#define OS_READY_PARALLEL 32
+/** Readiness checks running at once: each holds one upstream connection. */
+#define OS_READY_PARALLEL 64
+/** Readiness checks queued or running at most. */
+#define OS_READY_QUEUED_MAX 65536
+/** Hash buckets of the check queue. */
+#define OS_READY_QUEUE_BUCKETS 4096
 /** Bound of each step of a batched readiness check (the endpoint lookup, the ping). */
 #define OS_READY_STEP_MS 2000
 
@@ -43,52 +52,109 @@ int os_execd_ping(struct os_inst *inst, struct rk_call *call, const char *osid, 
     return ok;
 }
 
-/** What the caller of os_execd_ping_many waits for. */
-struct ready_batch {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t in_flight; /**< checks started and not ended */
-};
-
-/** One sandbox's check: its exchange (the endpoint lookup, then the ping). */
-struct ready_check {
+/** One sandbox's check, queued or running: its exchange (the endpoint lookup, then the ping). */
+struct os_ready_check {
     struct os_xfer x;
     struct os_inst *inst;
-    struct ready_batch *b;
-    struct os_ping_item *item;
-    int pinging; /**< 0: the endpoint lookup is running; 1: the ping */
+    struct os_ready_check *hnext; /**< same hash bucket */
+    struct os_ready_check *qnext; /**< next queued (not started) */
+    char *since;                  /**< status.lastTransitionAt the answer is noted with */
+    int pinging;                  /**< 0: the endpoint lookup is running; 1: the ping */
+    char osid[];
 };
 
-/** A check ended: tell the waiter (after this the batch may be gone). */
-static void batch_leave(struct ready_batch *b)
-{
-    pthread_mutex_lock(&b->mu);
-    b->in_flight--;
-    pthread_cond_signal(&b->cv);
-    pthread_mutex_unlock(&b->mu);
-}
+/** The queue of an instance (inst->ready). */
+struct os_ready_queue {
+    pthread_mutex_t mu;
+    struct os_ready_check *tab[OS_READY_QUEUE_BUCKETS]; /**< queued and running, by osid */
+    struct os_ready_check *head, *tail;                 /**< queued, oldest first */
+    size_t count, running;
+    int stopped;
+};
 
-/** The check ended (ready or not): record it, free it and tell the waiter. */
-static void check_end(struct ready_check *c, int ready)
+static size_t check_bucket(const char *osid)
 {
-    struct ready_batch *b = c->b;
-    c->item->ready = ready;
-    free(c);
-    batch_leave(b);
+    size_t h = 5381;
+    for (const unsigned char *p = (const unsigned char *)osid; *p; p++)
+        h = h * 33 + *p;
+    return h % OS_READY_QUEUE_BUCKETS;
 }
 
 static void check_step_done(struct os_xfer *x, rk_status s);
 
+/** Take the checks that may start now off the queue (under q->mu): a list linked by qnext. */
+static struct os_ready_check *take_startable_locked(struct os_ready_queue *q)
+{
+    struct os_ready_check *first = NULL, **tail = &first;
+    while (!q->stopped && q->running < OS_READY_PARALLEL && q->head) {
+        struct os_ready_check *c = q->head;
+        q->head = c->qnext;
+        if (!q->head)
+            q->tail = NULL;
+        c->qnext = NULL;
+        *tail = c;
+        tail = &c->qnext;
+        q->running++;
+    }
+    return first;
+}
+
+static int check_start(struct os_ready_check *c);
+
+/** Start every check in the list (taken by take_startable_locked), and the queued ones that
+ *  may take the place of those that could not start (iteratively: no recursion). */
+static void start_all(struct os_ready_queue *q, struct os_ready_check *c)
+{
+    while (c) {
+        int failed = 0;
+        while (c) {
+            struct os_ready_check *next = c->qnext;
+            c->qnext = NULL;
+            if (check_start(c) != 0)
+                failed = 1;
+            c = next;
+        }
+        if (!failed)
+            return;
+        pthread_mutex_lock(&q->mu);
+        c = take_startable_locked(q);
+        pthread_mutex_unlock(&q->mu);
+    }
+}
+
+/** A running check ended (ready or not): note the answer and free it; with pump, start the
+ *  queued checks that may run now. */
+static void check_end(struct os_ready_check *c, int ready, int pump)
+{
+    struct os_inst *inst = c->inst;
+    struct os_ready_queue *q = inst->ready;
+    if (ready)
+        os_ep_ready_note(inst, c->osid, c->since);
+    pthread_mutex_lock(&q->mu);
+    struct os_ready_check **pp = &q->tab[check_bucket(c->osid)];
+    while (*pp && *pp != c)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = c->hnext;
+    q->count--;
+    q->running--;
+    struct os_ready_check *next = pump ? take_startable_locked(q) : NULL;
+    pthread_mutex_unlock(&q->mu);
+    free(c->since);
+    free(c);
+    start_all(q, next);
+}
+
 /** Start the ping once the endpoint reply arrived (it has been parsed and cached). 1 when the
  *  exchange runs (check_step_done will end the check). */
-static int ping_start(struct ready_check *c, json_object *reply)
+static int ping_start(struct os_ready_check *c, json_object *reply)
 {
     struct rk_kv hdrs[OS_ENDPOINT_HEADERS_MAX];
     struct os_endpoint ep;
     char *base = NULL;
     int started = 0;
-    if (os_ep_from_reply(c->inst, c->item->osid, OS_EXECD_PORT, reply, &ep, hdrs,
-                         OS_ENDPOINT_HEADERS_MAX, &base) == 1 &&
+    if (os_ep_from_reply(c->inst, c->osid, OS_EXECD_PORT, reply, &ep, hdrs, OS_ENDPOINT_HEADERS_MAX,
+                         &base) == 1 &&
         os_execd_xfer(&c->x, c->inst, NULL, &ep, "GET", "/ping", OS_READY_STEP_MS) == RK_OK) {
         c->pinging = 1;
         started = os_xfer_start(&c->x, check_step_done) == RK_OK;
@@ -102,11 +168,12 @@ static int ping_start(struct ready_check *c, json_object *reply)
 /** os_xfer_start's completion (the loop thread, or the caller when the loop is unavailable). */
 static void check_step_done(struct os_xfer *x, rk_status s)
 {
-    struct ready_check *c = (struct ready_check *)((char *)x - offsetof(struct ready_check, x));
+    struct os_ready_check *c =
+        (struct os_ready_check *)((char *)x - offsetof(struct os_ready_check, x));
     int ok = s == RK_OK && x->status == 200;
     if (c->pinging) {
         os_xfer_cleanup(x);
-        check_end(c, ok);
+        check_end(c, ok, 1);
         return;
     }
     json_object *reply = ok ? os_lc_body_json(x) : NULL;
@@ -114,73 +181,107 @@ static void check_step_done(struct os_xfer *x, rk_status s)
     int running = reply && ping_start(c, reply);
     json_object_put(reply);
     if (!running)
-        check_end(c, 0);
+        check_end(c, 0, 1);
 }
 
-/** Start the check of one sandbox: its endpoint lookup (the batch counts it in flight). */
-static void check_start(struct os_inst *inst, struct ready_batch *b, struct os_ping_item *item)
+/** Start a check taken off the queue: its endpoint lookup. 0 when it runs; -1 when it ended
+ *  at once (not ready: a later pass queues it again; the caller starts the next). */
+static int check_start(struct os_ready_check *c)
 {
-    struct ready_check *c = calloc(1, sizeof(*c));
-    char *path = c ? os_ep_path(inst, item->osid, OS_EXECD_PORT) : NULL;
-    if (!path) { /* out of memory: not ready (asked again next pass) */
-        free(c);
-        batch_leave(b);
-        return;
-    }
-    c->inst = inst;
-    c->b = b;
-    c->item = item;
-    rk_status s = os_lc_xfer(&c->x, inst, NULL, "GET", path);
+    char *path = os_ep_path(c->inst, c->osid, OS_EXECD_PORT);
+    rk_status s = path ? os_lc_xfer(&c->x, c->inst, NULL, "GET", path) : RK_E_NOMEM;
     free(path);
     if (s == RK_OK) {
         os_xfer_limit(&c->x, OS_READY_STEP_MS);
         if (os_xfer_start(&c->x, check_step_done) == RK_OK)
-            return;
+            return 0;
     }
     os_xfer_cleanup(&c->x);
-    check_end(c, 0);
+    check_end(c, 0, 0);
+    return -1;
 }
 
-/**
- * Ask whether the execd of each of items[0..n) answers, OS_READY_PARALLEL at a time on the
- * instance's loop (each: the endpoint lookup, then GET /ping), and set items[i].ready. Checks
- * start while budget_ms from the first lasts; those not started by then stay not ready (a later
- * pass asks again). Returns once every started check ended (each step is bounded).
- */
-void os_execd_ping_many(struct os_inst *inst, struct os_ping_item *items, size_t n,
-                        int64_t budget_ms)
+void os_execd_check(struct os_inst *inst, const char *osid, const char *since)
 {
-    const struct rk_host *h = inst->host;
-    struct ready_batch b = {.in_flight = 0};
-    pthread_mutex_init(&b.mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&b.cv, &ca);
-    pthread_condattr_destroy(&ca);
-    for (size_t i = 0; i < n; i++)
-        items[i].ready = 0;
-    int64_t stop_at = h->now_ms() + budget_ms;
-    size_t next = 0;
-    pthread_mutex_lock(&b.mu);
-    for (;;) {
-        while (b.in_flight < OS_READY_PARALLEL && next < n && h->now_ms() < stop_at) {
-            b.in_flight++;
-            pthread_mutex_unlock(&b.mu);
-            check_start(inst, &b, &items[next++]); /* may end at once (takes b.mu) */
-            pthread_mutex_lock(&b.mu);
-        }
-        int64_t now = h->now_ms();
-        if (b.in_flight == 0 && (next == n || now >= stop_at))
-            break;
-        /* Wake for an ended check, or at the budget's end to stop starting new ones. */
-        int64_t wait_ms = now < stop_at ? stop_at - now : 100;
-        if (wait_ms > 100)
-            wait_ms = 100;
-        struct timespec ts = rku_time_after_ms(CLOCK_MONOTONIC, wait_ms);
-        pthread_cond_timedwait(&b.cv, &b.mu, &ts);
+    struct os_ready_queue *q = inst->ready;
+    if (!q || !osid)
+        return;
+    size_t len = strlen(osid);
+    pthread_mutex_lock(&q->mu);
+    size_t b = check_bucket(osid);
+    struct os_ready_check *c = q->tab[b];
+    while (c && strcmp(c->osid, osid) != 0)
+        c = c->hnext;
+    if (c || q->stopped || q->count >= OS_READY_QUEUED_MAX) {
+        pthread_mutex_unlock(&q->mu); /* queued already, or full: a later pass asks again */
+        return;
     }
-    pthread_mutex_unlock(&b.mu);
-    pthread_cond_destroy(&b.cv);
-    pthread_mutex_destroy(&b.mu);
+    c = calloc(1, sizeof(*c) + len + 1);
+    char *sc = since ? strdup(since) : NULL;
+    if (!c || (since && !sc)) {
+        pthread_mutex_unlock(&q->mu);
+        free(c);
+        free(sc);
+        return;
+    }
+    c->inst = inst;
+    c->since = sc;
+    memcpy(c->osid, osid, len + 1);
+    c->hnext = q->tab[b];
+    q->tab[b] = c;
+    if (q->tail)
+        q->tail->qnext = c;
+    else
+        q->head = c;
+    q->tail = c;
+    q->count++;
+    struct os_ready_check *start = take_startable_locked(q);
+    pthread_mutex_unlock(&q->mu);
+    start_all(q, start);
+}
+
+int os_ready_init(struct os_inst *inst)
+{
+    struct os_ready_queue *q = calloc(1, sizeof(*q));
+    if (!q || pthread_mutex_init(&q->mu, NULL) != 0) {
+        free(q);
+        return -1;
+    }
+    inst->ready = q;
+    return 0;
+}
+
+void os_ready_stop(struct os_inst *inst)
+{
+    struct os_ready_queue *q = inst->ready;
+    if (!q)
+        return;
+    pthread_mutex_lock(&q->mu);
+    q->stopped = 1;
+    struct os_ready_check *c = q->head;
+    q->head = q->tail = NULL;
+    while (c) { /* queued, never started: unlink and free */
+        struct os_ready_check *next = c->qnext;
+        struct os_ready_check **pp = &q->tab[check_bucket(c->osid)];
+        while (*pp && *pp != c)
+            pp = &(*pp)->hnext;
+        if (*pp)
+            *pp = c->hnext;
+        q->count--;
+        free(c->since);
+        free(c);
+        c = next;
+    }
+    pthread_mutex_unlock(&q->mu);
+}
+
+void os_ready_free(struct os_inst *inst)
+{
+    struct os_ready_queue *q = inst->ready;
+    if (!q)
+        return;
+    /* The loop has stopped: every running check ended (os_http_free waited for it). */
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+    inst->ready = NULL;
 }
