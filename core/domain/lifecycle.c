@@ -413,6 +413,15 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
         return st;
 
     if (info.upstream_id && !ref.upstream_id) {
+        /* The reconciler leaves a sandbox whose create is still within its deadline to the
+         * create queue: its worker records the reply (a lost one is looked up by the plugin's
+         * create, a dead admin's claim is taken again and adopts), and the pass's snapshot of
+         * the record is older than the listing, so adopting here would mostly rewrite what
+         * the worker just wrote (thousands of writes per pass in a create burst). */
+        json_object *dl;
+        if (!touch && json_object_object_get_ex(*rec_io, "create_deadline", &dl) && dl &&
+            rk_epoch_s() < json_object_get_int64(dl))
+            return RK_OK;
         /* Adopted after a lost create reply (reconciled by rock id). */
         struct patch p = {.tag = tag,
                           .upstream_id = info.upstream_id,
