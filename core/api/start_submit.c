@@ -129,17 +129,16 @@ rk_status rk_start_submit(struct rk_req *r, const struct rk_start_req *s, const 
     };
     json_object *rec = rk_rec_new_pending(&rs);
 
+    /* The record and its queued backend create are stored in one step (domain/create_queue.c),
+     * so no admin can die between them; a create worker reads what it needs from the record.
+     * Only an exhausted capacity refuses the create. */
     char err[RK_STORE_ERRLEN];
-    rk_store_rc rc = rk_store_create(app->store, id, rec, now + acm * 60, err, sizeof err);
+    rk_store_rc rc =
+        rk_create_queue_submit_new(app, r->call, id, rec, now + acm * 60, err, sizeof err);
     json_object_put(rec);
     if (rc == RK_STORE_EXISTS)
         return rk_call_set_error(r->call, RK_E_INVALID, "Sandbox %s already exists", id);
-    if (rc != RK_STORE_OK)
-        return rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
-
-    /* The backend create is queued (domain/create_queue.c): a create worker reads what it
-     * needs from the record. Only an exhausted capacity refuses it. */
-    if (rk_create_queue_submit(app, r->call, id) != RK_OK) {
+    if (rc == RK_STORE_FULL) {
         const char *why = rk_arena_strdup(r->call, rk_call_error_text(r->call));
         /* Nothing was sent upstream: the record goes straight to deleted. */
         rk_lifecycle_transition(app, id, RK_STATE_PENDING, RK_STATE_PENDING, RK_STATE_DELETED,
@@ -149,6 +148,8 @@ rk_status rk_start_submit(struct rk_req *r, const struct rk_start_req *s, const 
                                  "immediate deletion: %s",
                                  id, why);
     }
+    if (rc != RK_STORE_OK)
+        return rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
     *id_out = id;
     return RK_OK;
 }

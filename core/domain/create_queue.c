@@ -382,27 +382,56 @@ void rk_create_queue_stop(struct rk_app *app, int64_t deadline_ms)
     pthread_mutex_unlock(&q.mu);
 }
 
-rk_status rk_create_queue_submit(struct rk_app *app, struct rk_call *call, const char *id)
+/* A submit's outcome: a full queue is counted and named on call; a queued create wakes the
+ * feeder. */
+static void submitted(struct rk_call *call, rk_store_rc rc, long long max)
 {
-    char err[RK_STORE_ERRLEN];
-    long long max = (long long)app->cfg->runtime.create_queue_max;
-    const char *owner = q.owner[0] ? q.owner : "unstarted";
-    rk_store_rc rc = rk_createq_push(app->store, id, owner, epoch_ms(), max, err, sizeof err);
     if (rc == RK_STORE_FULL) {
         atomic_fetch_add(&refused_total, 1);
-        return rk_call_set_error(call, RK_E_UNAVAILABLE,
-                                 "the create queue is full (runtime.create_queue_max: %lld "
-                                 "creates queued or running)",
-                                 max);
+        rk_call_set_error(call, RK_E_UNAVAILABLE,
+                          "the create queue is full (runtime.create_queue_max: %lld creates "
+                          "queued or running)",
+                          max);
+        return;
     }
     if (rc != RK_STORE_OK)
-        return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
+        return;
     pthread_mutex_lock(&q.mu);
     q.kicked = 1;
     if (q.started)
         pthread_cond_signal(&q.feed_cv);
     pthread_mutex_unlock(&q.mu);
+}
+
+/* This admin's name as the owner of what it queues. */
+static const char *queue_owner(void)
+{
+    return q.owner[0] ? q.owner : "unstarted";
+}
+
+rk_status rk_create_queue_submit(struct rk_app *app, struct rk_call *call, const char *id)
+{
+    char err[RK_STORE_ERRLEN];
+    long long max = (long long)app->cfg->runtime.create_queue_max;
+    rk_store_rc rc =
+        rk_createq_push(app->store, id, queue_owner(), epoch_ms(), max, err, sizeof err);
+    submitted(call, rc, max);
+    if (rc == RK_STORE_FULL)
+        return RK_E_UNAVAILABLE;
+    if (rc != RK_STORE_OK)
+        return rk_call_set_error(call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
     return RK_OK;
+}
+
+rk_store_rc rk_create_queue_submit_new(struct rk_app *app, struct rk_call *call, const char *id,
+                                       json_object *rec, int64_t expire_time, char *err,
+                                       size_t errlen)
+{
+    long long max = (long long)app->cfg->runtime.create_queue_max;
+    rk_store_rc rc = rk_createq_create(app->store, id, rec, expire_time, queue_owner(), epoch_ms(),
+                                       max, err, errlen);
+    submitted(call, rc, max);
+    return rc;
 }
 
 int rk_create_queue_cancel(struct rk_app *app, const char *id)

@@ -14,7 +14,10 @@
 
 #include <stdint.h>
 
+#include <json-c/json.h>
+
 #include "rock-admin/operator.h"
+#include "store/store.h"
 
 struct rk_app;
 struct rk_call;
@@ -36,6 +39,15 @@ void rk_create_queue_stop(struct rk_app *app, int64_t deadline_ms);
  *  error on call that names the exhausted capacity (runtime.create_queue_max)
  *  or the store. */
 rk_status rk_create_queue_submit(struct rk_app *app, struct rk_call *call, const char *id);
+
+/** Store the new pending record rec of id (idle deadline expire_time) and queue its backend
+ *  create in one atomic store step (rk_createq_create). RK_STORE_OK; RK_STORE_EXISTS: nothing
+ *  stored, the id is active; RK_STORE_FULL: the record is stored but its create is not queued,
+ *  and call carries the error naming the exhausted capacity (the caller fails the record);
+ *  RK_STORE_ERROR: err says why. */
+rk_store_rc rk_create_queue_submit_new(struct rk_app *app, struct rk_call *call, const char *id,
+                                       json_object *rec, int64_t expire_time, char *err,
+                                       size_t errlen);
 
 /** Take id's create out of the queue if no admin has claimed it yet: 1 when
  *  removed (the backend create will never run), 0 when it is not queued

@@ -287,6 +287,15 @@ struct rk_createq_claim {
 rk_store_rc rk_createq_push(struct rk_store *st, const char *id, const char *owner, int64_t now_ms,
                             long long max, char *err, size_t errlen);
 
+/** Store the new record of sandbox id (as rk_store_create) and queue its create (as
+ *  rk_createq_push) in one atomic step, so that no admin can die between the two and leave a
+ *  pending record that nobody creates. RK_STORE_OK: both done; RK_STORE_EXISTS: nothing done,
+ *  the id is active; RK_STORE_FULL: the record is stored but the queue already holds max
+ *  entries (the caller fails the record); RK_STORE_ERROR: err says why. */
+rk_store_rc rk_createq_create(struct rk_store *st, const char *id, json_object *rec,
+                              int64_t expire_time, const char *owner, int64_t now_ms, long long max,
+                              char *err, size_t errlen);
+
 /** Claim the oldest eligible entries (see above). Expired claims are first put back in the
  *  queue; *requeued_out (may be NULL) receives how many. *items_out (free with
  *  rk_createq_free_items) receives *n_out items in enqueue order. */

@@ -457,6 +457,22 @@ rk_store_rc rk_createq_push(struct rk_store *st, const char *id, const char *own
     return counted(st, st->ops->cq_push(st, id, owner, now_ms, max, err, errlen));
 }
 
+/* A new record and its queued create, in one step. */
+rk_store_rc rk_createq_create(struct rk_store *st, const char *id, json_object *rec,
+                              int64_t expire_time, const char *owner, int64_t now_ms, long long max,
+                              char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    if (!st || !json_object_is_type(rec, json_type_object))
+        return invalid(st, "record", err, errlen);
+    rk_store_rc rc =
+        check(st, max > 0 && owner_ok(owner), err, errlen, "sandbox id", id, "owner", owner, NULL);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return counted(st,
+                   st->ops->cq_create(st, id, rec, expire_time, owner, now_ms, max, err, errlen));
+}
+
 /* Claim the oldest eligible creates. */
 rk_store_rc rk_createq_claim(struct rk_store *st, const struct rk_createq_claim *c,
                              struct rk_createq_item **items_out, size_t *n_out,

@@ -78,6 +78,9 @@ typedef rk_store_rc rk_store_count_states_fn(struct rk_store *st, size_t *pendin
 
 typedef rk_store_rc rk_createq_push_fn(struct rk_store *st, const char *id, const char *owner,
                                        int64_t now_ms, long long max, char *err, size_t errlen);
+typedef rk_store_rc rk_createq_create_fn(struct rk_store *st, const char *id, json_object *rec,
+                                         int64_t expire_time, const char *owner, int64_t now_ms,
+                                         long long max, char *err, size_t errlen);
 typedef rk_store_rc rk_createq_claim_fn(struct rk_store *st, const struct rk_createq_claim *c,
                                         struct rk_createq_item **items_out, size_t *n_out,
                                         size_t *requeued_out, char *err, size_t errlen);
@@ -123,6 +126,7 @@ struct rk_store_ops {
     rk_store_list_active_fn *list_jobs;
     /* the create queue */
     rk_createq_push_fn *cq_push;
+    rk_createq_create_fn *cq_create; /* the record and its queued create in one step */
     rk_createq_claim_fn *cq_claim;
     rk_createq_renew_fn *cq_renew;
     rk_createq_id_owner_fn *cq_done;

@@ -77,6 +77,7 @@ static const struct rk_store_ops mem_ops = {
     .list_page = rkm_list_page,
     .count_states = rkm_count_states,
     .cq_push = rkm_cq_push,
+    .cq_create = rkm_cq_create,
     .cq_claim = rkm_cq_claim,
     .cq_renew = rkm_cq_renew,
     .cq_done = rkm_cq_done,

@@ -127,6 +127,18 @@ rk_store_rc rkm_cq_push(struct rk_store *st, const char *id, const char *owner, 
     return rc;
 }
 
+/* The record, then its create: one process owns the in-process store, so nothing can come
+ * between the two that would outlive it. */
+rk_store_rc rkm_cq_create(struct rk_store *st, const char *id, json_object *rec,
+                          int64_t expire_time, const char *owner, int64_t now_ms, long long max,
+                          char *err, size_t errlen)
+{
+    rk_store_rc rc = rkm_create(st, id, rec, expire_time, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return rkm_cq_push(st, id, owner, now_ms, max, err, errlen);
+}
+
 rk_store_rc rkm_cq_claim(struct rk_store *st, const struct rk_createq_claim *c,
                          struct rk_createq_item **items_out, size_t *n_out, size_t *requeued_out,
                          char *err, size_t errlen)

@@ -144,6 +144,7 @@ void rkm_cq_free(struct mem_store *m);
 /** Value destructor of cq_index: nothing (the lists own the entries). */
 void rkm_cq_keep(void *v);
 rk_createq_push_fn rkm_cq_push;
+rk_createq_create_fn rkm_cq_create;
 rk_createq_claim_fn rkm_cq_claim;
 rk_createq_renew_fn rkm_cq_renew;
 rk_createq_id_owner_fn rkm_cq_done;

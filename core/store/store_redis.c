@@ -101,6 +101,7 @@ static const struct rk_store_ops redis_ops = {
     .list_page = rkr_list_page,
     .count_states = rkr_count_states,
     .cq_push = rkr_cq_push,
+    .cq_create = rkr_cq_create,
     .cq_claim = rkr_cq_claim,
     .cq_renew = rkr_cq_renew,
     .cq_done = rkr_cq_done,

@@ -17,17 +17,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* KEYS: createq, claimed, origin, own; ARGV: id, enqueue ms, max, owner.
+/* Lua: push(K, A) with K: createq, claimed, origin, own; A: id, enqueue ms, max, owner.
  * 1 queued, 2 already there, 0 full. */
-static const char lua_push[] =
-    "if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZSCORE', KEYS[2], ARGV[1]) then\n"
-    "  return 2 end\n"
-    "if redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then\n"
-    "  return 0 end\n"
-    "redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])\n"
-    "redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])\n"
-    "redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])\n"
-    "return 1\n";
+#define LUA_PUSH_FN                                                                                \
+    "local function push(K, A)\n"                                                                  \
+    "  if redis.call('ZSCORE', K[1], A[1]) or redis.call('ZSCORE', K[2], A[1]) then\n"             \
+    "    return 2 end\n"                                                                           \
+    "  if redis.call('ZCARD', K[1]) + redis.call('ZCARD', K[2]) >= tonumber(A[3]) then\n"          \
+    "    return 0 end\n"                                                                           \
+    "  redis.call('ZADD', K[1], A[2], A[1])\n"                                                     \
+    "  redis.call('ZADD', K[4], A[2], A[1])\n"                                                     \
+    "  redis.call('HSET', K[3], A[1], A[4])\n"                                                     \
+    "  return 1\n"                                                                                 \
+    "end\n"
+
+static const char lua_push[] = LUA_PUSH_FN "return push(KEYS, ARGV)\n";
+
+/* A new record and its queued create in one step. KEYS: the 6 of rkr_lua_create, then
+ * createq, claimed, origin, own; ARGV: the 7 of rkr_lua_create, then enqueue ms, max, owner.
+ * -1 the id is active (nothing written); else push's answer (0: the record is written, the
+ * queue is full). */
+static const char lua_create_queued[] = RKR_LUA_CREATE_FN LUA_PUSH_FN
+    "if create({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]},\n"
+    "          {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]}) == 0 then\n"
+    "  return -1 end\n"
+    "return push({KEYS[7], KEYS[8], KEYS[9], KEYS[10]}, {ARGV[1], ARGV[8], ARGV[9], ARGV[10]})\n";
 
 /* KEYS: createq, claimed, origin, holder; ARGV: owner, now ms, lease ms, want, concurrency,
  * rate, steal cutoff ms, "<p>createq:". Returns {requeued, id, enqueue ms, id, ...}. */
@@ -156,6 +170,48 @@ rk_store_rc rkr_cq_push(struct rk_store *st, const char *id, const char *owner, 
     if (rc != RK_STORE_OK)
         return rc;
     return v == 0 ? RK_STORE_FULL : RK_STORE_OK;
+}
+
+rk_store_rc rkr_cq_create(struct rk_store *st, const char *id, json_object *rec,
+                          int64_t expire_time, const char *owner, int64_t now_ms, long long max,
+                          char *err, size_t errlen)
+{
+    struct redis_store *rs = rkr_store(st);
+    struct rkr_create_parts p;
+    rk_store_rc rc = rkr_create_parts(rs, id, rec, expire_time, &p, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
+    struct cq_keys k;
+    cq_keys(rs, &k);
+    char own[KEY_MAX], ms[32], mx[32];
+    rkr_key_of(rs, own, "createq:own:", owner);
+    snprintf(ms, sizeof ms, "%lld", (long long)now_ms);
+    snprintf(mx, sizeof mx, "%lld", max);
+    struct cmd c;
+    rkr_cmd_build(&c, "EVAL", lua_create_queued, "10", (const char *)NULL);
+    rkr_create_add_keys(&c, &p);
+    rkr_cmd_add(&c, k.q);
+    rkr_cmd_add(&c, k.claimed);
+    rkr_cmd_add(&c, k.origin);
+    rkr_cmd_add(&c, own);
+    rkr_create_add_args(&c, id, &p);
+    rkr_cmd_add(&c, ms);
+    rkr_cmd_add(&c, mx);
+    rkr_cmd_add(&c, owner);
+    long long v = -2;
+    rc = rkr_run_write_int(rs, &c, &v, err, errlen);
+    if (rc == RK_STORE_ERROR && v >= 0) {
+        /* Written but not confirmed by the replicas: take both back (best effort), as a
+         * failed create does, so a retry with the same id is not refused as a duplicate. */
+        char scratch[RK_STORE_ERRLEN];
+        if (v == 1)
+            rkr_cq_cancel(st, id, scratch, sizeof scratch);
+        rkr_create_undo(rs, id, &p);
+    }
+    rkr_create_parts_free(&p);
+    if (rc != RK_STORE_OK)
+        return rc;
+    return v == -1 ? RK_STORE_EXISTS : v == 0 ? RK_STORE_FULL : RK_STORE_OK;
 }
 
 rk_store_rc rkr_cq_claim(struct rk_store *st, const struct rk_createq_claim *cl,

@@ -28,7 +28,7 @@
 #define KEY_MAX (PREFIX_MAX + RK_STORE_MAX_NAME + 16)
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
-#define MAX_ARGS 16
+#define MAX_ARGS 24
 #define SENTINEL_BACKOFF_MAX_MS 1000 /* retry faster while a failover settles */
 #define GET_CHUNK 1000               /* ids per get_many round trip */
 #define INDEX_RECHECK_MS 60000       /* how often list/count re-check index:v2 */
@@ -162,6 +162,28 @@ rk_store_rc rkr_ids_from_array(const redisReply *r, char ***ids_out, size_t *n_o
 
 /* ---- store_redis_lua.c: the Lua scripts ---- */
 
+/** Lua: the function create(K, A) of rkr_lua_create (K: its 6 keys, A: its 7 arguments; 1 if
+ *  written, 0 if the id is active), shared with the create queue's record-and-create script. */
+#define RKR_LUA_CREATE_FN                                                                          \
+    "local function create(K, A)\n"                                                                \
+    "  if redis.call('SISMEMBER', K[2], A[1]) == 1 then return 0 end\n"                            \
+    "  if tonumber(A[5]) > 0 then redis.call('SET', K[1], A[2], 'EX', A[5])\n"                     \
+    "  else redis.call('SET', K[1], A[2]) end\n"                                                   \
+    "  if A[3] == '1' then\n"                                                                      \
+    "    redis.call('SADD', K[2], A[1])\n"                                                         \
+    "    if tonumber(A[4]) > 0 then redis.call('ZADD', K[3], A[4], A[1])\n"                        \
+    "    else redis.call('ZREM', K[3], A[1]) end\n"                                                \
+    "    redis.call('ZADD', K[4], 0, A[6])\n"                                                      \
+    "    local on, off = K[6], K[5]\n"                                                             \
+    "    if A[7] == 'pending' then on, off = K[5], K[6] end\n"                                     \
+    "    redis.call('SADD', on, A[1])\n"                                                           \
+    "    redis.call('SREM', off, A[1])\n"                                                          \
+    "  else\n"                                                                                     \
+    "    redis.call('ZREM', K[3], A[1])\n"                                                         \
+    "  end\n"                                                                                      \
+    "  return 1\n"                                                                                 \
+    "end\n"
+
 extern const char rkr_lua_create[];
 extern const char rkr_lua_uncreate[];
 extern const char rkr_lua_uncommit[];
@@ -205,6 +227,26 @@ void rkr_index_cmds(const struct redis_store *rs, struct index_keys *k, struct c
                     const char *id, bool active, bool pending, const char *old_key,
                     const char *new_key);
 
+/** What rkr_lua_create is given for one new record: its 6 keys and 7 arguments. */
+struct rkr_create_parts {
+    char keys[6][KEY_MAX];
+    char exp[32], ttl[32];
+    const char *json; /**< owned by the record */
+    const char *state;
+    const char *active;
+    char *lkey; /**< malloc'd */
+};
+/** Fill p for record rec of id (free with rkr_create_parts_free). */
+rk_store_rc rkr_create_parts(struct redis_store *rs, const char *id, json_object *rec,
+                             int64_t expire_time, struct rkr_create_parts *p, char *err,
+                             size_t errlen);
+void rkr_create_parts_free(struct rkr_create_parts *p);
+/** Append the script's keys, then (after any other keys) its arguments. */
+void rkr_create_add_keys(struct cmd *c, const struct rkr_create_parts *p);
+void rkr_create_add_args(struct cmd *c, const char *id, const struct rkr_create_parts *p);
+/** Take back a create the replicas did not confirm, if the record is still what we wrote. */
+void rkr_create_undo(struct redis_store *rs, const char *id, const struct rkr_create_parts *p);
+
 /* ---- the backend entry points (struct rk_store_ops), by the file that defines them ---- */
 
 /* store_redis_records.c */
@@ -231,6 +273,7 @@ rk_store_session_take_all_fn rkr_session_take_all;
 rk_store_session_count_fn rkr_session_count;
 /* store_redis_createq.c */
 rk_createq_push_fn rkr_cq_push;
+rk_createq_create_fn rkr_cq_create;
 rk_createq_claim_fn rkr_cq_claim;
 rk_createq_renew_fn rkr_cq_renew;
 rk_createq_id_owner_fn rkr_cq_done;

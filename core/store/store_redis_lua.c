@@ -10,23 +10,7 @@
 /* Create a record unless its id is active. KEYS: record, active, expire, bycreated,
  * state:pending, state:running; ARGV: id, JSON, "1" if active, idle deadline (0 = none),
  * TTL s (0 = none), list key, state. 1 if written, 0 if the id is active. */
-const char rkr_lua_create[] =
-    "if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return 0 end\n"
-    "if tonumber(ARGV[5]) > 0 then redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[5])\n"
-    "else redis.call('SET', KEYS[1], ARGV[2]) end\n"
-    "if ARGV[3] == '1' then\n"
-    "  redis.call('SADD', KEYS[2], ARGV[1])\n"
-    "  if tonumber(ARGV[4]) > 0 then redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1])\n"
-    "  else redis.call('ZREM', KEYS[3], ARGV[1]) end\n"
-    "  redis.call('ZADD', KEYS[4], 0, ARGV[6])\n"
-    "  local on, off = KEYS[6], KEYS[5]\n"
-    "  if ARGV[7] == 'pending' then on, off = KEYS[5], KEYS[6] end\n"
-    "  redis.call('SADD', on, ARGV[1])\n"
-    "  redis.call('SREM', off, ARGV[1])\n"
-    "else\n"
-    "  redis.call('ZREM', KEYS[3], ARGV[1])\n"
-    "end\n"
-    "return 1\n";
+const char rkr_lua_create[] = RKR_LUA_CREATE_FN "return create(KEYS, ARGV)\n";
 
 /* Undo our create (KEYS as rkr_lua_create) if the record is still exactly what we
  * wrote (ARGV[2]); used when replicas did not confirm it. */

@@ -130,49 +130,86 @@ rk_store_rc rkr_get(struct rk_store *st, const char *id, json_object **out, char
 }
 
 /* Insert a record unless the id is in the active set (one Lua script). */
+rk_store_rc rkr_create_parts(struct redis_store *rs, const char *id, json_object *rec,
+                             int64_t expire_time, struct rkr_create_parts *p, char *err,
+                             size_t errlen)
+{
+    static const char *const kinds[6] = {"sandbox:",  "active",        "expire",
+                                         "bycreated", "state:pending", "state:running"};
+    for (int i = 0; i < 6; i++)
+        rkr_key_of(rs, p->keys[i], kinds[i], i == 0 ? id : NULL);
+    snprintf(p->exp, sizeof p->exp, "%lld", (long long)(expire_time > 0 ? expire_time : 0));
+    snprintf(p->ttl, sizeof p->ttl, "%lld",
+             (long long)(rk_store_rec_deleted(rec) ? rs->base.deleted_retention_s : 0));
+    json_object *stv = NULL;
+    p->state =
+        json_object_object_get_ex(rec, "state", &stv) && stv ? json_object_get_string(stv) : "";
+    p->active = rk_store_rec_active(rec) ? "1" : "0";
+    p->json = json_object_to_json_string_ext(rec, JSON_C_TO_STRING_PLAIN);
+    p->lkey = rk_store_list_key(rec, id);
+    if (!p->json || !p->lkey || !p->state) {
+        free(p->lkey);
+        p->lkey = NULL;
+        return rk_store_fail(err, errlen, "store: out of memory");
+    }
+    return RK_STORE_OK;
+}
+
+void rkr_create_parts_free(struct rkr_create_parts *p)
+{
+    free(p->lkey);
+    p->lkey = NULL;
+}
+
+void rkr_create_add_keys(struct cmd *c, const struct rkr_create_parts *p)
+{
+    for (int i = 0; i < 6; i++)
+        rkr_cmd_add(c, p->keys[i]);
+}
+
+void rkr_create_add_args(struct cmd *c, const char *id, const struct rkr_create_parts *p)
+{
+    rkr_cmd_add(c, id);
+    rkr_cmd_add(c, p->json);
+    rkr_cmd_add(c, p->active);
+    rkr_cmd_add(c, p->exp);
+    rkr_cmd_add(c, p->ttl);
+    rkr_cmd_add(c, p->lkey);
+    rkr_cmd_add(c, p->state);
+}
+
+void rkr_create_undo(struct redis_store *rs, const char *id, const struct rkr_create_parts *p)
+{
+    char scratch[RK_STORE_ERRLEN];
+    long long undone = 0;
+    struct cmd c;
+    rkr_cmd_build(&c, "EVAL", rkr_lua_uncreate, "6", (const char *)NULL);
+    rkr_create_add_keys(&c, p);
+    rkr_cmd_add(&c, id);
+    rkr_cmd_add(&c, p->json);
+    rkr_cmd_add(&c, p->lkey);
+    rkr_run_int(rs, &c, &undone, scratch, sizeof scratch);
+}
+
 rk_store_rc rkr_create(struct rk_store *st, const char *id, json_object *rec, int64_t expire_time,
                        char *err, size_t errlen)
 {
     struct redis_store *rs = rkr_store(st);
-    char k1[KEY_MAX], k2[KEY_MAX], k3[KEY_MAX], k4[KEY_MAX], k5[KEY_MAX], k6[KEY_MAX], exp[32],
-        ttl[32];
-    snprintf(exp, sizeof exp, "%lld", (long long)(expire_time > 0 ? expire_time : 0));
-    snprintf(ttl, sizeof ttl, "%lld",
-             (long long)(rk_store_rec_deleted(rec) ? st->deleted_retention_s : 0));
-    const char *json = json_object_to_json_string_ext(rec, JSON_C_TO_STRING_PLAIN);
-    if (!json)
-        return rk_store_fail(err, errlen, "store: out of memory");
+    struct rkr_create_parts p;
+    rk_store_rc rc = rkr_create_parts(rs, id, rec, expire_time, &p, err, errlen);
+    if (rc != RK_STORE_OK)
+        return rc;
     struct cmd c;
-    char *lkey = rk_store_list_key(rec, id);
-    json_object *stv = NULL;
-    const char *state =
-        json_object_object_get_ex(rec, "state", &stv) && stv ? json_object_get_string(stv) : "";
-    if (!lkey)
-        return rk_store_fail(err, errlen, "store: out of memory");
-    rkr_cmd_build(&c, "EVAL", rkr_lua_create, "6", rkr_key_of(rs, k1, "sandbox:", id),
-                  rkr_key_of(rs, k2, "active", NULL), rkr_key_of(rs, k3, "expire", NULL),
-                  rkr_key_of(rs, k4, "bycreated", NULL), rkr_key_of(rs, k5, "state:pending", NULL),
-                  rkr_key_of(rs, k6, "state:running", NULL), (const char *)NULL);
-    rkr_cmd_add(&c, id);
-    rkr_cmd_add(&c, json);
-    rkr_cmd_add(&c, rk_store_rec_active(rec) ? "1" : "0");
-    rkr_cmd_add(&c, exp);
-    rkr_cmd_add(&c, ttl);
-    rkr_cmd_add(&c, lkey);
-    rkr_cmd_add(&c, state);
+    rkr_cmd_build(&c, "EVAL", rkr_lua_create, "6", (const char *)NULL);
+    rkr_create_add_keys(&c, &p);
+    rkr_create_add_args(&c, id, &p);
     long long v = 0;
-    rk_store_rc rc = rkr_run_write_int(rs, &c, &v, err, errlen);
-    if (rc == RK_STORE_ERROR && v == 1) {
-        /* Written but not confirmed by the replicas: the client is told it
-         * failed, so take it back (best effort) and a retry with the same id
-         * is not refused as a duplicate. */
-        char scratch[RK_STORE_ERRLEN];
-        long long undone = 0;
-        rkr_cmd_build(&c, "EVAL", rkr_lua_uncreate, "6", k1, k2, k3, k4, k5, k6, id, json, lkey,
-                      (const char *)NULL);
-        rkr_run_int(rs, &c, &undone, scratch, sizeof scratch);
-    }
-    free(lkey);
+    rc = rkr_run_write_int(rs, &c, &v, err, errlen);
+    if (rc == RK_STORE_ERROR && v == 1)
+        /* Written but not confirmed by the replicas: the client is told it failed, so take
+         * it back (best effort) and a retry with the same id is not refused as a duplicate. */
+        rkr_create_undo(rs, id, &p);
+    rkr_create_parts_free(&p);
     if (rc != RK_STORE_OK)
         return rc;
     return v == 1 ? RK_STORE_OK : RK_STORE_EXISTS;

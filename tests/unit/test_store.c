@@ -699,6 +699,51 @@ static void test_create_queue(void **state)
     assert_int_equal(c, 4);
 }
 
+/* A new record and its queued create in one step: both stored; an active id changes nothing;
+ * a full queue keeps the record (the caller fails it) and queues nothing. */
+static void test_create_queued_record(void **state)
+{
+    struct tctx *tc = *state;
+    struct rk_store *st = tc->st;
+    char err[RK_STORE_ERRLEN], ids[8][32];
+    size_t q = 9, c = 9, requeued = 0;
+    int64_t t = 1700000000000LL;
+    int where = -1;
+    json_object *rec = mkrec("pending", "img:1"), *got = NULL;
+    assert_int_equal(rk_createq_create(st, "n1", rec, 1000, "a", t, 2, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_get(st, "n1", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "image"), "img:1");
+    json_object_put(got);
+    assert_int_equal(rk_createq_where(st, "n1", &where, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(where, 1);
+    /* The id is active: nothing is written, nothing queued twice. */
+    json_object *other = mkrec("pending", "img:2");
+    assert_int_equal(rk_createq_create(st, "n1", other, 1000, "a", t + 1, 2, err, sizeof err),
+                     RK_STORE_EXISTS);
+    assert_int_equal(rk_store_get(st, "n1", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "image"), "img:1");
+    json_object_put(got);
+    assert_int_equal(rk_createq_depth(st, &q, &c, err, sizeof err), RK_STORE_OK);
+    assert_true(q == 1 && c == 0);
+    /* Capacity 2: the second fits, the third is stored but not queued. */
+    assert_int_equal(rk_createq_create(st, "n2", rec, 1000, "a", t + 2, 2, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_createq_create(st, "n3", other, 1000, "a", t + 3, 2, err, sizeof err),
+                     RK_STORE_FULL);
+    assert_int_equal(rk_store_get(st, "n3", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "image"), "img:2");
+    json_object_put(got);
+    assert_int_equal(rk_createq_where(st, "n3", &where, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(where, 0);
+    /* What was queued is claimed in order, as pushed creates are. */
+    assert_int_equal(cq_claim(st, "a", t + 10, 8, 8, 0, 2000, ids, &requeued), 2);
+    assert_string_equal(ids[0], "n1");
+    assert_string_equal(ids[1], "n2");
+    json_object_put(rec);
+    json_object_put(other);
+}
+
 /* B90: a second reserve of the same name fails. */
 static void test_b90_reserve_is_exclusive(void **state)
 {
@@ -1435,6 +1480,14 @@ static void test_redis_wait_replicas(void **state)
     /* the unconfirmed create was taken back: a retry is not a duplicate */
     json_object *out = NULL;
     assert_int_equal(rk_store_get(st, "w-1", &out, err, sizeof err), RK_STORE_NOT_FOUND);
+    /* so is an unconfirmed record with its queued create: neither stays */
+    assert_int_equal(rk_createq_create(st, "w-2", rec, 0, "a", 1, 10, err, sizeof err),
+                     RK_STORE_ERROR);
+    assert_non_null(strstr(err, "not confirmed"));
+    assert_int_equal(rk_store_get(st, "w-2", &out, err, sizeof err), RK_STORE_NOT_FOUND);
+    int where = -1;
+    assert_int_equal(rk_createq_where(st, "w-2", &where, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(where, 0);
     redisContext *raw = raw_conn(master.port);
     redisReply *rr = redisCommand(raw, "SET rock:sandbox:w-0 {\"state\":\"running\"}");
     freeReplyObject(rr);
@@ -1750,6 +1803,7 @@ int main(void)
         BOTH(test_view_touch),
         BOTH(test_lease),
         BOTH(test_create_queue),
+        BOTH(test_create_queued_record),
         BOTH(test_b90_reserve_is_exclusive),
         BOTH(test_b91_commit_makes_visible),
         BOTH(test_b92_rollback_releases),
