@@ -508,6 +508,56 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
     return apply_backend_state(app, call, rec_io, st, &info, 1, shown, alive);
 }
 
+int rk_lifecycle_glance(json_object *rec, const char *tag, struct rk_rec_glance *g)
+{
+    memset(g, 0, sizeof *g);
+    if (!rec || !rk_state_is_active(rk_rec_state(rec)))
+        return 0;
+    const char *backend = rk_rec_backend(rec);
+    if (!backend || strcmp(backend, tag) != 0)
+        return 0; /* fail closed: never touch another backend's record */
+    g->present = 1;
+    g->state = rk_rec_state(rec);
+    json_object *v;
+    g->observed = (json_object_object_get_ex(rec, "backend_state", &v) && v) ||
+                  (json_object_object_get_ex(rec, "failure", &v) && v);
+    if (json_object_object_get_ex(rec, "create_deadline", &v) && v)
+        g->create_deadline = json_object_get_int64(v);
+    const char *up = rk_rec_upstream_id(rec, tag);
+    if (up && !(g->upstream = strdup(up)))
+        return -1;
+    return 0;
+}
+
+void rk_lifecycle_glance_free(struct rk_rec_glance *g)
+{
+    free(g->upstream);
+    g->upstream = NULL;
+}
+
+/* Kept beside apply_backend_state, whose no-op cases these are: a listed sandbox in the state
+ * the record holds, under the record's backend id, with nothing observed to clear or record
+ * (RUNNING and PENDING change nothing then); and an unlisted one whose create still runs
+ * within its deadline (the early return of the NOT_FOUND branch). */
+int rk_lifecycle_glance_needs(const struct rk_rec_glance *g, const struct rk_status_info *info)
+{
+    if (!g->present)
+        return 0;
+    if (!info)
+        return !(g->state == RK_STATE_PENDING && !g->upstream && rk_epoch_s() < g->create_deadline);
+    if (g->observed || info->failed || !g->upstream || !info->upstream_id ||
+        strcmp(g->upstream, info->upstream_id) != 0)
+        return 1;
+    return !((info->state == RK_STATE_RUNNING || info->state == RK_STATE_PENDING) &&
+             info->state == g->state);
+}
+
+int rk_lifecycle_glance_same(const struct rk_rec_glance *a, const struct rk_rec_glance *b)
+{
+    return a->present == b->present && a->state == b->state && a->observed == b->observed &&
+           !a->upstream == !b->upstream && (!a->upstream || strcmp(a->upstream, b->upstream) == 0);
+}
+
 rk_status rk_lifecycle_reconcile(struct rk_app *app, struct rk_call *call, json_object **rec_io,
                                  const struct rk_status_info *info)
 {

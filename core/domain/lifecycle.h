@@ -53,6 +53,27 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
 rk_status rk_lifecycle_delete(struct rk_app *app, struct rk_call *call, json_object *rec,
                               const char *event);
 
+/** What a reconciler pass keeps of a record between its snapshot and its apply step, enough to
+ *  tell whether rk_lifecycle_reconcile would change anything (rk_lifecycle_glance_needs). */
+struct rk_rec_glance {
+    int present;         /**< an active record of the loaded backend */
+    enum rk_state state; /**< stored state */
+    char *upstream;      /**< the backend id (malloc'd), NULL while the create runs */
+    int observed;        /**< it holds a backend_state or a failure */
+    int64_t create_deadline;
+};
+
+/** Fill g from rec (read only; NULL: no record) for backend tag; 0, or -1 out of memory. */
+int rk_lifecycle_glance(json_object *rec, const char *tag, struct rk_rec_glance *g);
+/** Release what rk_lifecycle_glance kept. */
+void rk_lifecycle_glance_free(struct rk_rec_glance *g);
+/** 0 when rk_lifecycle_reconcile would change nothing for a record glanced as g given what the
+ *  backend listed (info NULL: not listed) — the common case of a pass, which then needs no copy
+ *  of the record; 1 when it may. */
+int rk_lifecycle_glance_needs(const struct rk_rec_glance *g, const struct rk_status_info *info);
+/** 1 if two glances agree on what the apply step decides by (state, backend id, observations). */
+int rk_lifecycle_glance_same(const struct rk_rec_glance *a, const struct rk_rec_glance *b);
+
 /** Apply one entry of the reconciler's list pass to a stored record (info NULL: the backend
  *  does not list the sandbox any more). Same transitions as rk_lifecycle_refresh, without the
  *  idle touch. *rec_io may be replaced. */

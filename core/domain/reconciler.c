@@ -264,14 +264,41 @@ static int pass_beat(struct beat *b)
 /** Records read from the store between two progress beats. */
 #define READ_CHUNK 1024
 
-/* Read the active records ids[0..n) into recs, beating between chunks. */
+/* What the snapshot keeps of the records: a glance at each, and a copy of those that are not
+ * settled (see glance_one). */
+struct snapshot {
+    struct rk_rec_glance *g;
+    json_object **kept;
+    const char *tag;
+    int oom;
+};
+
+/* rk_store_view_each_fn: glance at one record in place. A settled record (running under its
+ * backend id, nothing observed: almost every record of a deployment at rest) is not copied; the
+ * others (pending, stopped, failed: those a pass is likely to change) are kept whole for the
+ * apply step, as every record was before. */
+static int glance_one(void *ctx, size_t i, json_object *rec)
+{
+    struct snapshot *sn = ctx;
+    struct rk_rec_glance *g = &sn->g[i];
+    if (rk_lifecycle_glance(rec, sn->tag, g) != 0)
+        sn->oom = 1;
+    return g->present && !(g->state == RK_STATE_RUNNING && g->upstream && !g->observed);
+}
+
+/* Glance at the active records ids[0..n) into sn, beating between chunks. */
 static rk_store_rc read_records(struct rk_app *app, struct beat *b, char **ids, size_t n,
-                                json_object **recs, char *err, size_t errlen)
+                                struct snapshot *sn, char *err, size_t errlen)
 {
     for (size_t off = 0; off < n; off += READ_CHUNK) {
         size_t m = n - off < READ_CHUNK ? n - off : READ_CHUNK;
-        rk_store_rc rc = rk_store_get_many(app->store, (const char *const *)ids + off, m,
-                                           recs + off, err, errlen);
+        struct snapshot part = {.g = sn->g + off, .tag = sn->tag};
+        rk_store_rc rc = rk_store_view_many(app->store, (const char *const *)ids + off, m,
+                                            glance_one, &part, sn->kept + off, err, errlen);
+        if (rc == RK_STORE_OK && part.oom) {
+            snprintf(err, errlen, "out of memory");
+            rc = RK_STORE_ERROR;
+        }
         if (rc != RK_STORE_OK)
             return rc;
         if (pass_beat(b) != 0) {
@@ -280,6 +307,66 @@ static rk_store_rc read_records(struct rk_app *app, struct beat *b, char **ids, 
         }
     }
     return RK_STORE_OK;
+}
+
+/* Release the snapshot. */
+static void snapshot_free(struct snapshot *sn, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (sn->g)
+            rk_lifecycle_glance_free(&sn->g[i]);
+        if (sn->kept)
+            json_object_put(sn->kept[i]);
+    }
+    free(sn->g);
+    free(sn->kept);
+}
+
+/* Apply what the backend listed (e, NULL: not listed) to record id, glanced as g in the
+ * snapshot, whose copy *kept the snapshot may hold. A settled record the pass would change (it
+ * stopped, failed or vanished upstream) is read again, and applied only while it still is what
+ * the snapshot saw (one changed since is left to the next pass: the listing may predate the
+ * change). 1 if its state or failure changed. */
+static int apply_one(struct rk_app *app, struct rk_call *call, const char *id,
+                     const struct rk_rec_glance *g, json_object **kept, const struct listed *e)
+{
+    struct rk_status_info info = {0};
+    if (e) {
+        info.state = e->state;
+        info.failed = e->failed;
+        info.reason = e->reason;
+        info.upstream_id = e->upstream_id;
+    }
+    if (!rk_lifecycle_glance_needs(g, e ? &info : NULL))
+        return 0;
+    json_object *rec = *kept;
+    *kept = NULL;
+    if (!rec) {
+        char err[RK_STORE_ERRLEN];
+        if (rk_store_get(app->store, id, &rec, err, sizeof err) != RK_STORE_OK)
+            return 0; /* gone meanwhile, or the store failed (the next pass sees it) */
+        struct rk_rec_glance now;
+        int same = rk_lifecycle_glance(rec, app->plugin->desc->backend_tag, &now) == 0 &&
+                   rk_lifecycle_glance_same(g, &now);
+        rk_lifecycle_glance_free(&now);
+        if (!same) {
+            json_object_put(rec);
+            return 0;
+        }
+    }
+    enum rk_state before = rk_rec_state(rec);
+    json_object *cf0;
+    int failed_before = json_object_object_get_ex(rec, "failure", &cf0) && cf0;
+    if (rk_lifecycle_reconcile(app, call, &rec, e ? &info : NULL) != RK_OK)
+        rk_call_clear_error(call);
+    json_object *cf1;
+    int failed_after = rec && json_object_object_get_ex(rec, "failure", &cf1) && cf1;
+    int changed = rec && (rk_rec_state(rec) != before || failed_after != failed_before);
+    if (changed)
+        rk_info("reconciler: sandbox %s: %s -> %s", id, rk_state_name(before),
+                rk_state_name(rk_rec_state(rec)));
+    json_object_put(rec);
+    return changed;
 }
 
 int rk_reconciler_run_once(struct rk_app *app)
@@ -296,12 +383,13 @@ int rk_reconciler_run_once(struct rk_app *app)
         rk_warn("reconciler: %s", err);
         return -1;
     }
-    json_object **recs = n ? calloc(n, sizeof *recs) : NULL;
-    if (n && (!recs || read_records(app, &beat, ids, n, recs, err, sizeof err) != RK_STORE_OK)) {
-        rk_warn("reconciler: %s", recs ? err : "out of memory");
-        for (size_t i = 0; recs && i < n; i++)
-            json_object_put(recs[i]);
-        free(recs);
+    struct snapshot sn = {.g = n ? calloc(n, sizeof *sn.g) : NULL,
+                          .kept = n ? calloc(n, sizeof *sn.kept) : NULL,
+                          .tag = app->plugin->desc->backend_tag};
+    int fits = !n || (sn.g && sn.kept);
+    if (n && (!fits || read_records(app, &beat, ids, n, &sn, err, sizeof err) != RK_STORE_OK)) {
+        rk_warn("reconciler: %s", fits ? err : "out of memory");
+        snapshot_free(&sn, n);
         rk_store_free_ids(ids, n);
         return -1;
     }
@@ -328,35 +416,10 @@ int rk_reconciler_run_once(struct rk_app *app)
         qsort(l.v, l.n, sizeof *l.v, by_rock_id);
     /* 3. Apply: only differences are written (rk_lifecycle_reconcile patches on change). */
     changed = 0;
-    const char *tag = pl->desc->backend_tag;
-    for (size_t i = 0; i < n && !app->stopping && pass_beat(&beat) == 0; i++) {
-        json_object *rec = recs[i];
-        if (!rec || !rk_state_is_active(rk_rec_state(rec)))
-            continue;
-        const char *backend = rk_rec_backend(rec);
-        if (!backend || strcmp(backend, tag) != 0)
-            continue; /* fail closed: never touch another backend's record */
-        const struct listed *e = find_listed(&l, ids[i], rk_rec_upstream_id(rec, tag));
-        struct rk_status_info info = {0};
-        if (e) {
-            info.state = e->state;
-            info.failed = e->failed;
-            info.reason = e->reason;
-            info.upstream_id = e->upstream_id;
-        }
-        enum rk_state before = rk_rec_state(rec);
-        json_object *cf0;
-        int failed_before = json_object_object_get_ex(rec, "failure", &cf0) && cf0;
-        if (rk_lifecycle_reconcile(app, call, &recs[i], e ? &info : NULL) != RK_OK)
-            rk_call_clear_error(call);
-        json_object *cf1;
-        int failed_after = recs[i] && json_object_object_get_ex(recs[i], "failure", &cf1) && cf1;
-        if (recs[i] && (rk_rec_state(recs[i]) != before || failed_after != failed_before)) {
-            changed++;
-            rk_info("reconciler: sandbox %s: %s -> %s", ids[i], rk_state_name(before),
-                    rk_state_name(rk_rec_state(recs[i])));
-        }
-    }
+    for (size_t i = 0; i < n && !app->stopping && pass_beat(&beat) == 0; i++)
+        if (sn.g[i].present)
+            changed += apply_one(app, call, ids[i], &sn.g[i], &sn.kept[i],
+                                 find_listed(&l, ids[i], sn.g[i].upstream));
     if (beat.lost) {
         rk_info("reconciler: the lease went to another admin during a pass of %lld ms; it "
                 "stopped there",
@@ -372,9 +435,7 @@ out:
     listing_free(&l);
     if (call)
         rk_call_free(call);
-    for (size_t i = 0; i < n; i++)
-        json_object_put(recs[i]);
-    free(recs);
+    snapshot_free(&sn, n);
     rk_store_free_ids(ids, n);
     return changed;
 }

@@ -231,6 +231,22 @@ typedef void rk_store_view_fn(void *ctx, rk_store_rc rc, json_object *rec, const
 int rk_store_view_touch(struct rk_store *st, const char *id, int64_t now_s, rk_store_view_fn *fn,
                         void *ctx);
 
+/** What rk_store_view_many shows: the record of ids[i] (NULL when there is none), borrowed and
+ *  read-only as with rk_store_view_fn (without "expire_time"); runs under the in-process
+ *  store's lock: short, and never calls the store. Return 1 to keep the record: kept[i] then
+ *  receives a record of the caller's own (as rk_store_get gives it); else 0. */
+typedef int rk_store_view_each_fn(void *ctx, size_t i, json_object *rec);
+
+/** Show each record of ids[0..n) to fn without a copy, for a caller that reads many records and
+ *  keeps few of them whole (the reconciler's pass); kept (n slots, set to NULL first) receives
+ *  the records fn asked to keep (release with json_object_put; may be NULL when fn never asks).
+ *  Each record is seen atomically, the set is not (as rk_store_get_many). The in-process store
+ *  shows its records in place, a chunk per hold of its lock, and copies only those kept; Redis
+ *  reads them in chunks and shows each parsed reply (a kept one is handed over). */
+rk_store_rc rk_store_view_many(struct rk_store *st, const char *const *ids, size_t n,
+                               rk_store_view_each_fn *fn, void *ctx, json_object **kept, char *err,
+                               size_t errlen);
+
 /** Take or renew the lease `name` for owner for ttl_ms milliseconds:
  *  RK_STORE_OK when owner holds it now, RK_STORE_EXISTS when another owner
  *  does. The in-process store always grants it (one process). */

@@ -143,6 +143,42 @@ rk_store_rc rk_store_create(struct rk_store *st, const char *id, json_object *re
     return counted(st, st->ops->create(st, id, rec, expire_time, err, errlen));
 }
 
+/** Records read per get_many when a backend offers no in-place view. */
+#define VIEW_MANY_CHUNK 256
+
+/* Show many records, copying only those the caller keeps. */
+rk_store_rc rk_store_view_many(struct rk_store *st, const char *const *ids, size_t n,
+                               rk_store_view_each_fn *fn, void *ctx, json_object **kept, char *err,
+                               size_t errlen)
+{
+    err_reset(err, errlen);
+    if (!st || !fn || (n > 0 && !ids))
+        return invalid(st, "argument", err, errlen);
+    for (size_t i = 0; kept && i < n; i++)
+        kept[i] = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!name_ok(ids[i]))
+            return invalid(st, "sandbox id", err, errlen);
+    if (n == 0)
+        return RK_STORE_OK;
+    if (st->ops->view_many)
+        return counted(st, st->ops->view_many(st, ids, n, fn, ctx, kept, err, errlen));
+    json_object *recs[VIEW_MANY_CHUNK];
+    for (size_t off = 0; off < n; off += VIEW_MANY_CHUNK) {
+        size_t m = n - off < VIEW_MANY_CHUNK ? n - off : VIEW_MANY_CHUNK;
+        rk_store_rc rc = counted(st, st->ops->get_many(st, ids + off, m, recs, err, errlen));
+        if (rc != RK_STORE_OK)
+            return rc;
+        for (size_t i = 0; i < m; i++) {
+            if (fn(ctx, off + i, recs[i]) && kept && recs[i])
+                kept[off + i] = recs[i]; /* handed over: it is a copy already */
+            else
+                json_object_put(recs[i]);
+        }
+    }
+    return RK_STORE_OK;
+}
+
 /* Read-modify-write one record. */
 rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
                             json_object **out, char *err, size_t errlen)

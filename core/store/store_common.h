@@ -66,6 +66,9 @@ typedef rk_store_rc rk_store_get_touch_fn(struct rk_store *st, const char *id, i
                                           size_t errlen);
 typedef void rk_store_view_touch_fn(struct rk_store *st, const char *id, int64_t now_s,
                                     rk_store_view_fn *fn, void *ctx);
+typedef rk_store_rc rk_store_view_many_op_fn(struct rk_store *st, const char *const *ids, size_t n,
+                                             rk_store_view_each_fn *fn, void *ctx,
+                                             json_object **kept, char *err, size_t errlen);
 typedef rk_store_rc rk_store_set_mark_fn(struct rk_store *st, const char *value, char *err,
                                          size_t errlen);
 typedef rk_store_rc rk_store_lease_fn(struct rk_store *st, const char *name, const char *owner,
@@ -116,7 +119,8 @@ struct rk_store_ops {
     rk_store_session_take_all_fn *session_take_all;
     rk_store_session_count_fn *session_count;
     rk_store_get_touch_fn *get_touch;
-    rk_store_view_touch_fn *view_touch; /* NULL: the backend offers no in-place view */
+    rk_store_view_touch_fn *view_touch;  /* NULL: the backend offers no in-place view */
+    rk_store_view_many_op_fn *view_many; /* NULL: get_many in chunks, each record shown */
     rk_store_set_mark_fn *set_mark;
     rk_store_lease_fn *lease;
     /* indexed list pages and per-state counts */

@@ -72,6 +72,7 @@ static const struct rk_store_ops mem_ops = {
     .session_count = rkm_session_count,
     .get_touch = rkm_get_touch,
     .view_touch = rkm_view_touch,
+    .view_many = rkm_view_many,
     .lease = rkm_lease,
     .set_mark = rkm_set_mark,
     .list_page = rkm_list_page,

@@ -119,6 +119,7 @@ void rkm_purge_due(struct mem_store *m);
 rk_store_get_fn rkm_get;
 rk_store_get_many_fn rkm_get_many;
 rk_store_view_touch_fn rkm_view_touch;
+rk_store_view_many_op_fn rkm_view_many;
 rk_store_create_fn rkm_create;
 rk_store_update_op_fn rkm_update;
 rk_store_touch_fn rkm_touch;

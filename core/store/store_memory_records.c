@@ -135,6 +135,32 @@ rk_store_rc rkm_get_many(struct rk_store *st, const char *const *ids, size_t n, 
     return rc;
 }
 
+/* Show several records in place, a chunk per hold of the lock (as get_many copies them), and
+ * copy those the caller keeps. */
+rk_store_rc rkm_view_many(struct rk_store *st, const char *const *ids, size_t n,
+                          rk_store_view_each_fn *fn, void *ctx, json_object **kept, char *err,
+                          size_t errlen)
+{
+    struct mem_store *m = rkm_store(st);
+    int64_t now = rk_store_now_ms();
+    rk_store_rc rc = RK_STORE_OK;
+    pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < n && rc == RK_STORE_OK; i++) {
+        if (i > 0 && i % GET_MANY_CHUNK == 0) {
+            pthread_mutex_unlock(&m->mu);
+            pthread_mutex_lock(&m->mu);
+        }
+        struct mem_ent *e = rkm_map_find(&m->records, ids[i]);
+        struct mem_rec *r = e && !rec_purged(e->val, now) ? e->val : NULL;
+        if (fn(ctx, i, r ? r->rec : NULL) && kept && r && !(kept[i] = view_of(r)))
+            rc = rkm_oom(err, errlen);
+    }
+    pthread_mutex_unlock(&m->mu);
+    if (rc != RK_STORE_OK && kept)
+        rk_store_put_records(kept, n);
+    return rc;
+}
+
 /* Insert unless an active record exists. */
 rk_store_rc rkm_create(struct rk_store *st, const char *id, json_object *rec, int64_t expire_time,
                        char *err, size_t errlen)

@@ -744,6 +744,57 @@ static void test_create_queued_record(void **state)
     json_object_put(other);
 }
 
+/* rk_store_view_many's callback: note what it saw, keep the records of state "pending". */
+struct viewed {
+    int seen[4];
+    char images[4][16];
+};
+
+static int note_view(void *ctx, size_t i, json_object *rec)
+{
+    struct viewed *v = ctx;
+    v->seen[i]++;
+    snprintf(v->images[i], sizeof v->images[i], "%s", rec ? member(rec, "image") : "-");
+    return rec && strcmp(member(rec, "state"), "pending") == 0;
+}
+
+/* The reconciler's read: every record shown once (none: NULL), only the kept ones copied, and a
+ * kept copy is the caller's (changing it changes nothing stored). */
+static void test_view_many(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    create_expect(tc->st, "v1", "running", "img-a", 0, RK_STORE_OK);
+    create_expect(tc->st, "v2", "pending", "img-b", 0, RK_STORE_OK);
+    create_expect(tc->st, "v4", "pending", "img-d", 0, RK_STORE_OK);
+    const char *ids[] = {"v1", "v2", "v3", "v4"};
+    json_object *kept[4];
+    struct viewed v;
+    memset(&v, 0, sizeof v);
+    assert_int_equal(rk_store_view_many(tc->st, ids, 4, note_view, &v, kept, err, sizeof err),
+                     RK_STORE_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(v.seen[i], 1);
+    assert_string_equal(v.images[0], "img-a");
+    assert_string_equal(v.images[2], "-");
+    assert_null(kept[0]);
+    assert_null(kept[2]);
+    assert_non_null(kept[1]);
+    assert_string_equal(member(kept[1], "image"), "img-b");
+    assert_string_equal(member(kept[3], "image"), "img-d");
+    json_object_object_add(kept[1], "image", json_object_new_string("changed"));
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(tc->st, "v2", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "image"), "img-b");
+    json_object_put(got);
+    json_object_put(kept[1]);
+    json_object_put(kept[3]);
+    /* without a place to keep them, nothing is copied */
+    assert_int_equal(rk_store_view_many(tc->st, ids, 4, note_view, &v, NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(v.seen[3], 2);
+}
+
 /* B90: a second reserve of the same name fails. */
 static void test_b90_reserve_is_exclusive(void **state)
 {
@@ -1804,6 +1855,7 @@ int main(void)
         BOTH(test_lease),
         BOTH(test_create_queue),
         BOTH(test_create_queued_record),
+        BOTH(test_view_many),
         BOTH(test_b90_reserve_is_exclusive),
         BOTH(test_b91_commit_makes_visible),
         BOTH(test_b92_rollback_releases),
