@@ -66,12 +66,12 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
             return FS_ANSWERED;
     }
     json_object *acm;
-    if (rk_state_is_active(stored) && rk_dispatch_can_renew(app) &&
+    if (rk_state_is_active(stored) && rk_activity_can_renew(app) &&
         json_object_object_get_ex(rec, "auto_clear_time", &acm) && acm &&
         json_object_get_int64(acm) > 0) { /* a status poll is use too (renewal) */
         if (!may_renew)
             return FS_NEEDS_WORKER;
-        rk_dispatch_renew(app, rec, rk_epoch_s() + json_object_get_int64(acm) * 60);
+        rk_activity_renew_used(app, rec);
     }
     json_object *cf;
     int create_failed =

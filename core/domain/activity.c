@@ -6,7 +6,11 @@
 
 #include "base/app.h"
 #include "base/util.h"
+#include "domain/record.h"
+#include "host/host.h"
+#include "host/plugin_loader.h"
 #include "obs/log.h"
+#include "obs/metrics.h"
 #include "store/store.h"
 
 /** Throttle slots, indexed by a hash of the sandbox id. */
@@ -68,5 +72,57 @@ int64_t rk_activity_touch(struct rk_app *app, const char *id, int64_t idle_minut
         rk_warn("cannot refresh idle deadline of %s: %s", id, err);
         return 0;
     }
+    if (rk_activity_can_renew(app)) { /* the backend id is in the record */
+        json_object *rec = NULL;
+        if (rk_store_get(app->store, id, &rec, err, sizeof err) == RK_STORE_OK) {
+            if (rk_state_is_active(rk_rec_state(rec)))
+                rk_activity_renew(app, rec, deadline);
+            json_object_put(rec);
+        } else {
+            rk_warn("cannot renew the backend expiry of %s: %s", id, err);
+        }
+    }
     return deadline;
+}
+
+int rk_activity_can_renew(const struct rk_app *app)
+{
+    const struct rk_plugin *pl = app->plugin;
+    return pl && (pl->caps & RK_CAP_RENEW) && pl->ops.renew;
+}
+
+void rk_activity_renew(struct rk_app *app, json_object *rec, int64_t idle_deadline)
+{
+    const struct rk_plugin *pl = app->plugin;
+    if (!rk_activity_can_renew(app))
+        return;
+    const char *up = rk_rec_upstream_id(rec, pl->desc->backend_tag);
+    if (!up)
+        return;
+    /* The plugin rate-limits; an upstream call here is bounded (10 s). */
+    struct rk_call *call = rk_call_new("renew", -1, rk_now_ms() + 10000);
+    if (!call)
+        return;
+    struct rk_sandbox_ref ref = {rk_rec_str(rec, "sandbox_id"), up, pl->desc->backend_tag,
+                                 rk_rec_state(rec)};
+    rk_metrics_upstream_begin();
+    rk_status st = pl->ops.renew(pl->inst, call, &ref, idle_deadline);
+    if (st != RK_OK) {
+        rk_metrics_upstream("renew", st);
+        rk_warn("sandbox %s: cannot renew its backend expiry: %s", ref.sandbox_id,
+                rk_call_error_text(call));
+    }
+    rk_call_free(call);
+}
+
+void rk_activity_renew_used(struct rk_app *app, json_object *rec)
+{
+    if (!rk_activity_can_renew(app) || !rk_state_is_active(rk_rec_state(rec)))
+        return;
+    json_object *m;
+    int64_t minutes = 0;
+    if (json_object_object_get_ex(rec, "auto_clear_time", &m) && m)
+        minutes = json_object_get_int64(m);
+    if (minutes > 0)
+        rk_activity_renew(app, rec, rk_activity_deadline(rk_epoch_s(), minutes));
 }

@@ -78,35 +78,7 @@ void rk_dispatch_touch(struct rk_app *app, json_object *rec)
     if (rk_store_touch(app->store, id, expire, err, sizeof err) != RK_STORE_OK)
         rk_warn("cannot refresh idle deadline of %s: %s", id, err);
     json_object_object_add(rec, "expire_time", json_object_new_int64(expire));
-    rk_dispatch_renew(app, rec, expire);
-}
-
-int rk_dispatch_can_renew(const struct rk_app *app)
-{
-    const struct rk_plugin *pl = app->plugin;
-    return (pl->caps & RK_CAP_RENEW) && pl->ops.renew;
-}
-
-void rk_dispatch_renew(struct rk_app *app, json_object *rec, int64_t idle_deadline)
-{
-    const struct rk_plugin *pl = app->plugin;
-    if (!rk_dispatch_can_renew(app))
-        return;
-    const char *up = rk_rec_upstream_id(rec, pl->desc->backend_tag);
-    if (!up)
-        return;
-    /* The plugin rate-limits; an upstream call here is bounded (10 s). */
-    struct rk_call *call = rk_call_new("renew", -1, rk_now_ms() + 10000);
-    struct rk_sandbox_ref ref = {rk_rec_str(rec, "sandbox_id"), up, pl->desc->backend_tag,
-                                 rk_rec_state(rec)};
-    rk_metrics_upstream_begin();
-    rk_status st = pl->ops.renew(pl->inst, call, &ref, idle_deadline);
-    if (st != RK_OK) {
-        rk_metrics_upstream("renew", st);
-        rk_warn("sandbox %s: cannot renew its backend expiry: %s", ref.sandbox_id,
-                rk_call_error_text(call));
-    }
-    rk_call_free(call);
+    rk_activity_renew(app, rec, expire);
 }
 
 /*
@@ -186,8 +158,12 @@ static rk_status dispatch_stored(struct rk_app *app, struct rk_call *call, enum 
     /* Then act. Runtime entry points refresh the idle timer even when they
      * are then refused for a capability or state reason, as the original does
      * (U35); a record that is not this operator's is never written here. */
-    if (info->touches_idle && owned && !touched)
-        rk_dispatch_touch(app, rec);
+    if (info->touches_idle && owned) {
+        if (!touched)
+            rk_dispatch_touch(app, rec);
+        else /* the read moved the idle deadline; the backend's expiry follows it */
+            rk_activity_renew_used(app, rec);
+    }
     if (st != RK_OK) {
         json_object_put(rec);
         return st;

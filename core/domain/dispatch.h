@@ -96,14 +96,9 @@ rk_status rk_gate_decide(const struct rk_app *app, struct rk_call *call, enum rk
 /** Release a target. */
 void rk_target_release(struct rk_target *t);
 
-/** Refresh the idle deadline of an active sandbox from its record. */
+/** Refresh the idle deadline of an active sandbox from its record (and renew the
+ *  backend's expiry, rk_activity_renew). */
 void rk_dispatch_touch(struct rk_app *app, json_object *rec);
-/** 1 when the loaded plugin renews backend expiries (RK_CAP_RENEW with ops.renew): a read
- *  that renews makes a plugin call. */
-int rk_dispatch_can_renew(const struct rk_app *app);
-/** Tell the plugin the new idle deadline so it keeps the backend's own
- *  expiry ahead of it (RK_CAP_RENEW; the plugin rate-limits). */
-void rk_dispatch_renew(struct rk_app *app, json_object *rec, int64_t idle_deadline);
 /** Same as rk_dispatch_touch (name used by lifecycle code). */
 #define rk_dispatch_touch_rec rk_dispatch_touch
 

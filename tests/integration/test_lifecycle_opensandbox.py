@@ -15,9 +15,11 @@ API and fault switches, /_sim/faults).
 import json
 import os
 import signal
+import sys
 import time
 
-from harness import Admin, Redis, Sim, os_api_key, run, test, wait_until
+import harness
+from harness import PREFIX, Admin, Redis, Sim, free_port, os_api_key, run, test, wait_until
 
 os.environ.pop("OPEN_SANDBOX_API_KEY", None)
 
@@ -514,22 +516,43 @@ def renewal_keeps_a_used_sandbox_and_lets_an_orphan_expire():
     t0 = time.time()
     e0 = expires_at(sim, osid)
     assert 60 <= e0 - t0 <= 75, e0 - t0
-    # use it for a while (commands, and status polls as an SDK makes them):
-    # every use keeps the expiry ahead of the idle deadline
+    # use it for a while: first commands only, then requests to an app in the
+    # sandbox through the HTTP proxy only, then status polls only (as an SDK
+    # makes them). Every kind of use keeps the expiry ahead of the idle
+    # deadline; each phase outlasts the margin, so a kind of use that did not
+    # renew would let the expiry fall behind within it.
+    port = free_port()  # free here: the simulator / host networking
+    real = harness.real_opensandbox()
+    bind = "0.0.0.0" if real and harness.REAL_OS_NETWORK == "bridge" else "127.0.0.1"
+    run_ok(admin, sid, "mkdir -p /tmp/rn && cd /tmp/rn && (nohup %s -m http.server %d --bind %s "
+           ">/dev/null 2>&1 & echo $! > /tmp/rn.pid)" % ("python3" if real else sys.executable,
+                                                        port, bind))
+
+    def proxied():
+        st, _, _ = admin.request("GET", "%s/sandboxes/%s/proxy/port/%d/" % (PREFIX, sid, port),
+                                 raw=True)
+        assert st == 200, st
+
+    def poll():
+        assert status(admin, sid, all_states=False)["result"]["is_alive"]
+
     seen = e0
-    i = 0
-    while time.time() - t0 < 15:
-        i += 1
-        if i % 2:
-            run_ok(admin, sid, "true")
-        else:
-            assert status(admin, sid, all_states=False)["result"]["is_alive"]
-        now = time.time()
-        e = expires_at(sim, osid)
-        assert e >= now + 60 + 5 - 2, (e - now)  # idle deadline + margin/2 (2 s slack)
-        seen = max(seen, e)
-        time.sleep(1)
+    wait_until(lambda: admin.request("GET", "%s/sandboxes/%s/proxy/port/%d/"
+                                     % (PREFIX, sid, port), raw=True)[0] == 200, 30, 0.2,
+               "the app in the sandbox through the proxy")
+    for phase, use in (("commands", lambda: run_ok(admin, sid, "true")),
+                       ("proxied requests", proxied), ("status polls", poll)):
+        p0 = time.time()
+        while time.time() - p0 < 10:
+            use()
+            now = time.time()
+            e = expires_at(sim, osid)
+            # idle deadline + margin/2 (2 s slack)
+            assert e >= now + 60 + 5 - 2, (phase, e - now)
+            seen = max(seen, e)
+            time.sleep(0.5)
     assert seen > e0, "never renewed"
+    run_ok(admin, sid, "kill $(cat /tmp/rn.pid)")
     # abandoned (rock-admin gone too): OpenSandbox removes it within idle
     # timeout + margin of its last use
     last = time.time()
