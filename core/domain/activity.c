@@ -107,8 +107,8 @@ void rk_activity_renew(struct rk_app *app, json_object *rec, int64_t idle_deadli
                                  rk_rec_state(rec)};
     rk_metrics_upstream_begin();
     rk_status st = pl->ops.renew(pl->inst, call, &ref, idle_deadline);
+    rk_metrics_upstream("renew", st); /* ends the in-flight mark whatever the outcome */
     if (st != RK_OK) {
-        rk_metrics_upstream("renew", st);
         rk_warn("sandbox %s: cannot renew its backend expiry: %s", ref.sandbox_id,
                 rk_call_error_text(call));
     }
