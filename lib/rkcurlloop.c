@@ -34,8 +34,11 @@ struct rku_curl_loop {
     int sweep_ms;
     int64_t sweep_at; /* next sweep (monotonic ms; loop side) */
     long max_connects;
-    int driven;  /* no thread: the owner runs passes (rku_curl_loop_run) */
-    int drained; /* driven: stopped with nothing open (guarded by mu) */
+    int driven;      /* no thread: the owner runs passes (rku_curl_loop_run) */
+    int drained;     /* driven: stopped with nothing open (guarded by mu) */
+    int adopted;     /* driven: owner is set (guarded by mu) */
+    pthread_t owner; /* driven: the thread that runs the passes */
+    int local_due;   /* owner thread only: its own submission or wake awaits a pass */
 };
 
 static int64_t mono_ms(void)
@@ -102,6 +105,7 @@ static void finish(struct rku_curl_loop *lp, struct rku_curl_job *j, CURLcode cc
 static int take_requests(struct rku_curl_loop *lp)
 {
     uint64_t n;
+    lp->local_due = 0; /* the owner's own submissions are taken below */
     while (read(lp->wakefd, &n, sizeof n) == (ssize_t)sizeof n)
         ;
     pthread_mutex_lock(&lp->mu);
@@ -331,6 +335,31 @@ int rku_curl_loop_drained(struct rku_curl_loop *lp)
     return d;
 }
 
+void rku_curl_loop_adopt(struct rku_curl_loop *lp)
+{
+    pthread_mutex_lock(&lp->mu);
+    if (lp->driven) {
+        lp->owner = pthread_self();
+        lp->adopted = 1;
+    }
+    pthread_mutex_unlock(&lp->mu);
+}
+
+int rku_curl_loop_due(const struct rku_curl_loop *lp)
+{
+    return lp->local_due;
+}
+
+/* Under lp->mu: 1 when the caller is the owner of a driven loop, which then notes the pending
+ * work for its next pass instead of waking the loop's descriptor. */
+static int on_owner(struct rku_curl_loop *lp)
+{
+    if (!lp->adopted || !pthread_equal(lp->owner, pthread_self()))
+        return 0;
+    lp->local_due = 1;
+    return 1;
+}
+
 int rku_curl_loop_submit(struct rku_curl_loop *lp, struct rku_curl_job *j)
 {
     if (!lp || !j->on_done)
@@ -344,8 +373,10 @@ int rku_curl_loop_submit(struct rku_curl_loop *lp, struct rku_curl_job *j)
     j->prev = NULL;
     j->next = lp->queue;
     lp->queue = j; /* the loop acts for the job from here */
+    int local = on_owner(lp);
     pthread_mutex_unlock(&lp->mu);
-    wake(lp);
+    if (!local)
+        wake(lp);
     return 0;
 }
 
@@ -357,12 +388,12 @@ int rku_curl_loop_wake_job(struct rku_curl_loop *lp, struct rku_curl_job *j)
         j->wake_queued = 1;
         j->wnext = lp->wakes;
         lp->wakes = j;
-        queued = 1;
+        queued = 1 + on_owner(lp);
     }
     pthread_mutex_unlock(&lp->mu);
-    if (queued)
+    if (queued == 1)
         wake(lp);
-    return queued;
+    return queued != 0;
 }
 
 void rku_curl_loop_stop(struct rku_curl_loop *lp)

@@ -96,7 +96,8 @@ static void *evloop_main(void *arg)
     struct rk_evloop *el = arg;
     current = el;
     rku_thread_c_locale(); /* inline routes parse JSON here (json-c's per-parse locale switch) */
-    int64_t curl_at = 0;   /* when the curl loop must run even without activity */
+    rku_curl_loop_adopt(el->curl); /* transfers started here need no eventfd wake-up */
+    int64_t curl_at = 0;           /* when the curl loop must run even without activity */
     int64_t store_at = -1; /* when the store reader must run (a read's deadline), -1 never */
     struct epoll_event evs[4];
     while (!atomic_load(&el->stop)) {
@@ -113,6 +114,8 @@ static void *evloop_main(void *arg)
             el->mhd_due = 0;
             wait = 0;
         }
+        if (rku_curl_loop_due(el->curl))
+            wait = 0; /* a transfer started on this thread after the curl loop's pass */
         int n = epoll_wait(el->epfd, evs, 4, wait);
         int curl_ready = 0, store_ready = 0;
         for (int i = 0; i < n; i++) {
@@ -130,7 +133,7 @@ static void *evloop_main(void *arg)
          * transfers and the reads, whose answers resume connections (run on the next turn:
          * their resumes set mhd_due instead of waking the loop through its eventfd). */
         MHD_run(el->daemon);
-        if (curl_ready || rk_now_ms() >= curl_at)
+        if (curl_ready || rku_curl_loop_due(el->curl) || rk_now_ms() >= curl_at)
             curl_at = rk_now_ms() + rku_curl_loop_run(el->curl);
         if (el->reader && (store_ready || (store_at >= 0 && rk_now_ms() >= store_at))) {
             int in = rk_store_reader_run(el->reader);

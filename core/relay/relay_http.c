@@ -161,6 +161,7 @@ static void px_setup_method(struct px_http *px, struct rk_req *r, int *stream_bo
     int body = px_client_body(r, &len);
     *stream_body = 0;
     if (strcmp(r->method, "HEAD") == 0) {
+        px->nobody = 1;
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
         return;
     }
@@ -330,6 +331,7 @@ int rk_relay_http_begin(struct rk_req *r)
     px->app = app;
     px->port = port;
     px->client_fd = rk_req_client_fd(r);
+    px->peer_checked_ms = rk_now_ms(); /* the client just sent this request: first check in 1 s */
     px->owner = r;
     px->timeout_ms = app->cfg->proxy.timeout_s * 1000;
     snprintf(px->sandbox_id, sizeof px->sandbox_id, "%s", r->params[0]);
@@ -519,7 +521,7 @@ void rk_relay_http_handler(struct rk_req *r)
     if (px->req)
         rk_bytepipe_close(px->req);
     pthread_mutex_lock(&px->mu);
-    int ready = px->head_done || px->finished || px->cancel;
+    int ready = (px->head_done && !px->whole) || px->finished || px->cancel;
     if (!ready) {
         rk_req_defer(r); /* before the transfer thread can see the waiter */
         px->waiter = r;
@@ -529,11 +531,36 @@ void rk_relay_http_handler(struct rk_req *r)
         rk_px_answer(r, px);
 }
 
+/* The whole body of a complete small answer (px->whole), read from the response pipe into one
+ * buffer of its announced length. Returns 0, -1 out of memory, -2 when the pipe does not hold
+ * exactly that length (libcurl checks it, so this is a defect, answered as an upstream error). */
+static int px_take_whole(struct px_http *px, char **out, size_t *len)
+{
+    size_t want = px->whole_len;
+    char *buf = malloc(want + 1); /* +1: never malloc(0) */
+    if (!buf)
+        return -1;
+    size_t got = 0;
+    ssize_t n;
+    while (got < want && (n = rk_bytepipe_try_read(px->resp, buf + got, want - got)) > 0)
+        got += (size_t)n;
+    char extra;
+    if (got != want || rk_bytepipe_try_read(px->resp, &extra, 1) > 0) {
+        free(buf);
+        return -2;
+    }
+    *out = buf;
+    *len = got;
+    return 0;
+}
+
 void rk_px_answer(struct rk_req *r, struct px_http *px)
 {
     pthread_mutex_lock(&px->mu);
     int head = px->head_done && !px->head_too_big;
     int cancelled = px->cancel;
+    /* A small answer that arrived complete goes out in one buffer. */
+    int whole = head && px->whole && px->finished && px->result == CURLE_OK;
     if (head)
         px->reader_attached = 1;
     pthread_mutex_unlock(&px->mu);
@@ -572,15 +599,36 @@ void rk_px_answer(struct rk_req *r, struct px_http *px)
     size_t block = PX_REPLY_BLOCK;
     if (size != MHD_SIZE_UNKNOWN && size < block)
         block = size < 1024 ? 1024 : (size_t)size;
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(size, block, rk_px_reader, px, rk_px_response_free);
+    struct MHD_Response *resp;
+    if (whole) {
+        size_t len = 0;
+        char *body = NULL;
+        int rc = px_take_whole(px, &body, &len);
+        if (rc != 0) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s: %s", r->route->fail_message,
+                     rc == -1 ? "out of memory"
+                              : "the application's answer does not match its Content-Length");
+            r->outcome = "upstream_error";
+            rk_reply_detail(r, rc == -1 ? 500 : 502, msg);
+            return;
+        }
+        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        if (!resp)
+            free(body);
+    } else {
+        resp =
+            MHD_create_response_from_callback(size, block, rk_px_reader, px, rk_px_response_free);
+        if (resp) {
+            pthread_mutex_lock(&px->mu);
+            px->refs++; /* the response's: rk_px_response_free drops it */
+            pthread_mutex_unlock(&px->mu);
+        }
+    }
     if (!resp) {
         rk_reply_detail(r, 500, "out of memory");
         return;
     }
-    pthread_mutex_lock(&px->mu);
-    px->refs++;
-    pthread_mutex_unlock(&px->mu);
     int redirect = px->status == 301 || px->status == 302 || px->status == 303 ||
                    px->status == 307 || px->status == 308;
     for (size_t i = 0; i < px->nh; i++) {

@@ -23,6 +23,9 @@ struct rk_req;
 #define PX_PIPE_BYTES (256 * 1024)
 /** The block MHD reads a relayed answer in (bodies of known smaller length get their size). */
 #define PX_REPLY_BLOCK (32 * 1024)
+/** A answer of known length up to this size is relayed whole, once complete (one write to the
+ *  client instead of a head and then the body). */
+#define PX_WHOLE_BYTES (32 * 1024)
 /** Upper bound of the upstream response head we keep. */
 #define PX_MAX_HEAD_BYTES (64 * 1024)
 
@@ -57,6 +60,9 @@ struct px_http {
     size_t nh, head_bytes;
     int head_too_big;
     int head_done;
+    int whole;        /* a small answer of known length: answered once complete, in one buffer */
+    size_t whole_len; /* ... and that length */
+    int nobody;       /* a HEAD request: the answer has no body */
     /* progress */
     int finished;
     CURLcode result;

@@ -129,6 +129,27 @@ static int px_collect_head(struct px_http *px)
     return 0;
 }
 
+/* 1 when the final head announces a small body of known length (caller holds px->mu), kept in
+ * px->whole_len: that answer is relayed whole once the transfer completes (rk_px_answer), in
+ * one write. */
+static int px_small_answer(struct px_http *px)
+{
+    if (px->nobody || px->status == 204 || px->status == 304)
+        return 0;
+    long long clen = -1;
+    for (size_t i = 0; i < px->nh; i++) {
+        if (rk_strcaseeq(px->h[i].name, "transfer-encoding"))
+            return 0;
+        if (rk_strcaseeq(px->h[i].name, "content-length") &&
+            rk_relay_parse_int(px->h[i].value, &clen) != 0)
+            return 0;
+    }
+    if (clen < 0 || clen > PX_WHOLE_BYTES)
+        return 0;
+    px->whole_len = (size_t)clen;
+    return 1;
+}
+
 /* libcurl header callback: note activity, bound the head's size, and at the end of the final
  * head take its status and headers. Lines are not parsed here (curl_easy_nextheader). */
 size_t rk_px_header_cb(char *line, size_t size, size_t n, void *ud)
@@ -175,8 +196,11 @@ size_t rk_px_header_cb(char *line, size_t size, size_t n, void *ud)
         rk_px_wake_waiter(px);
         return len;
     }
+    px->whole = px_small_answer(px);
+    int wake = !px->whole; /* a whole answer is answered when the transfer ends */
     pthread_mutex_unlock(&px->mu);
-    rk_px_wake_waiter(px);
+    if (wake)
+        rk_px_wake_waiter(px);
     return len;
 }
 
@@ -218,6 +242,14 @@ size_t rk_px_write_cb(char *data, size_t size, size_t n, void *ud)
     /* One writer: the room only grows until we write, so this never waits. */
     if (rk_bytepipe_room(px->resp) >= len || rk_bytepipe_aborted(px->resp))
         return rk_bytepipe_write(px->resp, data, len) == 0 ? len : 0;
+    /* No room: an answer held to be sent whole is streamed after all (it cannot happen within
+     * its announced length, which the pipe holds). */
+    pthread_mutex_lock(&px->mu);
+    int release = px->whole;
+    px->whole = 0;
+    pthread_mutex_unlock(&px->mu);
+    if (release)
+        rk_px_wake_waiter(px);
     /* The client is slower: pause until the content reader made room. */
     px->paused_recv = 1;
     if (rk_bytepipe_notify_room(px->resp, len, px_unpause_cb, px))

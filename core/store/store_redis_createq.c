@@ -152,18 +152,29 @@ static void cq_keys(const struct redis_store *rs, struct cq_keys *k)
     rkr_key_of(rs, k->base, "createq:", NULL);
 }
 
+/* The arguments every enqueue shares: the owner's key, the time and the capacity. */
+struct cq_push_args {
+    char own[KEY_MAX], ms[32], mx[32];
+};
+
+static void cq_push_args(struct redis_store *rs, const char *owner, int64_t now_ms, long long max,
+                         struct cq_push_args *a)
+{
+    rkr_key_of(rs, a->own, "createq:own:", owner);
+    snprintf(a->ms, sizeof a->ms, "%lld", (long long)now_ms);
+    snprintf(a->mx, sizeof a->mx, "%lld", max);
+}
+
 rk_store_rc rkr_cq_push(struct rk_store *st, const char *id, const char *owner, int64_t now_ms,
                         long long max, char *err, size_t errlen)
 {
     struct redis_store *rs = rkr_store(st);
     struct cq_keys k;
     cq_keys(rs, &k);
-    char own[KEY_MAX], ms[32], mx[32];
-    rkr_key_of(rs, own, "createq:own:", owner);
-    snprintf(ms, sizeof ms, "%lld", (long long)now_ms);
-    snprintf(mx, sizeof mx, "%lld", max);
+    struct cq_push_args a;
+    cq_push_args(rs, owner, now_ms, max, &a);
     struct cmd c;
-    rkr_cmd_build(&c, "EVAL", lua_push, "4", k.q, k.claimed, k.origin, own, id, ms, mx, owner,
+    rkr_cmd_build(&c, "EVAL", lua_push, "4", k.q, k.claimed, k.origin, a.own, id, a.ms, a.mx, owner,
                   (const char *)NULL);
     long long v = 0;
     rk_store_rc rc = rkr_run_write_int(rs, &c, &v, err, errlen);
@@ -183,20 +194,18 @@ rk_store_rc rkr_cq_create(struct rk_store *st, const char *id, json_object *rec,
         return rc;
     struct cq_keys k;
     cq_keys(rs, &k);
-    char own[KEY_MAX], ms[32], mx[32];
-    rkr_key_of(rs, own, "createq:own:", owner);
-    snprintf(ms, sizeof ms, "%lld", (long long)now_ms);
-    snprintf(mx, sizeof mx, "%lld", max);
+    struct cq_push_args a;
+    cq_push_args(rs, owner, now_ms, max, &a);
     struct cmd c;
     rkr_cmd_build(&c, "EVAL", lua_create_queued, "10", (const char *)NULL);
     rkr_create_add_keys(&c, &p);
     rkr_cmd_add(&c, k.q);
     rkr_cmd_add(&c, k.claimed);
     rkr_cmd_add(&c, k.origin);
-    rkr_cmd_add(&c, own);
+    rkr_cmd_add(&c, a.own);
     rkr_create_add_args(&c, id, &p);
-    rkr_cmd_add(&c, ms);
-    rkr_cmd_add(&c, mx);
+    rkr_cmd_add(&c, a.ms);
+    rkr_cmd_add(&c, a.mx);
     rkr_cmd_add(&c, owner);
     long long v = -2;
     rc = rkr_run_write_int(rs, &c, &v, err, errlen);

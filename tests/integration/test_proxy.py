@@ -129,6 +129,22 @@ class App(BaseHTTPRequestHandler):
             return
         if path == "/slow":
             time.sleep(30)  # far beyond proxy.timeout: only the timeout can answer first
+        if path in ("/cut", "/late"):
+            # A small answer of announced length: its body cut short (the app closes after 10
+            # of 1000 bytes), or sent whole only after a pause behind its head.
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.flush()
+            if path == "/cut":
+                self.wfile.write(b"y" * 10)
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            time.sleep(0.5)
+            self.wfile.write(b"z" * 1000)
+            return
         if path == "/hop":
             self._send(200, b"{}", extra={"Connection": "x-secret", "X-Secret": "1",
                                           "X-Kept": "2"})
@@ -280,6 +296,31 @@ def test_bodies_headers_redirects():
     assert headers["Location"] == proxy_path(sid, "/port/%d/target?x=1" % port), headers
     st, raw, headers = admin.request("GET", proxy_path(sid, "/hop"), headers=hp, raw=True)
     assert "X-Secret" not in headers and headers.get("X-Kept") == "2", headers
+
+
+@test
+def test_small_answers_complete_or_cut():
+    admin, sid = setup()
+    port = start_app()
+    # A body that follows its head after a pause arrives whole, with its length.
+    st, raw, headers = admin.request("GET", proxy_path(sid, "/port/%d/late" % port), raw=True)
+    assert st == 200 and raw == b"z" * 1000 and headers.get("Content-Length") == "1000", (
+        st, len(raw), headers)
+    # A body cut short upstream is never passed off as complete: the client gets the head and
+    # what arrived, then the connection ends before the announced length.
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
+    conn.request("GET", proxy_path(sid, "/port/%d/cut" % port))
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Length") == "1000", resp.status
+    try:
+        got = resp.read()
+        raise AssertionError("a cut body was relayed as complete: %d bytes" % len(got))
+    except http.client.IncompleteRead as e:
+        assert e.partial == b"y" * len(e.partial) and len(e.partial) <= 10, e.partial
+    conn.close()
+    # The relay still serves the next request.
+    st, js = admin.request("GET", proxy_path(sid, "/port/%d/after" % port))
+    assert st == 200 and js["path"] == "/after", (st, js)
 
 
 @test
