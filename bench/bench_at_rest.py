@@ -32,8 +32,22 @@ def main():
            "log": {"level": "warning"}}
     admin = None
     try:
-        admin = Admin(operator="opensandbox", config=cfg,
-                      redis=Redis() if which == "redis" else None)
+        redis = Redis() if which == "redis" else None
+        admin = Admin(operator="opensandbox", config=cfg, redis=redis)
+
+        def counters():
+            """Reconciler passes so far (the admin's metric, when it has it) and Redis GETs (one
+            per record a pass reads)."""
+            st, body, _ = admin.request("GET", "/metrics", raw=True)
+            passes = None
+            for line in body.decode().splitlines() if st == 200 else []:
+                if line.startswith("rock_admin_reconciler_passes_total "):
+                    passes = float(line.split()[1])
+            gets = 0
+            for line in (redis.cli("INFO", "commandstats").splitlines() if redis else []):
+                if line.startswith("cmdstat_get:"):
+                    gets = int(line.split("calls=", 1)[1].split(",", 1)[0])
+            return passes, gets
 
         async def fill():
             cs, sent, accepted, refused, _ = await burst.burst([admin.port], n, 256)
@@ -43,15 +57,21 @@ def main():
             return len(accepted), len(alive)
         accepted, alive = asyncio.run(fill())
         time.sleep(5)  # the last transitions written
+        p0, g0 = counters()
         a0, s0, t0 = (burst.cpu_seconds(admin.proc.pid), burst.cpu_seconds(sim.proc.pid),
                       time.monotonic())
         time.sleep(window)
         secs = time.monotonic() - t0
+        a1, s1 = burst.cpu_seconds(admin.proc.pid), burst.cpu_seconds(sim.proc.pid)
+        p1, g1 = counters()
         print("%-6s at rest with %d sandboxes alive (%d accepted): over %.0f s the admin used "
               "%.1f%% of a core, the simulator %.1f%%"
-              % (which, alive, accepted, secs,
-                 100 * (burst.cpu_seconds(admin.proc.pid) - a0) / secs,
-                 100 * (burst.cpu_seconds(sim.proc.pid) - s0) / secs))
+              % (which, alive, accepted, secs, 100 * (a1 - a0) / secs, 100 * (s1 - s0) / secs))
+        if p0 is not None:
+            print("       reconciler passes: %.2f per second" % ((p1 - p0) / secs))
+        if redis:
+            print("       Redis GETs (one per record a pass reads): %.0f per second" % (
+                (g1 - g0) / secs))
     finally:
         if admin:
             admin.check_exit = False

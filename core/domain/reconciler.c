@@ -19,6 +19,14 @@
  * A pass that stops making progress (a hung list) stops beating, and reads fall back
  * after the usual bound. The staleness bound stays one interval plus one pass.
  *
+ * A pass does not read every record every time: records an earlier pass found settled
+ * (running under their backend id, nothing observed, left alone) are remembered, and a pass
+ * takes their glance from memory, reading each of them again every SETTLED_REREAD passes
+ * (staggered by id). A change upstream still shows at once: the listing then disagrees with
+ * the glance and the record is read before anything is applied. A change made in the store
+ * alone reaches the pass within SETTLED_REREAD intervals; the requests that make such changes
+ * write their outcome themselves. The memory is dropped whenever a pass does not complete.
+ *
  * Archive and restore jobs whose admin died are not the reconciler's: the
  * background pass (domain/sweeper.c) takes them over for every plugin. After
  * a pass the reconciler clears the session mappings that status reads left to
@@ -261,6 +269,107 @@ static int pass_beat(struct beat *b)
     return 0;
 }
 
+/** A remembered settled record is read again at least every this many passes (see the top). */
+#define SETTLED_REREAD 8
+
+/* A record earlier passes found settled and left alone (reconciler thread only). */
+struct settled {
+    char *id;
+    char *upstream;
+};
+static struct settled *rc_settled; /* sorted by id */
+static size_t rc_nsettled;
+static unsigned rc_pass_no;
+/* For /metrics (read by the scraping thread). */
+static _Atomic unsigned long long rc_passes_total, rc_read_total;
+static _Atomic size_t rc_remembered;
+
+/* Forget every settled record (a pass did not complete, or the lease moved). */
+static void settled_clear(void)
+{
+    for (size_t i = 0; i < rc_nsettled; i++) {
+        free(rc_settled[i].id);
+        free(rc_settled[i].upstream);
+    }
+    free(rc_settled);
+    rc_settled = NULL;
+    rc_nsettled = 0;
+    rc_remembered = 0;
+}
+
+/* qsort/bsearch order of struct settled: by ROCK id. */
+static int by_settled_id(const void *a, const void *b)
+{
+    return strcmp(((const struct settled *)a)->id, ((const struct settled *)b)->id);
+}
+
+/* FNV-1a of a ROCK id: staggers the re-reads over the passes. */
+static unsigned id_hash(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+/* 1 when this pass may take record id's glance from memory (filled into g); 0 when it must
+ * read the record; -1 out of memory. */
+static int settled_glance(const char *id, struct rk_rec_glance *g)
+{
+    struct settled key = {.id = (char *)id};
+    const struct settled *m =
+        rc_nsettled ? bsearch(&key, rc_settled, rc_nsettled, sizeof key, by_settled_id) : NULL;
+    if (!m || (id_hash(id) + rc_pass_no) % SETTLED_REREAD == 0)
+        return 0;
+    memset(g, 0, sizeof *g);
+    g->present = 1;
+    g->state = RK_STATE_RUNNING;
+    g->upstream = strdup(m->upstream);
+    return g->upstream ? 1 : -1;
+}
+
+/* After a complete pass: remember the records it found settled and left alone (acted[i] 0).
+ * Takes their ids and backend ids out of ids and g. */
+static void settled_keep(char **ids, size_t n, struct rk_rec_glance *g, const char *acted)
+{
+    settled_clear();
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m += g[i].present && g[i].state == RK_STATE_RUNNING && g[i].upstream && !g[i].observed &&
+             !acted[i];
+    if (!m || !(rc_settled = malloc(m * sizeof *rc_settled)))
+        return; /* out of memory: the next pass reads everything */
+    for (size_t i = 0; i < n; i++) {
+        if (!(g[i].present && g[i].state == RK_STATE_RUNNING && g[i].upstream && !g[i].observed &&
+              !acted[i]))
+            continue;
+        rc_settled[rc_nsettled].id = ids[i];
+        rc_settled[rc_nsettled].upstream = g[i].upstream;
+        ids[i] = NULL;
+        g[i].upstream = NULL;
+        rc_nsettled++;
+    }
+    qsort(rc_settled, rc_nsettled, sizeof *rc_settled, by_settled_id);
+    rc_remembered = rc_nsettled;
+}
+
+/* /metrics: what the passes of this admin cost the store. */
+static void metrics_collect(void *arg, struct rk_buf *out)
+{
+    (void)arg;
+    rk_metrics_family(out, "rock_admin_reconciler_passes_total", "counter",
+                      "Complete reconciler passes this admin ran.");
+    rk_buf_printf(out, "rock_admin_reconciler_passes_total %llu\n",
+                  (unsigned long long)rc_passes_total);
+    rk_metrics_family(out, "rock_admin_reconciler_records_read_total", "counter",
+                      "Sandbox records the reconciler passes of this admin read from the store.");
+    rk_buf_printf(out, "rock_admin_reconciler_records_read_total %llu\n",
+                  (unsigned long long)rc_read_total);
+    rk_metrics_family(out, "rock_admin_reconciler_settled_remembered", "gauge",
+                      "Settled records the next pass takes from memory instead of the store.");
+    rk_buf_printf(out, "rock_admin_reconciler_settled_remembered %zu\n", (size_t)rc_remembered);
+}
+
 /** Records read from the store between two progress beats. */
 #define READ_CHUNK 1024
 
@@ -326,9 +435,11 @@ static void snapshot_free(struct snapshot *sn, size_t n)
  * snapshot, whose copy *kept the snapshot may hold. A settled record the pass would change (it
  * stopped, failed or vanished upstream) is read again, and applied only while it still is what
  * the snapshot saw (one changed since is left to the next pass: the listing may predate the
- * change). 1 if its state or failure changed. */
+ * change). 1 if its state or failure changed; *acted is set when the record needed a look
+ * (it is then not remembered as settled). */
 static int apply_one(struct rk_app *app, struct rk_call *call, const char *id,
-                     const struct rk_rec_glance *g, json_object **kept, const struct listed *e)
+                     const struct rk_rec_glance *g, json_object **kept, const struct listed *e,
+                     char *acted)
 {
     struct rk_status_info info = {0};
     if (e) {
@@ -339,6 +450,7 @@ static int apply_one(struct rk_app *app, struct rk_call *call, const char *id,
     }
     if (!rk_lifecycle_glance_needs(g, e ? &info : NULL))
         return 0;
+    *acted = 1; /* read again next pass, whatever happens here */
     json_object *rec = *kept;
     *kept = NULL;
     if (!rec) {
@@ -369,30 +481,87 @@ static int apply_one(struct rk_app *app, struct rk_call *call, const char *id,
     return changed;
 }
 
+/* Step 1 of a pass: the glances of the active records ids[0..n) into sn, from the memory of
+ * settled records where it may be used and from the store for the rest (their number in
+ * *n_read). */
+static rk_store_rc glance_records(struct rk_app *app, struct beat *b, char **ids, size_t n,
+                                  struct snapshot *sn, size_t *n_read, char *err, size_t errlen)
+{
+    size_t *at = malloc(n * sizeof *at);
+    char **read_ids = malloc(n * sizeof *read_ids);
+    size_t nr = 0;
+    rk_store_rc rc = RK_STORE_OK;
+    if (!at || !read_ids)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        int from_memory = settled_glance(ids[i], &sn->g[i]);
+        if (from_memory < 0)
+            goto oom;
+        if (!from_memory) {
+            at[nr] = i;
+            read_ids[nr++] = ids[i];
+        }
+    }
+    struct snapshot part = {.g = nr ? calloc(nr, sizeof *part.g) : NULL,
+                            .kept = nr ? calloc(nr, sizeof *part.kept) : NULL,
+                            .tag = sn->tag};
+    if (nr && (!part.g || !part.kept)) {
+        free(part.g);
+        free(part.kept);
+        goto oom;
+    }
+    if (nr)
+        rc = read_records(app, b, read_ids, nr, &part, err, errlen);
+    for (size_t j = 0; j < nr; j++) { /* into place (snapshot_free releases them) */
+        sn->g[at[j]] = part.g[j];
+        sn->kept[at[j]] = part.kept[j];
+    }
+    free(part.g);
+    free(part.kept);
+    free(at);
+    free(read_ids);
+    *n_read = nr;
+    return rc;
+oom:
+    free(at);
+    free(read_ids);
+    snprintf(err, errlen, "out of memory");
+    return RK_STORE_ERROR;
+}
+
 int rk_reconciler_run_once(struct rk_app *app)
 {
-    if (!can_reconcile(app) || !hold_lease(app))
+    if (!can_reconcile(app) || !hold_lease(app)) {
+        settled_clear(); /* another admin reconciles: what it changes is not known here */
         return -1;
+    }
     char err[RK_STORE_ERRLEN];
     char **ids = NULL;
-    size_t n = 0;
+    size_t n = 0, n_read = 0;
     int64_t t0 = rk_now_ms(), t_read = 0, t_list = 0;
     struct beat beat = {.app = app, .last_ms = t0};
+    rc_pass_no++;
     /* 1. Snapshot the active records first (see the ordering note above). */
     if (rk_store_list_active(app->store, &ids, &n, err, sizeof err) != RK_STORE_OK) {
         rk_warn("reconciler: %s", err);
+        settled_clear();
         return -1;
     }
     struct snapshot sn = {.g = n ? calloc(n, sizeof *sn.g) : NULL,
                           .kept = n ? calloc(n, sizeof *sn.kept) : NULL,
                           .tag = app->plugin->desc->backend_tag};
-    int fits = !n || (sn.g && sn.kept);
-    if (n && (!fits || read_records(app, &beat, ids, n, &sn, err, sizeof err) != RK_STORE_OK)) {
+    char *acted = n ? calloc(n, 1) : NULL;
+    int fits = !n || (sn.g && sn.kept && acted);
+    if (n && (!fits ||
+              glance_records(app, &beat, ids, n, &sn, &n_read, err, sizeof err) != RK_STORE_OK)) {
         rk_warn("reconciler: %s", fits ? err : "out of memory");
+        settled_clear();
         snapshot_free(&sn, n);
+        free(acted);
         rk_store_free_ids(ids, n);
         return -1;
     }
+    rc_read_total += n_read;
     t_read = rk_now_ms();
     /* 2. One complete list pass. */
     const struct rk_plugin *pl = app->plugin;
@@ -409,6 +578,7 @@ int rk_reconciler_run_once(struct rk_app *app)
         rk_warn("reconciler: list failed: %s", why);
         if (beat.last_ms != t0 && !beat.lost)
             put_mark(app, MARK_FAILED, why); /* the progress beats no longer vouch */
+        settled_clear();
         goto out;
     }
     t_list = rk_now_ms();
@@ -416,26 +586,35 @@ int rk_reconciler_run_once(struct rk_app *app)
         qsort(l.v, l.n, sizeof *l.v, by_rock_id);
     /* 3. Apply: only differences are written (rk_lifecycle_reconcile patches on change). */
     changed = 0;
-    for (size_t i = 0; i < n && !app->stopping && pass_beat(&beat) == 0; i++)
+    size_t i = 0;
+    for (; i < n && !app->stopping && pass_beat(&beat) == 0; i++)
         if (sn.g[i].present)
             changed += apply_one(app, call, ids[i], &sn.g[i], &sn.kept[i],
-                                 find_listed(&l, ids[i], sn.g[i].upstream));
+                                 find_listed(&l, ids[i], sn.g[i].upstream), &acted[i]);
     if (beat.lost) {
         rk_info("reconciler: the lease went to another admin during a pass of %lld ms; it "
                 "stopped there",
                 (long long)(rk_now_ms() - t0));
+        settled_clear();
         goto out;
     }
+    if (i == n)
+        settled_keep(ids, n, sn.g, acted);
+    else
+        settled_clear(); /* stopping */
     put_mark(app, MARK_DONE, NULL);
-    rk_debug("reconciler: pass over %zu records, %zu listed, %d changed in %lld ms (store read "
-             "%lld ms, list %lld ms, apply %lld ms)",
-             n, l.n, changed, (long long)(rk_now_ms() - t0), (long long)(t_read - t0),
-             (long long)(t_list - t_read), (long long)(rk_now_ms() - t_list));
+    rc_passes_total++;
+    rk_debug("reconciler: pass over %zu records (%zu read, %zu remembered settled), %zu listed, "
+             "%d changed in %lld ms (store read %lld ms, list %lld ms, apply %lld ms)",
+             n, n_read, rc_nsettled, l.n, changed, (long long)(rk_now_ms() - t0),
+             (long long)(t_read - t0), (long long)(t_list - t_read),
+             (long long)(rk_now_ms() - t_list));
 out:
     listing_free(&l);
     if (call)
         rk_call_free(call);
     snapshot_free(&sn, n);
+    free(acted);
     rk_store_free_ids(ids, n);
     return changed;
 }
@@ -488,6 +667,7 @@ int rk_reconciler_start(struct rk_app *app)
         return -1;
     }
     rc_running = 1;
+    rk_metrics_collector_add("reconciler", metrics_collect, app);
     rk_info("reconciler: every %d ms (status reads come from the store)",
             app->cfg->runtime.reconcile_interval_ms);
     return 0;
@@ -504,5 +684,6 @@ void rk_reconciler_stop(struct rk_app *app)
     pthread_mutex_unlock(&rc_mu);
     pthread_join(rc_thread, NULL);
     pthread_cond_destroy(&rc_cv);
+    settled_clear();
     rc_running = 0;
 }

@@ -198,5 +198,56 @@ def a_long_reconciler_pass_keeps_vouching():
         sim.request("DELETE", "/_sim/faults")
 
 
+def redis_calls(redis, command):
+    """Calls of one Redis command so far (INFO commandstats)."""
+    for line in redis.cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_%s:" % command):
+            return int(line.split("calls=", 1)[1].split(",", 1)[0])
+    return 0
+
+
+@test
+def a_pass_at_rest_reads_few_records():
+    """At rest the reconciler does not read every record each pass: those it found settled
+    (running, nothing to change) it remembers and reads again only every 8th pass, so 200
+    running sandboxes cost Redis far fewer than 200 record reads a pass. A sandbox that
+    vanishes upstream is still noticed by the next pass (the listing disagrees with what is
+    remembered), and a status read then reports it gone."""
+    sim_only("200 sandboxes at once and the simulator's vanish switch")
+    redis = Redis()
+    sim = Sim(api_key=API_KEY, extra=["--max-sandboxes", "256"], ready_delay_ms=0)
+    a = os_admin(sim, redis, extra={"runtime": {"reconcile_interval_ms": 500}})
+    sids = [a.ok("POST", "/start_async", {"image": "python:3.11", "memory": "1g",
+                                          "cpus": 0.5})["sandbox_id"] for _ in range(200)]
+    wait_until(lambda: all(status(a, s)[1]["result"]["is_alive"] for s in sids), 60, 0.5,
+               "every sandbox alive")
+    time.sleep(2)  # passes after the last change
+    p0, gets0 = metric(a, "rock_admin_reconciler_passes_total"), redis_calls(redis, "get")
+    read0 = metric(a, "rock_admin_reconciler_records_read_total")
+    time.sleep(6)
+    p1, gets1 = metric(a, "rock_admin_reconciler_passes_total"), redis_calls(redis, "get")
+    read1 = metric(a, "rock_admin_reconciler_records_read_total")
+    passes = p1 - p0
+    assert passes >= 5, (p0, p1)
+    # Redis sees it: one GET per record read (a MULTI of GET + ZSCORE each)
+    per_pass = (gets1 - gets0) / passes
+    assert per_pass < 200 / 3, "%.1f record reads per pass of 200" % per_pass
+    assert (read1 - read0) / passes < 200 / 3, (read0, read1, passes)
+    assert metric(a, "rock_admin_reconciler_settled_remembered") >= 150
+
+    victim = sids[7]
+    osid = status(a, victim)[1]["result"]["host_name"]
+    st, _ = sim.request("POST", "/_sim/sandboxes/%s/vanish" % osid)
+    assert st == 204, st
+
+    def gone():
+        js = a.api("GET", "/get_status", query={"sandbox_id": victim,
+                                                "include_all_states": "True"})[1]
+        return js["result"] if js["result"]["state"] != "running" else None
+    r = wait_until(gone, 10, 0.2, "the vanished sandbox reconciled")
+    assert r["state"] == "deleted" and r["is_alive"] is False, r
+    assert_alive(a, sids[8])
+
+
 if __name__ == "__main__":
     run()
