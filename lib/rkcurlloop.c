@@ -38,7 +38,7 @@ struct rku_curl_loop {
     int drained;     /* driven: stopped with nothing open (guarded by mu) */
     int adopted;     /* driven: owner is set (guarded by mu) */
     pthread_t owner; /* driven: the thread that runs the passes */
-    int local_due;   /* owner thread only: its own submission or wake awaits a pass */
+    int local_due;   /* owner thread only: its own submission awaits a pass */
 };
 
 static int64_t mono_ms(void)
@@ -351,7 +351,9 @@ int rku_curl_loop_due(const struct rku_curl_loop *lp)
 }
 
 /* Under lp->mu: 1 when the caller is the owner of a driven loop, which then notes the pending
- * work for its next pass instead of waking the loop's descriptor. */
+ * submission for its next pass instead of waking the loop's descriptor. (Wakes, the unpauses of
+ * streaming transfers, keep the descriptor: run at once from the owner they unpause a transfer
+ * for every few KiB the client drains, and each pause holds a copy of its chunk in libcurl.) */
 static int on_owner(struct rku_curl_loop *lp)
 {
     if (!lp->adopted || !pthread_equal(lp->owner, pthread_self()))
@@ -388,12 +390,12 @@ int rku_curl_loop_wake_job(struct rku_curl_loop *lp, struct rku_curl_job *j)
         j->wake_queued = 1;
         j->wnext = lp->wakes;
         lp->wakes = j;
-        queued = 1 + on_owner(lp);
+        queued = 1;
     }
     pthread_mutex_unlock(&lp->mu);
-    if (queued == 1)
+    if (queued)
         wake(lp);
-    return queued != 0;
+    return queued;
 }
 
 void rku_curl_loop_stop(struct rku_curl_loop *lp)

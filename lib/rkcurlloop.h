@@ -64,12 +64,12 @@ struct rku_curl_loop *rku_curl_loop_new_driven(int sweep_ms, long max_connects);
 int rku_curl_loop_fd(const struct rku_curl_loop *lp);
 
 /** A driven loop: the calling thread is its owner from now on. Its own
- *  submissions and wakes then skip the descriptor's wake-up (a write and a
- *  read of an eventfd each) and are reported by rku_curl_loop_due instead. */
+ *  submissions then skip the descriptor's wake-up (a write and a read of an
+ *  eventfd each) and are reported by rku_curl_loop_due instead. */
 void rku_curl_loop_adopt(struct rku_curl_loop *lp);
 
-/** The owner's thread only: 1 while its own submission or wake waits for a
- *  pass (rku_curl_loop_run clears it), 0 otherwise. */
+/** The owner's thread only: 1 while its own submission waits for a pass
+ *  (rku_curl_loop_run clears it), 0 otherwise. */
 int rku_curl_loop_due(const struct rku_curl_loop *lp);
 
 /** One pass of a driven loop on its owner's thread, without waiting: returns

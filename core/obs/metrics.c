@@ -9,6 +9,7 @@
 #include "obs/metrics.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,23 +255,34 @@ static struct {
     rk_metrics_collector_fn fn;
     void *arg;
 } collectors[MAX_COLLECTORS];
-static int ncollectors;
+/* Collectors may be added while /metrics is served (the reconciler starts after the server):
+ * an entry is written first and then published by the count (release; render acquires it);
+ * adders take collectors_mu. */
+static _Atomic int ncollectors;
+static pthread_mutex_t collectors_mu = PTHREAD_MUTEX_INITIALIZER;
 static char operator_name[64], operator_version[64];
 
 int rk_metrics_collector_add(const char *name, rk_metrics_collector_fn fn, void *arg)
 {
-    if (ncollectors >= MAX_COLLECTORS || !fn)
+    pthread_mutex_lock(&collectors_mu);
+    int n = atomic_load_explicit(&ncollectors, memory_order_relaxed);
+    if (n >= MAX_COLLECTORS || !fn) {
+        pthread_mutex_unlock(&collectors_mu);
         return -1;
-    collectors[ncollectors].name = name;
-    collectors[ncollectors].fn = fn;
-    collectors[ncollectors].arg = arg;
-    ncollectors++;
+    }
+    collectors[n].name = name;
+    collectors[n].fn = fn;
+    collectors[n].arg = arg;
+    atomic_store_explicit(&ncollectors, n + 1, memory_order_release);
+    pthread_mutex_unlock(&collectors_mu);
     return 0;
 }
 
 void rk_metrics_collectors_reset(void)
 {
-    ncollectors = 0;
+    pthread_mutex_lock(&collectors_mu);
+    atomic_store_explicit(&ncollectors, 0, memory_order_release);
+    pthread_mutex_unlock(&collectors_mu);
 }
 
 void rk_metrics_set_operator(const char *name, const char *version)
@@ -359,6 +371,7 @@ void rk_metrics_render(struct rk_app *app, struct rk_buf *out)
     rk_metrics_family(out, "rock_admin_draining", "gauge",
                       "1 while the process drains for shutdown.");
     rk_buf_printf(out, "rock_admin_draining %d\n", app && app->draining ? 1 : 0);
-    for (int i = 0; i < ncollectors; i++)
+    int n = atomic_load_explicit(&ncollectors, memory_order_acquire);
+    for (int i = 0; i < n; i++)
         collectors[i].fn(collectors[i].arg, out);
 }

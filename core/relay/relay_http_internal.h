@@ -23,7 +23,7 @@ struct rk_req;
 #define PX_PIPE_BYTES (256 * 1024)
 /** The block MHD reads a relayed answer in (bodies of known smaller length get their size). */
 #define PX_REPLY_BLOCK (32 * 1024)
-/** A answer of known length up to this size is relayed whole, once complete (one write to the
+/** An answer of known length up to this size is relayed whole, once complete (one write to the
  *  client instead of a head and then the body). */
 #define PX_WHOLE_BYTES (32 * 1024)
 /** Upper bound of the upstream response head we keep. */
