@@ -351,9 +351,10 @@ int rku_curl_loop_due(const struct rku_curl_loop *lp)
 }
 
 /* Under lp->mu: 1 when the caller is the owner of a driven loop, which then notes the pending
- * submission for its next pass instead of waking the loop's descriptor. (Wakes, the unpauses of
- * streaming transfers, keep the descriptor: run at once from the owner they unpause a transfer
- * for every few KiB the client drains, and each pause holds a copy of its chunk in libcurl.) */
+ * submission for its next pass instead of waking the loop's descriptor. Wakes (the unpauses of
+ * streaming transfers) keep the descriptor: taken the same way, they made a 100 MiB relayed
+ * transfer churn much more memory (its RSS under AddressSanitizer grew 75 MiB instead of under
+ * 64), which points at more pause/unpause cycles, each of which copies the paused chunk. */
 static int on_owner(struct rku_curl_loop *lp)
 {
     if (!lp->adopted || !pthread_equal(lp->owner, pthread_self()))

@@ -147,10 +147,12 @@ class App(BaseHTTPRequestHandler):
 
 # argv[3]: the address to listen on (the real server's own proxy reaches a bridge-networking
 # container at its IP, so the app listens on all of the container's interfaces there)
+# the pid file is whole before the port listens: a test that saw the port open reads it at once
+with open(pidfile + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(pidfile + ".tmp", pidfile)
 srv = ThreadingHTTPServer((sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1", port), App)
 srv.daemon_threads = True
-with open(pidfile, "w") as f:
-    f.write(str(os.getpid()))
 srv.serve_forever()
 '''
 
