@@ -251,10 +251,16 @@ void os_xfer_limit(struct os_xfer *x, int64_t timeout_ms)
     curl_easy_setopt(x->curl, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
 }
 
-/** Use a new connection for this exchange (non-idempotent requests that must not be re-sent). */
+/** Send this exchange at most once: on a new connection, closed after it. libcurl silently
+ * re-sends a request whose reused connection died before any reply byte; a non-idempotent
+ * request (a create, a snapshot, a restore) must never be sent twice, so a lost reply surfaces
+ * as an error instead (a lost create is then looked up by its ROCK id). The connection is not
+ * kept either: it would only sit in this handle's cache, since the next such request again
+ * needs a new one. */
 void os_xfer_fresh_connection(struct os_xfer *x)
 {
     curl_easy_setopt(x->curl, CURLOPT_FRESH_CONNECT, 1L);
+    curl_easy_setopt(x->curl, CURLOPT_FORBID_REUSE, 1L);
 }
 
 /** Send a JSON body (copied by curl). */

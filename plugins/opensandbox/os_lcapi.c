@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <curl/curl.h>
 #include <json-c/json.h>
 
 #include "os_internal.h"
@@ -97,12 +96,8 @@ rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *
     rk_status s = os_lc_xfer(x, inst, call, method, path);
     if (s == RK_OK && json_body)
         os_xfer_json(x, json_body);
-    if (s == RK_OK && !strcmp(method, "POST")) {
-        /* Not idempotent (snapshot, restore): no silent re-send by libcurl on
-         * a pooled connection that died (see os_lc_create). */
-        curl_easy_setopt(x->curl, CURLOPT_FRESH_CONNECT, 1L);
-        curl_easy_setopt(x->curl, CURLOPT_FORBID_REUSE, 1L);
-    }
+    if (s == RK_OK && !strcmp(method, "POST"))
+        os_xfer_fresh_connection(x); /* not idempotent (snapshot, restore): sent once */
     if (s == RK_OK)
         s = os_xfer_perform(x);
     return s;

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <curl/curl.h>
 #include <json-c/json.h>
 
 #include "os_internal.h"
@@ -267,17 +266,10 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
     struct os_xfer x;
     rk_status s = os_lc_xfer(&x, inst, call, "POST", "/sandboxes");
     if (s == RK_OK) {
-        /* A fresh connection: libcurl silently re-sends a request whose reused connection
-         * died before any reply byte, and a create must never be sent twice (a lost reply is
-         * handled by looking the sandbox up by its ROCK id instead). */
+        /* Sent once: a second send would make a second sandbox; a lost reply surfaces as an
+         * error, and adopt_lost() finds the sandbox it made. */
         os_xfer_fresh_connection(&x);
         os_xfer_json(&x, body);
-        /* Never on a pooled connection: libcurl silently re-sends a request
-         * whose reused connection died before any reply byte, which would
-         * create a second sandbox; a lost reply must surface as an error so
-         * adopt_lost() finds the one that was made. */
-        curl_easy_setopt(x.curl, CURLOPT_FRESH_CONNECT, 1L);
-        curl_easy_setopt(x.curl, CURLOPT_FORBID_REUSE, 1L);
         s = os_xfer_perform(&x);
     }
     free(body);
