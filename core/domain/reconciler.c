@@ -328,20 +328,24 @@ static int settled_glance(const char *id, struct rk_rec_glance *g)
     return g->upstream ? 1 : -1;
 }
 
-/* After a complete pass: remember the records it found settled and left alone (acted[i] 0).
- * Takes their ids and backend ids out of ids and g. */
+/* Settled: running under its backend id, nothing observed, and left alone by the pass. */
+static int is_settled(const struct rk_rec_glance *g, char acted)
+{
+    return g->present && g->state == RK_STATE_RUNNING && g->upstream && !g->observed && !acted;
+}
+
+/* After a complete pass: remember the records it found settled. Takes their ids and backend
+ * ids out of ids and g. */
 static void settled_keep(char **ids, size_t n, struct rk_rec_glance *g, const char *acted)
 {
     settled_clear();
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
-        m += g[i].present && g[i].state == RK_STATE_RUNNING && g[i].upstream && !g[i].observed &&
-             !acted[i];
+        m += is_settled(&g[i], acted[i]);
     if (!m || !(rc_settled = malloc(m * sizeof *rc_settled)))
         return; /* out of memory: the next pass reads everything */
     for (size_t i = 0; i < n; i++) {
-        if (!(g[i].present && g[i].state == RK_STATE_RUNNING && g[i].upstream && !g[i].observed &&
-              !acted[i]))
+        if (!is_settled(&g[i], acted[i]))
             continue;
         rc_settled[rc_nsettled].id = ids[i];
         rc_settled[rc_nsettled].upstream = g[i].upstream;
