@@ -11,8 +11,9 @@ Reports, per scenario:
                   (get_status reads the reconciler's store state, so add up to one
                   runtime.reconcile_interval_ms of resolution)
   wait p50        the admin's rock_admin_create_wait_seconds (enqueue -> backend call), from /metrics
-  CPU             user + system seconds of each admin, the simulator and this client over the run
-                  (burst + polling), from /proc: where a 2-core machine's time goes
+  CPU             user + system seconds of each admin, the simulator, Redis (redis scenario) and
+                  this client over the run (burst + polling), from /proc: where a 2-core machine's
+                  time goes
 
 Scenarios: "memory" (one admin, in-process store) and "redis" (two admins on one Redis, the
 client connections split between them). Run from a configured build directory with ROCK_ADMIN_BIN,
@@ -160,6 +161,7 @@ def scenario(name, n, conns):
            "server": {"per_ip_connections": 0, "max_connections": 4096},
            "log": {"level": "warning"}}
     admins = []
+    redis = None
     try:
         if name == "redis":
             redis = Redis()
@@ -175,6 +177,8 @@ def scenario(name, n, conns):
                 c.close()
             return sent, accepted, refused, secs, alive
         procs = [a.proc.pid for a in admins] + [sim.proc.pid]
+        if redis:
+            procs.append(redis.proc.pid)
         cpu0 = [cpu_seconds(p) for p in procs] + [sum(os.times()[:2])]
         wall0 = time.monotonic()
         sent, accepted, refused, secs, alive = asyncio.run(run())
@@ -187,8 +191,10 @@ def scenario(name, n, conns):
               % (name, n, conns, len(admins), len(accepted), n, 100.0 * len(accepted) / n,
                  n / secs, len(alive), pct(lat, 50), pct(lat, 99), max(lat) if lat else 0,
                  "/".join("%g" % w[0] for w in waits), "+".join(str(w[1]) for w in waits)))
-        print("  CPU over the %.1f s run: admin %s s, simulator %.1f s, client %.1f s"
-              % (wall, " + ".join("%.1f" % c for c in cpu[:-2]), cpu[-2], cpu[-1]))
+        na = len(admins)
+        print("  CPU over the %.1f s run: admin %s s, simulator %.1f s,%s client %.1f s"
+              % (wall, " + ".join("%.1f" % c for c in cpu[:na]), cpu[na],
+                 " redis %.1f s," % cpu[na + 1] if redis else "", cpu[-1]))
         if refused:
             print("  first refusal: %s" % refused[0])
         return statistics.median(lat) if lat else None

@@ -194,7 +194,7 @@ rk_status rk_dispatch(struct rk_app *app, struct rk_call *call, enum rk_op op,
     if (sandbox_id && *sandbox_id && !rk_id_valid(sandbox_id, strlen(sandbox_id)))
         return rk_call_set_error(call, RK_E_INVALID, "sandbox_id: " RK_ID_RULE_MSG);
     /* 1. The record must exist. Runtime entry points read it and refresh the
-     *    idle timer in one store round trip (get-and-touch); the store script only
+     *    idle timer in one store call (get-and-touch); the store's touch only
      *    moves the deadline of an active record with an idle timeout, so the
      *    touch of a record the gate then refuses is the original's order (U35). */
     const struct rk_op_info *info = rk_op_info(op);

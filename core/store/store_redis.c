@@ -11,8 +11,9 @@
  *   <p>index:v2            marker: the two indexes above are complete (rebuilt
  *                          once from <p>active for data written before them)
  *   <p>createq...          the create queue (keys listed in store_redis_createq.c)
- * Record creation, touch and every registry change are Lua scripts (atomic in
- * Redis); rk_store_update is WATCH/MULTI/EXEC with at most 5 attempts.
+ * Record creation, the explicit touch and every registry change are Lua scripts
+ * (atomic in Redis); a read's idle touch is ZADD XX GT (a script only where that
+ * cannot do it); rk_store_update is WATCH/MULTI/EXEC with at most 5 attempts.
  * Connections come from a bounded pool; broken ones are freed and reconnection
  * is lazy with an exponential backoff shared by the pool.
  *

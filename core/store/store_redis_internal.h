@@ -6,7 +6,8 @@
  *   store_redis_conn.c      the connection pool and Sentinel discovery
  *   store_redis_cmd.c       commands: argument vectors, run, pipeline, EVALSHA, WAIT
  *   store_redis_lua.c       the Lua scripts and their SCRIPT LOAD digests
- *   store_redis_records.c   sandbox records: get, create, update, touch, get_touch
+ *   store_redis_records.c   sandbox records: get, create, update, touch, get_touch, the
+ *                           touch a read owes
  *   store_redis_index.c     the active, idle-deadline, list and per-state indexes
  *   store_redis_sessions.c  the session-name registry
  *   store_redis_lease.c     claims, leases and the reconciler's mark
@@ -20,6 +21,7 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,9 +72,10 @@ struct redis_store {
     char last_err[128];
     char cur_host[HOST_MAX]; /* the master in use (guarded by mu) */
     int cur_port;
-    bool master_known;     /* sentinel mode: cur_host/cur_port are current */
-    int next_sentinel;     /* ask this one first */
-    int64_t index_seen_ms; /* monotonic time index:v2 was last seen; 0 = never */
+    bool master_known;      /* sentinel mode: cur_host/cur_port are current */
+    int next_sentinel;      /* ask this one first */
+    int64_t index_seen_ms;  /* monotonic time index:v2 was last seen; 0 = never */
+    atomic_bool no_zadd_gt; /* the server refused ZADD GT (before Redis 6.2): touch by script */
 };
 
 /* One command: argument vectors for redisCommandArgv. */
@@ -193,7 +196,7 @@ extern const char rkr_lua_reserve[];
 extern const char rkr_lua_commit[];
 extern const char rkr_lua_remove[];
 extern const char rkr_lua_take_all[];
-extern const char rkr_lua_get_touch[];
+extern const char rkr_lua_touch_later[];
 extern const char rkr_lua_lease[];
 /** The SHA1 of script (SCRIPT LOAD on first use): 0 and sha filled, -1 to fall back to EVAL. */
 int rkr_script_sha(struct rop *op, const char *script, char sha[41]);
@@ -210,6 +213,24 @@ rk_store_rc rkr_record_from(const redisReply *rec, const redisReply *score, json
                             const char *id, char *err, size_t errlen);
 /** Add expire_time from a ZSCORE reply to an active record (nothing for a nil score). */
 void rkr_record_add_score(json_object *rec, const redisReply *score);
+/** The idle touch a read at now_s (<= 0: none) owes rec, a record read with its deadline
+ *  (rkr_record_from): when the record is active and now_s + auto_clear_time minutes is later
+ *  than its deadline, that new deadline, also set as rec's expire_time (*had_deadline: rec had
+ *  one); else 0. The rule of the in-process store's touch (store_memory_records.c). */
+int64_t rkr_touch_due(json_object *rec, int64_t now_s, bool *had_deadline);
+/** Key and number buffers of a touch command. */
+struct rkr_touch_bufs {
+    char active[KEY_MAX], expire[KEY_MAX], deadline[32];
+};
+/** The command that raises id's idle deadline to deadline (from rkr_touch_due): ZADD XX GT
+ *  when the record had a deadline and the server knows GT (XX: a record that left the active
+ *  set meanwhile left the deadline index with it, and stays out; GT: concurrent touches never
+ *  lower it), else EVAL of rkr_lua_touch_later, which checks both itself. */
+void rkr_touch_cmd(struct redis_store *rs, struct cmd *c, struct rkr_touch_bufs *b, const char *id,
+                   int64_t deadline, bool had_deadline);
+/** A touch command's error text: 1 when it says the server has no ZADD GT (Redis before 6.2;
+ *  the store touches by script from then on), else 0. */
+int rkr_touch_refused(struct redis_store *rs, const char *error);
 
 /* ---- store_redis_reader.c: an event loop's asynchronous reader ---- */
 

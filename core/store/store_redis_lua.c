@@ -96,25 +96,15 @@ const char rkr_lua_remove[] = "local v = redis.call('HGET', KEYS[1], ARGV[1])\n"
                               "redis.call('HDEL', KEYS[1], ARGV[1])\n"
                               "return 1\n";
 
-/* GET the record and its idle deadline; when the id is active and the record has a positive
- * auto_clear_time (minutes), move the deadline to now + minutes*60 if that is later. The
- * deadline has 1 s resolution, so the ZADD is written at most once per second per sandbox. */
-const char rkr_lua_get_touch[] =
-    "local rec = redis.call('GET', KEYS[1])\n"
-    "if not rec then return false end\n"
-    "local mark = redis.call('GET', KEYS[4])\n"
-    "local score = redis.call('ZSCORE', KEYS[3], ARGV[1])\n"
-    "if tonumber(ARGV[2]) > 0 and redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then\n"
-    "  local m = tonumber(string.match(rec, '\"auto_clear_time\":%s*(%d+)'))\n"
-    "  if m and m > 0 then\n"
-    "    local d = tonumber(ARGV[2]) + m * 60\n"
-    "    if not score or d > tonumber(score) then\n"
-    "      redis.call('ZADD', KEYS[3], d, ARGV[1])\n"
-    "      score = tostring(d)\n"
-    "    end\n"
-    "  end\n"
-    "end\n"
-    "return {rec, score or false, mark or false}\n";
+/* Raise the idle deadline of id ARGV[1] to ARGV[2] if it is in the active set KEYS[1] and the
+ * deadline in KEYS[2] (expire) is earlier or absent: a read's touch where ZADD XX GT cannot do
+ * it (no deadline to update, or a server before Redis 6.2). 1 if raised. */
+const char rkr_lua_touch_later[] =
+    "if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end\n"
+    "local s = redis.call('ZSCORE', KEYS[2], ARGV[1])\n"
+    "if s and tonumber(s) >= tonumber(ARGV[2]) then return 0 end\n"
+    "redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])\n"
+    "return 1\n";
 
 /* Take or renew a lease: set when free or already ours, with a TTL in ms. */
 const char rkr_lua_lease[] = "local v = redis.call('GET', KEYS[1])\n"

@@ -2,9 +2,10 @@
 /*
  * Redis store: the asynchronous reader of one event loop (store_reader.h). One hiredis
  * asynchronous context on the master the connection pool found, its socket in an epoll set
- * of its own that the loop watches like its curl multi. A read is the same round trip as the
- * pool's rkr_get_touch: MGET record mark + ZSCORE, or the touching script (EVALSHA of
- * rkr_lua_get_touch), pipelined with every other read of the same turn.
+ * of its own that the loop watches like its curl multi. A read is what the pool's rkr_get_touch
+ * sends: MGET record mark + ZSCORE, pipelined with every other read of the same turn, and, when
+ * the read may touch and the touch is due, the touch command (rkr_touch_cmd) sent from the
+ * ZSCORE's reply; the read completes with the touch's reply.
  *
  * hiredis 0.14 has no timeouts on asynchronous contexts: each read carries its deadline
  * (the store's op_timeout_ms, connecting included) and a read past it drops the connection,
@@ -31,14 +32,16 @@
 /* Reads one reader keeps in flight; beyond them reads go to the workers. */
 #define READER_PENDING_MAX 4096
 
-/* One read: up to two commands (MGET + ZSCORE, or EVAL), one callback. */
+/* One read: MGET + ZSCORE (+ the touch), one callback. */
 struct read {
     struct read *next;
+    struct rk_store_reader *rd;
     rk_store_read_cb *cb;
     void *arg;
     int64_t deadline_ms;
     int64_t start_ns;
-    int parts; /* replies still to come */
+    int64_t touch_s; /* the second a touch is for, 0: no touch */
+    int parts;       /* replies still to come */
     int failed;
     rk_store_rc rc;
     json_object *rec;
@@ -284,36 +287,39 @@ static void on_mget(redisAsyncContext *ac, void *reply, void *priv)
         snprintf(q->mark, sizeof q->mark, "%.*s", (int)r->element[1]->len, r->element[1]->str);
 }
 
-/* ZSCORE expire id: the idle deadline of an active record. */
-static void on_zscore(redisAsyncContext *ac, void *reply, void *priv)
+/* The touch's reply. A ZADD GT the server does not know fails this read (its caller reads again
+ * on a worker, by script from then on: rkr_touch_refused). */
+static void on_touch(redisAsyncContext *ac, void *reply, void *priv)
 {
     (void)ac;
     struct read *q = priv;
     const redisReply *r = reply;
     part_done(q, r);
-    if (!q->failed && q->rec)
-        rkr_record_add_score(q->rec, r);
+    if (r && r->type == REDIS_REPLY_ERROR)
+        rkr_touch_refused(q->rd->rs, r->str);
 }
 
-/* The touching script: [record, score, mark] or nil. */
-static void on_script(redisAsyncContext *ac, void *reply, void *priv)
+/* ZSCORE expire id: the idle deadline of an active record; then the touch, when one is due. */
+static void on_zscore(redisAsyncContext *ac, void *reply, void *priv)
 {
-    (void)ac;
     struct read *q = priv;
     const redisReply *r = reply;
     part_done(q, r);
-    if (q->failed)
+    if (q->failed || !q->rec)
         return;
-    if (r->type == REDIS_REPLY_NIL) {
-        q->rc = RK_STORE_NOT_FOUND;
-    } else if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+    rkr_record_add_score(q->rec, r);
+    bool had = false;
+    int64_t deadline = rkr_touch_due(q->rec, q->touch_s, &had);
+    if (deadline == 0)
+        return;
+    struct cmd c;
+    struct rkr_touch_bufs b;
+    rkr_touch_cmd(q->rd->rs, &c, &b, q->id, deadline, had);
+    q->parts++;
+    if (redisAsyncCommandArgv(ac, on_touch, q, c.argc, c.argv, c.lens) != REDIS_OK) {
+        q->parts--;
         q->failed = 1;
-        snprintf(q->err, sizeof q->err, "redis error: unexpected reply type %d", r->type);
-    } else {
-        q->rc = rkr_record_from(r->element[0], r->elements > 1 ? r->element[1] : NULL, &q->rec,
-                                q->id, q->err, sizeof q->err);
-        if (r->elements > 2 && r->element[2]->type == REDIS_REPLY_STRING)
-            snprintf(q->mark, sizeof q->mark, "%.*s", (int)r->element[2]->len, r->element[2]->str);
+        snprintf(q->err, sizeof q->err, "redis: cannot queue the idle touch");
     }
 }
 
@@ -355,41 +361,22 @@ int rk_store_reader_get_touch(struct rk_store_reader *rd, const char *id, int64_
     q->start_ns = rk_mono_ns();
     q->deadline_ms = rk_now_ms() + rd->rs->op_timeout_ms;
     struct redis_store *rs = rd->rs;
-    char k1[KEY_MAX], k2[KEY_MAX], k3[KEY_MAX], k4[KEY_MAX], nowbuf[32];
-    int ok;
-    if (now_s <= 0) {
-        struct cmd mget, zscore;
-        rkr_cmd_build(&mget, "MGET", rkr_key_of(rs, k1, "sandbox:", id),
-                      rkr_key_of(rs, k4, "reconcile_mark", NULL), (const char *)NULL);
-        rkr_cmd_build(&zscore, "ZSCORE", rkr_key_of(rs, k3, "expire", NULL), id,
-                      (const char *)NULL);
-        q->parts = 2;
-        ok = redisAsyncCommandArgv(rd->ac, on_mget, q, mget.argc, mget.argv, mget.lens) == REDIS_OK;
-        if (ok)
-            ok = redisAsyncCommandArgv(rd->ac, on_zscore, q, zscore.argc, zscore.argv,
-                                       zscore.lens) == REDIS_OK;
-        else
-            q->parts = 0;
-        if (!ok && q->parts == 2)
-            q->parts = 1; /* the MGET is queued: its reply (or its failure) still comes */
-    } else {
-        /* EVALSHA of a digest the pool learnt (SCRIPT LOAD is the pool's); until then, and
-         * after a NOSCRIPT (an error reply: the worker's read reloads), the worker reads. */
-        char sha[41];
-        if (rkr_script_sha_known(rkr_lua_get_touch, sha) != 0) {
-            free(q);
-            return -1;
-        }
-        snprintf(nowbuf, sizeof nowbuf, "%lld", (long long)now_s);
-        struct cmd c;
-        rkr_cmd_build(&c, "EVALSHA", sha, "4", rkr_key_of(rs, k1, "sandbox:", id),
-                      rkr_key_of(rs, k2, "active", NULL), rkr_key_of(rs, k3, "expire", NULL),
-                      rkr_key_of(rs, k4, "reconcile_mark", NULL), id, nowbuf, (const char *)NULL);
-        q->parts = 1;
-        ok = redisAsyncCommandArgv(rd->ac, on_script, q, c.argc, c.argv, c.lens) == REDIS_OK;
-        if (!ok)
-            q->parts = 0;
-    }
+    q->rd = rd;
+    q->touch_s = now_s > 0 ? now_s : 0;
+    char k1[KEY_MAX], k3[KEY_MAX], k4[KEY_MAX];
+    struct cmd mget, zscore;
+    rkr_cmd_build(&mget, "MGET", rkr_key_of(rs, k1, "sandbox:", id),
+                  rkr_key_of(rs, k4, "reconcile_mark", NULL), (const char *)NULL);
+    rkr_cmd_build(&zscore, "ZSCORE", rkr_key_of(rs, k3, "expire", NULL), id, (const char *)NULL);
+    q->parts = 2;
+    int ok = redisAsyncCommandArgv(rd->ac, on_mget, q, mget.argc, mget.argv, mget.lens) == REDIS_OK;
+    if (ok)
+        ok = redisAsyncCommandArgv(rd->ac, on_zscore, q, zscore.argc, zscore.argv, zscore.lens) ==
+             REDIS_OK;
+    else
+        q->parts = 0;
+    if (!ok && q->parts == 2)
+        q->parts = 1; /* the MGET is queued: its reply (or its failure) still comes */
     if (!ok && q->parts == 0) {
         free(q); /* nothing was queued */
         return -1;

@@ -20,6 +20,7 @@
 #include "redis_fixture.h"
 #include "store/store.h"
 #include "store/store_common.h"
+#include "store/store_redis_internal.h"
 
 enum backend { BACKEND_MEMORY, BACKEND_REDIS };
 
@@ -444,15 +445,47 @@ static void create_idle(struct rk_store *st, const char *id, int minutes, int64_
     json_object_put(rec);
 }
 
+/* get_touch at now_s: the deadline it shows. */
+static int64_t touched(struct rk_store *st, const char *id, int64_t now_s)
+{
+    char err[RK_STORE_ERRLEN];
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get_touch(st, id, now_s, &got, NULL, 0, err, sizeof err),
+                     RK_STORE_OK);
+    int64_t e = expire_of(got);
+    json_object_put(got);
+    return e;
+}
+
+/* The touch rules on a new record id with a 2-minute idle lifetime and deadline 100: moved to
+ * now + 2 min, never backwards, a plain read with now <= 0, and a record that left the active
+ * set is not brought back into the idle index. */
+static void check_touch_rules(struct rk_store *st, const char *id)
+{
+    char err[RK_STORE_ERRLEN];
+    create_idle(st, id, 2, 100);
+    assert_int_equal(touched(st, id, 1000), 1120);
+    assert_int_equal(touched(st, id, 500), 1120); /* an older clock never moves it back */
+    assert_int_equal(touched(st, id, 1010), 1130);
+    assert_int_equal(touched(st, id, 0), 1130);
+    assert_int_equal(rk_store_update(st, id, set_state, "deleted", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(touched(st, id, 5000), -1);
+    char **ids = NULL;
+    size_t n = 0;
+    assert_int_equal(rk_store_expired(st, 1 << 30, 10, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_false(has_id(ids, n, id));
+    rk_store_free_ids(ids, n);
+}
+
 /* get_touch: the record, its deadline moved to now + auto_clear_time (never backwards, only
- * for active records), and the reconciler's mark, in one call. */
+ * for active records, set where there was none), and the reconciler's mark, in one call. */
 static void test_get_touch(void **state)
 {
     struct tctx *tc = *state;
     char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
     json_object *got = NULL;
     create_idle(tc->st, "g-1", 2, 100);
-    create_idle(tc->st, "g-2", -1, 100);
     assert_int_equal(
         rk_store_get_touch(tc->st, "g-1", 1000, &got, mark, sizeof mark, err, sizeof err),
         RK_STORE_OK);
@@ -460,38 +493,16 @@ static void test_get_touch(void **state)
     assert_string_equal(member(got, "state"), "running");
     assert_string_equal(mark, "");
     json_object_put(got);
-    /* The same second does not move it; an older clock never moves it back. */
-    assert_int_equal(rk_store_get_touch(tc->st, "g-1", 500, &got, NULL, 0, err, sizeof err),
-                     RK_STORE_OK);
-    assert_int_equal(expire_of(got), 1120);
-    json_object_put(got);
-    assert_int_equal(rk_store_get_touch(tc->st, "g-1", 1010, &got, NULL, 0, err, sizeof err),
-                     RK_STORE_OK);
-    assert_int_equal(expire_of(got), 1130);
-    json_object_put(got);
-    /* No idle lifetime: the deadline stays; now <= 0: a plain read. */
-    assert_int_equal(rk_store_get_touch(tc->st, "g-2", 1000, &got, NULL, 0, err, sizeof err),
-                     RK_STORE_OK);
-    assert_int_equal(expire_of(got), 100);
-    json_object_put(got);
-    assert_int_equal(rk_store_get_touch(tc->st, "g-1", 0, &got, NULL, 0, err, sizeof err),
-                     RK_STORE_OK);
-    assert_int_equal(expire_of(got), 1130);
-    json_object_put(got);
-    /* A deleted record is not resurrected into the idle index. */
-    assert_int_equal(rk_store_update(tc->st, "g-1", set_state, "deleted", NULL, err, sizeof err),
-                     RK_STORE_OK);
-    assert_int_equal(rk_store_get_touch(tc->st, "g-1", 5000, &got, NULL, 0, err, sizeof err),
-                     RK_STORE_OK);
-    assert_int_equal(expire_of(got), -1);
-    json_object_put(got);
-    char **ids = NULL;
-    size_t n = 0;
-    assert_int_equal(rk_store_expired(tc->st, 1 << 30, 10, &ids, &n, err, sizeof err), RK_STORE_OK);
-    assert_false(has_id(ids, n, "g-1"));
-    rk_store_free_ids(ids, n);
+    check_touch_rules(tc->st, "g-4");
+    /* No idle lifetime: the deadline stays. */
+    create_idle(tc->st, "g-2", -1, 100);
+    assert_int_equal(touched(tc->st, "g-2", 1000), 100);
     assert_int_equal(rk_store_get_touch(tc->st, "ghost", 1000, &got, NULL, 0, err, sizeof err),
                      RK_STORE_NOT_FOUND);
+    /* An active record without a deadline gets one (Redis: by script, as no ZADD XX can). */
+    create_idle(tc->st, "g-3", 1, 0);
+    assert_int_equal(touched(tc->st, "g-3", 2000), 2060);
+    assert_int_equal(touched(tc->st, "g-3", 0), 2060); /* stored, not only shown */
     /* The mark comes back with the record. */
     assert_int_equal(rk_store_set_mark(tc->st, "1700000000000 1700000000500 ", err, sizeof err),
                      RK_STORE_OK);
@@ -500,6 +511,19 @@ static void test_get_touch(void **state)
         RK_STORE_OK);
     assert_string_equal(mark, "1700000000000 1700000000500 ");
     json_object_put(got);
+}
+
+/* A Redis before 6.2 has no ZADD GT: its "syntax error" switches the store's touches to the
+ * script, which keeps the same rule (raise only, only active records). */
+static void test_touch_without_zadd_gt(void **state)
+{
+    struct tctx *tc = *state;
+    struct redis_store *rs = rkr_store(tc->st);
+    assert_int_equal(rkr_touch_refused(rs, "redis error: OOM command not allowed"), 0);
+    assert_false(atomic_load(&rs->no_zadd_gt));
+    assert_int_equal(rkr_touch_refused(rs, "redis error: ERR syntax error"), 1);
+    assert_true(atomic_load(&rs->no_zadd_gt));
+    check_touch_rules(tc->st, "s-1");
 }
 
 /* What a view_touch callback saw, copied out while it ran. */
@@ -1851,6 +1875,7 @@ int main(void)
         BOTH(test_touch_and_expired),
         BOTH(test_claim),
         BOTH(test_get_touch),
+        REDIS_ONLY(test_touch_without_zadd_gt),
         BOTH(test_view_touch),
         BOTH(test_lease),
         BOTH(test_create_queue),
