@@ -8,9 +8,8 @@
  * this admin alive (renewing their lease every RENEW_MS) and hands each claim
  * to a worker through a local list no longer than the free slots. A worker
  * runs one backend create at a time with the run function main.c gives
- * (rk_lifecycle_create_queued: the record is read, re-checked and updated as
- * the old per-create thread did),
- * then drops the claim. Workers are started when a claim finds none idle and
+ * (rk_lifecycle_create_queued, with the record the claim read in its own round
+ * trip), then drops the claim. Workers are started when a claim finds none idle and
  * end after IDLE_EXIT_MS without work, so an idle admin holds no create
  * thread. The feeder is woken at once by a local submit or a finished create,
  * and otherwise polls every POLL_MS: that is how it sees creates other admins
@@ -49,12 +48,20 @@
 /** Most creates claimed in one store round trip. */
 #define CLAIM_MAX 256
 
-/* A claimed create waiting for a worker. */
+/* A claimed create waiting for a worker: what the claim returned. */
 struct job {
     struct job *next;
     int64_t enqueued_ms;
+    int retaken;
+    json_object *rec; /* owned; NULL: the record is gone */
     char id[];
 };
+
+static void job_free(struct job *j)
+{
+    json_object_put(j->rec);
+    free(j);
+}
 
 static struct {
     pthread_mutex_t mu;
@@ -105,9 +112,9 @@ static int64_t epoch_ms(void)
 
 static void *worker_main(void *arg);
 
-/* Append a claimed create to the local list and make sure a worker takes it
- * (caller holds q.mu). 0, or -1 when no worker can run it. */
-static int add_job_locked(const struct rk_createq_item *it)
+/* Append a claimed create to the local list (taking its record) and make sure a worker takes
+ * it (caller holds q.mu). 0, or -1 when no worker can run it. */
+static int add_job_locked(struct rk_createq_item *it)
 {
     size_t len = strlen(it->id);
     struct job *j = malloc(sizeof *j + len + 1);
@@ -115,6 +122,9 @@ static int add_job_locked(const struct rk_createq_item *it)
         return -1;
     memcpy(j->id, it->id, len + 1);
     j->enqueued_ms = it->enqueued_ms;
+    j->retaken = it->retaken;
+    j->rec = it->rec;
+    it->rec = NULL;
     j->next = NULL;
     if (q.tail)
         q.tail->next = j;
@@ -239,12 +249,12 @@ static void *worker_main(void *arg)
 
         observe_wait((double)(epoch_ms() - j->enqueued_ms) / 1000.0);
         atomic_fetch_add(&started_total, 1);
-        run(app, j->id);
+        run(app, j->id, j->rec, j->retaken);
         char err[RK_STORE_ERRLEN];
         rk_store_rc rc = rk_createq_done(app->store, j->id, q.owner, err, sizeof err);
         if (rc == RK_STORE_ERROR)
             rk_warn("create queue: sandbox %s: cannot drop its finished create: %s", j->id, err);
-        free(j);
+        job_free(j);
 
         pthread_mutex_lock(&q.mu);
         q.running--;
@@ -368,7 +378,7 @@ void rk_create_queue_stop(struct rk_app *app, int64_t deadline_ms)
     while (jobs) {
         struct job *next = jobs->next;
         release(jobs->id);
-        free(jobs);
+        job_free(jobs);
         jobs = next;
     }
     pthread_mutex_lock(&q.mu);

@@ -22,9 +22,10 @@
 struct rk_app;
 struct rk_call;
 
-/** Runs the backend create of one claimed create (the record is the one of
- *  sandbox id): rk_lifecycle_create_queued. */
-typedef void (*rk_create_run_fn)(struct rk_app *app, const char *id);
+/** Runs the backend create of one claimed create: sandbox id, its record as the claim read it
+ *  (borrowed; NULL when it is gone) and whether an earlier claim of it lapsed (that create may
+ *  have reached the backend): rk_lifecycle_create_queued. */
+typedef void (*rk_create_run_fn)(struct rk_app *app, const char *id, json_object *rec, int retaken);
 
 /** Start the feeder and register the queue's /metrics families; workers run
  *  each claimed create with run. 0, or -1 when the thread cannot start. */

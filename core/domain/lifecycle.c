@@ -147,14 +147,6 @@ void rk_lifecycle_run_deferred(struct rk_app *app)
 
 /* ---- the backend create of a queued record ------------------------------------- */
 
-/* What a claimed create needs from its record, checked and stamped in one update. */
-struct create_claim {
-    const char *tag;
-    int64_t now_s;
-    int ok;           /* out: the record still waits for its create */
-    int64_t attempts; /* out: creates started for it before this one */
-};
-
 /* A create failed for good: the record leaves pending at once (pending -> deleted, event
  * "create_failed", the reason kept as its failed phase), as ROCK's immediate clean-up
  * removes it, so the next get_status answers "not found" (include_all_states: deleted,
@@ -185,27 +177,13 @@ static void create_failed(struct rk_app *app, const char *id, const char *why)
     rk_call_free(call);
 }
 
-/* rk_store_update callback: a pending record without a backend sandbox and without a
- * failure gets a fresh create deadline (the wait in the queue does not count) and one more
- * attempt; anything else is left alone (deleted or stopped meanwhile, or created already). */
-static int claim_record(json_object *rec, void *ctx)
+/* Does the record of a claimed create still wait for it: pending, without a backend sandbox
+ * and without a failure? (Deleted, stopped or created meanwhile: no.) */
+static int create_wanted(json_object *rec, const char *tag)
 {
-    struct create_claim *c = ctx;
-    c->ok = 0;
     json_object *v;
-    if (rk_rec_state(rec) != RK_STATE_PENDING || rk_rec_upstream_id(rec, c->tag) ||
-        (json_object_object_get_ex(rec, "create_failed", &v) && json_object_get_boolean(v)))
-        return 1;
-    int64_t startup = 600;
-    if (json_object_object_get_ex(rec, "create_startup_timeout", &v) && v)
-        startup = json_object_get_int64(v);
-    c->attempts = 0;
-    if (json_object_object_get_ex(rec, "create_attempts", &v) && v)
-        c->attempts = json_object_get_int64(v);
-    json_object_object_add(rec, "create_attempts", json_object_new_int64(c->attempts + 1));
-    json_object_object_add(rec, "create_deadline", json_object_new_int64(c->now_s + startup + 120));
-    c->ok = 1;
-    return 0;
+    return rec && rk_rec_state(rec) == RK_STATE_PENDING && !rk_rec_upstream_id(rec, tag) &&
+           !(json_object_object_get_ex(rec, "create_failed", &v) && json_object_get_boolean(v));
 }
 
 /* A string member of rec copied (NULL when absent). */
@@ -252,20 +230,12 @@ static void record_created(struct rk_app *app, struct rk_call *call, const char 
     }
 }
 
-void rk_lifecycle_create_queued(struct rk_app *app, const char *id)
+void rk_lifecycle_create_queued(struct rk_app *app, const char *id, json_object *rec, int retaken)
 {
     const struct rk_plugin *pl = app->plugin;
     const char *tag = pl->desc->backend_tag;
-    char err[RK_STORE_ERRLEN];
-    struct create_claim cc = {.tag = tag, .now_s = rk_epoch_s()};
-    json_object *rec = NULL;
-    rk_store_rc rc = rk_store_update(app->store, id, claim_record, &cc, &rec, err, sizeof err);
-    if (rc == RK_STORE_ERROR)
-        rk_warn("sandbox %s: cannot read its record for the create: %s", id, err);
-    if (rc != RK_STORE_OK || !cc.ok || !rec) {
-        json_object_put(rec); /* deleted, stopped or created meanwhile: nothing to do */
-        return;
-    }
+    if (!create_wanted(rec, tag))
+        return; /* deleted, stopped or created meanwhile: nothing to do */
     /* What the backend create needs, from the record start_async stored. */
     struct rk_create_spec spec = {0};
     spec.sandbox_id = id;
@@ -288,11 +258,10 @@ void rk_lifecycle_create_queued(struct rk_app *app, const char *id)
     spec.startup_timeout_s = (int64_t)rec_num(rec, "create_startup_timeout", 600);
     struct rk_call *call = rk_call_new(rid ? rid : "create", -1, 0);
     spec.env = rk_rec_env(call, rec, &spec.env_len); /* copied into the call's arena */
-    json_object_put(rec);
 
     struct rk_created out = {0};
     rk_status st = RK_E_NOT_FOUND;
-    if (cc.attempts > 0) {
+    if (retaken) {
         /* An admin that claimed this create before died or lost its claim: the backend may
          * have the sandbox already. Adopt it rather than create a second one. */
         struct rk_sandbox_ref ref = {id, NULL, tag, RK_STATE_PENDING};

@@ -30,14 +30,15 @@
 struct rk_app;
 struct rk_call;
 
-/** Run the backend create of the stored pending record id (a create worker
- *  claimed it from the create queue, create_queue.h). The record is re-read:
- *  nothing happens when it left pending, has a backend sandbox or a failure.
- *  Otherwise its create deadline restarts, the plugin's create() runs (after a
- *  status() by sandbox id when an earlier attempt may have reached the
- *  backend), and the outcome is recorded: the backend id, or the failure that
- *  marks the record for immediate deletion. */
-void rk_lifecycle_create_queued(struct rk_app *app, const char *id);
+/** Run the backend create of the pending record id (a create worker claimed it
+ *  from the create queue, create_queue.h, which read rec, borrowed, NULL when
+ *  gone, in the claim's round trip). Nothing happens when it left pending, has
+ *  a backend sandbox or a failure. Otherwise the plugin's create() runs (after
+ *  a status() by sandbox id when retaken: an earlier claim lapsed, so that
+ *  attempt may have reached the backend), and the outcome is recorded: the
+ *  backend id, or the failure that marks the record for immediate deletion.
+ *  The record is written only then: the claim itself is the queue's. */
+void rk_lifecycle_create_queued(struct rk_app *app, const char *id, json_object *rec, int retaken);
 
 /**
  * Ask the backend for the state of an active record and persist what it

@@ -11,8 +11,8 @@
  * reported a failure, envd_token_sha256 (hex digest of the E2B envd access
  * token, only for sandboxes POST /sandboxes made with authentication on;
  * never shown). Not shown to clients either: create_deadline,
- * create_startup_timeout, create_request_id and create_attempts (the create
- * queue's), create_failed, backend_state.
+ * create_startup_timeout and create_request_id (the create's), create_failed,
+ * backend_state.
  */
 #ifndef RK_RECORD_H
 #define RK_RECORD_H

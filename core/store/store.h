@@ -280,10 +280,16 @@ rk_store_rc rk_store_set_mark(struct rk_store *st, const char *value, char *err,
 /** Longest owner name of the create queue (an admin's host:pid:random). */
 #define RK_CREATEQ_OWNER_MAX 127
 
-/** One claimed create: the sandbox id (malloc'd) and its enqueue time (epoch ms). */
+/** One claimed create: the sandbox id (malloc'd), its enqueue time (epoch ms), whether an
+ *  earlier claim of it lapsed (its admin died or stopped renewing while it held it, so that
+ *  create may have reached the backend), and its record as the claim found it (the caller's
+ *  copy, with no expire_time; NULL when the record is gone), read in the claim's own round
+ *  trip. */
 struct rk_createq_item {
     char *id;
     int64_t enqueued_ms;
+    int retaken;
+    json_object *rec;
 };
 
 /** What one claim may take. */
@@ -313,7 +319,8 @@ rk_store_rc rk_createq_create(struct rk_store *st, const char *id, json_object *
                               char *err, size_t errlen);
 
 /** Claim the oldest eligible entries (see above). Expired claims are first put back in the
- *  queue; *requeued_out (may be NULL) receives how many. *items_out (free with
+ *  queue, marked retaken until their create is done or cancelled; *requeued_out (may be NULL)
+ *  receives how many. *items_out (free with
  *  rk_createq_free_items) receives *n_out items in enqueue order. */
 rk_store_rc rk_createq_claim(struct rk_store *st, const struct rk_createq_claim *c,
                              struct rk_createq_item **items_out, size_t *n_out,

@@ -605,7 +605,9 @@ rk_store_rc rk_createq_depth(struct rk_store *st, size_t *queued_out, size_t *cl
 /* Free claimed items. */
 void rk_createq_free_items(struct rk_createq_item *items, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         free(items[i].id);
+        json_object_put(items[i].rec);
+    }
     free(items);
 }

@@ -154,6 +154,7 @@ rk_store_rc rkm_cq_claim(struct rk_store *st, const struct rk_createq_claim *c,
         list_del(&m->cq_claimed, e);
         e->claimed_until = 0;
         e->owner[0] = '\0'; /* anyone's now */
+        e->retaken = 1;
         queue_insert(&m->cq_queued, e);
         requeued++;
     }
@@ -193,6 +194,8 @@ rk_store_rc rkm_cq_claim(struct rk_store *st, const struct rk_createq_claim *c,
         list_append(&m->cq_claimed, e);
         items[n].id = id;
         items[n].enqueued_ms = e->enqueued_ms;
+        items[n].retaken = e->retaken;
+        items[n].rec = rkm_record_copy_locked(m, e->id);
         n++;
     }
     if (c->rate > 0)

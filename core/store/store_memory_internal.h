@@ -55,6 +55,7 @@ struct cq_ent {
     struct cq_ent *prev, *next; /* in the queue or in the claimed list */
     int64_t enqueued_ms;
     int64_t claimed_until;                /* epoch ms; 0 = queued */
+    int retaken;                          /* a claim of it lapsed */
     char owner[RK_CREATEQ_OWNER_MAX + 1]; /* "" = nobody's (queued again) */
     char id[];
 };
@@ -142,6 +143,9 @@ rk_store_session_count_fn rkm_session_count;
 /* store_memory_createq.c */
 /** Free every create-queue entry. */
 void rkm_cq_free(struct mem_store *m);
+/** A copy of record id as get shows it, without expire_time (caller holds the lock); NULL
+ *  when there is none (or no memory). */
+json_object *rkm_record_copy_locked(struct mem_store *m, const char *id);
 /** Value destructor of cq_index: nothing (the lists own the entries). */
 void rkm_cq_keep(void *v);
 rk_createq_push_fn rkm_cq_push;

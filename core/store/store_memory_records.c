@@ -97,6 +97,14 @@ static rk_store_rc get_locked(struct mem_store *m, const char *id, json_object *
     return *out ? RK_STORE_OK : rkm_oom(err, errlen);
 }
 
+json_object *rkm_record_copy_locked(struct mem_store *m, const char *id)
+{
+    struct mem_ent *e = rkm_map_find(&m->records, id);
+    if (!e || rec_purged(e->val, rk_store_now_ms()))
+        return NULL;
+    return deep_copy(((struct mem_rec *)e->val)->rec);
+}
+
 /* Fetch one record. */
 rk_store_rc rkm_get(struct rk_store *st, const char *id, json_object **out, char *err,
                     size_t errlen)

@@ -6,12 +6,15 @@
  *   <p>createq:claimed      sorted set, claimed id -> lease deadline (epoch ms)
  *   <p>createq:holder       hash, claimed id -> "<owner> <enqueue ms>"
  *   <p>createq:rate         hash {s: wall-clock second, n: claims in it} (create_rate)
+ *   <p>createq:retaken      hash, id -> 1 once a claim of it lapsed (until done or cancelled)
  * Every change is one script, so the queue stays consistent across admins. The per-owner set
  * lets an admin take its own new entries at once (ZRANGE) and everyone's older than the
  * steal cutoff (ZRANGEBYSCORE on the FIFO) in O(log N + taken); the claimed set is bounded by
  * the concurrency, so renewing scans it. The scripts build the per-owner and rate keys from
  * the prefix they are given (one Redis, no cluster: the store is used that way). */
 #include "store/store_redis_internal.h"
+
+#include "obs/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +47,8 @@ static const char lua_create_queued[] = RKR_LUA_CREATE_FN LUA_PUSH_FN
     "return push({KEYS[7], KEYS[8], KEYS[9], KEYS[10]}, {ARGV[1], ARGV[8], ARGV[9], ARGV[10]})\n";
 
 /* KEYS: createq, claimed, origin, holder; ARGV: owner, now ms, lease ms, want, concurrency,
- * rate, steal cutoff ms, "<p>createq:". Returns {requeued, id, enqueue ms, id, ...}. */
+ * rate, steal cutoff ms, "<p>createq:", "<p>sandbox:". Returns {requeued, id, enqueue ms,
+ * retaken (0/1), record JSON or nil, id, ...}. */
 static const char lua_claim[] =
     "local now = tonumber(ARGV[2])\n"
     "local requeued = 0\n"
@@ -58,6 +62,7 @@ static const char lua_claim[] =
     "  redis.call('ZREM', KEYS[2], id)\n"
     "  redis.call('HDEL', KEYS[4], id)\n"
     "  redis.call('ZADD', KEYS[1], enq, id)\n"
+    "  redis.call('HSET', ARGV[8] .. 'retaken', id, 1)\n"
     "  requeued = requeued + 1\n"
     "end\n"
     "local out = {requeued}\n"
@@ -95,6 +100,8 @@ static const char lua_claim[] =
     "      redis.call('HSET', KEYS[4], id, ARGV[1] .. ' ' .. sc)\n"
     "      out[#out + 1] = id\n"
     "      out[#out + 1] = sc\n"
+    "      out[#out + 1] = redis.call('HEXISTS', ARGV[8] .. 'retaken', id)\n"
+    "      out[#out + 1] = redis.call('GET', ARGV[9] .. id)\n"
     "      taken = taken + 1\n"
     "    end\n"
     "  end\n"
@@ -117,8 +124,8 @@ static const char lua_renew[] = "local n = 0\n"
                                 "end\n"
                                 "return n\n";
 
-/* KEYS: claimed, holder, createq; ARGV: id, owner, "1" to put it back in the queue.
- * 1 done, 0 not ours. */
+/* KEYS: claimed, holder, createq; ARGV: id, owner, "1" to put it back in the queue,
+ * "<p>createq:". 1 done, 0 not ours. */
 static const char lua_finish[] =
     "local h = redis.call('HGET', KEYS[2], ARGV[1])\n"
     "local pre = ARGV[2] .. ' '\n"
@@ -127,6 +134,8 @@ static const char lua_finish[] =
     "redis.call('HDEL', KEYS[2], ARGV[1])\n"
     "if ARGV[3] == '1' then\n"
     "  redis.call('ZADD', KEYS[3], tonumber(string.sub(h, #pre + 1)) or 0, ARGV[1])\n"
+    "else\n"
+    "  redis.call('HDEL', ARGV[4] .. 'retaken', ARGV[1])\n"
     "end\n"
     "return 1\n";
 
@@ -136,11 +145,13 @@ static const char lua_cancel[] =
     "local o = redis.call('HGET', KEYS[2], ARGV[1])\n"
     "if o then redis.call('ZREM', ARGV[2] .. 'own:' .. o, ARGV[1]) end\n"
     "redis.call('HDEL', KEYS[2], ARGV[1])\n"
+    "redis.call('HDEL', ARGV[2] .. 'retaken', ARGV[1])\n"
     "return 1\n";
 
 /* The fixed keys of the queue. */
 struct cq_keys {
-    char q[KEY_MAX], claimed[KEY_MAX], origin[KEY_MAX], holder[KEY_MAX], base[KEY_MAX];
+    char q[KEY_MAX], claimed[KEY_MAX], origin[KEY_MAX], holder[KEY_MAX], base[KEY_MAX],
+        records[KEY_MAX];
 };
 
 static void cq_keys(const struct redis_store *rs, struct cq_keys *k)
@@ -150,6 +161,7 @@ static void cq_keys(const struct redis_store *rs, struct cq_keys *k)
     rkr_key_of(rs, k->origin, "createq:origin", NULL);
     rkr_key_of(rs, k->holder, "createq:holder", NULL);
     rkr_key_of(rs, k->base, "createq:", NULL);
+    rkr_key_of(rs, k->records, "sandbox:", NULL);
 }
 
 /* The arguments every enqueue shares: the owner's key, the time and the capacity. */
@@ -239,7 +251,7 @@ rk_store_rc rkr_cq_claim(struct rk_store *st, const struct rk_createq_claim *cl,
     snprintf(cutoff, sizeof cutoff, "%lld", (long long)(cl->now_ms - cl->steal_after_ms));
     struct cmd c;
     rkr_cmd_build(&c, "EVAL", lua_claim, "4", k.q, k.claimed, k.origin, k.holder, cl->owner, now,
-                  lease, want, conc, rate, cutoff, k.base, (const char *)NULL);
+                  lease, want, conc, rate, cutoff, k.base, k.records, (const char *)NULL);
     redisReply *r = NULL;
     rk_store_rc rc = rkr_run(rs, &c, &r, err, errlen);
     if (rc != RK_STORE_OK)
@@ -251,7 +263,7 @@ rk_store_rc rkr_cq_claim(struct rk_store *st, const struct rk_createq_claim *cl,
     }
     if (requeued_out)
         *requeued_out = (size_t)r->element[0]->integer;
-    size_t n = (r->elements - 1) / 2;
+    size_t n = (r->elements - 1) / 4;
     struct rk_createq_item *items = n ? calloc(n, sizeof *items) : NULL;
     if (n && !items) {
         freeReplyObject(r);
@@ -259,13 +271,18 @@ rk_store_rc rkr_cq_claim(struct rk_store *st, const struct rk_createq_claim *cl,
     }
     size_t got = 0;
     for (size_t i = 0; i < n; i++) {
-        const redisReply *id = r->element[1 + 2 * i], *sc = r->element[2 + 2 * i];
-        if (id->type != REDIS_REPLY_STRING || sc->type != REDIS_REPLY_STRING)
+        redisReply *const *e = &r->element[1 + 4 * i]; /* id, enqueue ms, retaken, record */
+        if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING)
             continue;
-        items[got].id = strndup(id->str, id->len);
+        items[got].id = strndup(e[0]->str, e[0]->len);
         if (!items[got].id)
             break;
-        items[got].enqueued_ms = strtoll(sc->str, NULL, 10);
+        items[got].enqueued_ms = strtoll(e[1]->str, NULL, 10);
+        items[got].retaken = e[2]->type == REDIS_REPLY_INTEGER && e[2]->integer == 1;
+        char why[RK_STORE_ERRLEN];
+        if (rkr_record_from(e[3], NULL, &items[got].rec, items[got].id, why, sizeof why) ==
+            RK_STORE_ERROR)
+            rk_warn("create queue: %s", why); /* its create is dropped: the record is broken */
         got++;
     }
     freeReplyObject(r);
@@ -303,7 +320,7 @@ static rk_store_rc finish(struct rk_store *st, const char *id, const char *owner
     struct cq_keys k;
     cq_keys(rs, &k);
     struct cmd c;
-    rkr_cmd_build(&c, "EVAL", lua_finish, "3", k.claimed, k.holder, k.q, id, owner, back,
+    rkr_cmd_build(&c, "EVAL", lua_finish, "3", k.claimed, k.holder, k.q, id, owner, back, k.base,
                   (const char *)NULL);
     long long v = 0;
     rk_store_rc rc = rkr_run_int(rs, &c, &v, err, errlen);

@@ -634,6 +634,11 @@ static void test_claim(void **state)
     assert_int_equal(rk_store_claim(tc->st, "sweep:y", 30, err, sizeof err), RK_STORE_EXISTS);
 }
 
+/* What the last cq_claim returned beside the ids: retaken, and the record's image ("(none)"
+ * without a record). */
+static int claimed_retaken[8];
+static char claimed_image[8][32];
+
 /* Claim up to want creates for owner at now (a 1.5 s lease, everyone's entries stealable after
  * steal ms); returns how many and copies their ids into ids (each < 32 bytes). */
 static size_t cq_claim(struct rk_store *st, const char *owner, int64_t now, size_t want, int conc,
@@ -650,8 +655,12 @@ static size_t cq_claim(struct rk_store *st, const char *owner, int64_t now, size
     struct rk_createq_item *items = NULL;
     size_t n = 0;
     assert_int_equal(rk_createq_claim(st, &c, &items, &n, requeued, err, sizeof err), RK_STORE_OK);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         snprintf(ids[i], 32, "%s", items[i].id);
+        claimed_retaken[i] = items[i].retaken;
+        const char *image = items[i].rec ? member(items[i].rec, "image") : "(none)";
+        snprintf(claimed_image[i], 32, "%s", image ? image : "(no image)");
+    }
     rk_createq_free_items(items, n);
     return n;
 }
@@ -699,12 +708,16 @@ static void test_create_queue(void **state)
     assert_int_equal(cq_claim(st, "b", t + 100, 8, 8, 0, 2000, ids, &requeued), 0);
     assert_int_equal(cq_claim(st, "b", t + 5000, 1, 8, 0, 2000, ids, &requeued), 1);
     assert_string_equal(ids[0], "c2");
+    assert_int_equal(claimed_retaken[0], 0); /* released, not lapsed */
+    assert_string_equal(claimed_image[0], "(none)");
     /* b's claim expires (1.5 s lease, not renewed): a later claim queues it again, first. */
     assert_int_equal(rk_createq_renew(st, "a", t + 99999, NULL, err, sizeof err), RK_STORE_OK);
     assert_int_equal(cq_claim(st, "a", t + 7000, 8, 8, 0, 2000, ids, &requeued), 2);
     assert_int_equal(requeued, 1);
     assert_string_equal(ids[0], "c2");
     assert_string_equal(ids[1], "c4");
+    assert_int_equal(claimed_retaken[0], 1); /* b's claim lapsed: its create may have run */
+    assert_int_equal(claimed_retaken[1], 0);
     size_t renewed = 0;
     assert_int_equal(rk_createq_renew(st, "a", t + 99999, &renewed, err, sizeof err), RK_STORE_OK);
     assert_int_equal(renewed, 2);
@@ -716,6 +729,7 @@ static void test_create_queue(void **state)
         assert_int_equal(rk_createq_push(st, names[i], "a", t + 8000 + i, 100, err, sizeof err),
                          RK_STORE_OK);
     assert_int_equal(cq_claim(st, "a", t + 9000, 8, 8, 2, 2000, ids, &requeued), 2);
+    assert_int_equal(claimed_retaken[0] + claimed_retaken[1], 0); /* done forgot the mark */
     assert_int_equal(cq_claim(st, "a", t + 9500, 8, 8, 2, 2000, ids, &requeued), 0);
     assert_int_equal(cq_claim(st, "a", t + 10000, 8, 8, 2, 2000, ids, &requeued), 2);
     assert_int_equal(rk_createq_depth(st, &q, &c, err, sizeof err), RK_STORE_OK);
@@ -764,6 +778,8 @@ static void test_create_queued_record(void **state)
     assert_int_equal(cq_claim(st, "a", t + 10, 8, 8, 0, 2000, ids, &requeued), 2);
     assert_string_equal(ids[0], "n1");
     assert_string_equal(ids[1], "n2");
+    assert_string_equal(claimed_image[0], "img:1"); /* the record, read by the claim */
+    assert_string_equal(claimed_image[1], "img:1");
     json_object_put(rec);
     json_object_put(other);
 }
