@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,18 @@ bool rk_store_rec_active(json_object *rec)
         return false;
     const char *s = json_object_get_string(state);
     return strcmp(s, "pending") == 0 || strcmp(s, "running") == 0;
+}
+
+int64_t rk_store_touch_deadline(json_object *rec, int64_t now_s, int64_t current)
+{
+    json_object *v;
+    if (now_s <= 0 || !json_object_object_get_ex(rec, "auto_clear_time", &v) || !v)
+        return 0;
+    int64_t minutes = json_object_get_int64(v);
+    if (minutes <= 0 || minutes >= INT64_MAX / 120)
+        return 0;
+    int64_t deadline = now_s + minutes * 60;
+    return deadline > current ? deadline : 0;
 }
 
 /* True if the record carries a job lease and is not deleted. */

@@ -160,6 +160,11 @@ rk_store_rc rk_store_fail(char *err, size_t errlen, const char *fmt, ...)
 /** 1 if rec's "state" is "pending" or "running". */
 bool rk_store_rec_active(json_object *rec);
 
+/** The idle touch of a read at now_s, both stores' one rule: for an active record rec whose
+ *  idle deadline is current (0 = none), now_s + its auto_clear_time minutes when positive and
+ *  later than current; else 0 (no touch). */
+int64_t rk_store_touch_deadline(json_object *rec, int64_t now_s, int64_t current);
+
 /** 1 if rec's "state" is "deleted" (subject to the retention). */
 bool rk_store_rec_deleted(json_object *rec);
 

@@ -86,23 +86,28 @@ void rkm_purge_due(struct mem_store *m)
     }
 }
 
+/* The record of id unless it is absent or its retention ran out (caller holds the lock). */
+static const struct mem_rec *live_locked(struct mem_store *m, const char *id)
+{
+    struct mem_ent *e = rkm_map_find(&m->records, id);
+    return e && !rec_purged(e->val, rk_store_now_ms()) ? e->val : NULL;
+}
+
 /* Fetch one record (caller holds the lock). */
 static rk_store_rc get_locked(struct mem_store *m, const char *id, json_object **out, char *err,
                               size_t errlen)
 {
-    struct mem_ent *e = rkm_map_find(&m->records, id);
-    if (!e || rec_purged(e->val, rk_store_now_ms()))
+    const struct mem_rec *r = live_locked(m, id);
+    if (!r)
         return RK_STORE_NOT_FOUND;
-    *out = view_of(e->val);
+    *out = view_of(r);
     return *out ? RK_STORE_OK : rkm_oom(err, errlen);
 }
 
 json_object *rkm_record_copy_locked(struct mem_store *m, const char *id)
 {
-    struct mem_ent *e = rkm_map_find(&m->records, id);
-    if (!e || rec_purged(e->val, rk_store_now_ms()))
-        return NULL;
-    return deep_copy(((struct mem_rec *)e->val)->rec);
+    const struct mem_rec *r = live_locked(m, id);
+    return r ? deep_copy(r->rec) : NULL;
 }
 
 /* Fetch one record. */
@@ -271,12 +276,9 @@ static void touch_locked(struct mem_store *m, const char *id, int64_t now_s)
     if (!e)
         return;
     struct mem_rec *r = e->val;
-    json_object *mv;
-    int64_t minutes = 0;
-    if (r->active && json_object_object_get_ex(r->rec, "auto_clear_time", &mv) && mv)
-        minutes = json_object_get_int64(mv);
-    if (minutes > 0 && minutes < INT64_MAX / 120 && now_s + minutes * 60 > r->expire)
-        r->expire = now_s + minutes * 60;
+    int64_t deadline = r->active ? rk_store_touch_deadline(r->rec, now_s, r->expire) : 0;
+    if (deadline)
+        r->expire = deadline;
 }
 
 /* Record + idle deadline, touched (touch_locked). */

@@ -437,19 +437,16 @@ int64_t rkr_touch_due(json_object *rec, int64_t now_s, bool *had_deadline)
 {
     json_object *v;
     *had_deadline = false;
-    if (now_s <= 0 || !rec || !rk_store_rec_active(rec) ||
-        !json_object_object_get_ex(rec, "auto_clear_time", &v) || !v)
+    if (!rec || !rk_store_rec_active(rec))
         return 0;
-    int64_t minutes = json_object_get_int64(v);
-    if (minutes <= 0 || minutes >= INT64_MAX / 120)
-        return 0;
-    int64_t deadline = now_s + minutes * 60;
+    int64_t current = 0;
     if (json_object_object_get_ex(rec, "expire_time", &v) && v) {
         *had_deadline = true;
-        if (json_object_get_int64(v) >= deadline)
-            return 0;
+        current = json_object_get_int64(v);
     }
-    json_object_object_add(rec, "expire_time", json_object_new_int64(deadline));
+    int64_t deadline = rk_store_touch_deadline(rec, now_s, current);
+    if (deadline)
+        json_object_object_add(rec, "expire_time", json_object_new_int64(deadline));
     return deadline;
 }
 
