@@ -2,7 +2,7 @@
 """Cheap requests side by side: rock-admin against nginx, Redis and the OpenSandbox
 simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medians of three.
 
-  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N|wsrelays N|startup] [--seconds S] [--strace]
+  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N [--reused]|wsrelays N|startup] [--seconds S] [--strace]
 
 Run from a configured build directory with the environment described in docs/performance.md
 (ROCK_ADMIN_BIN, ROCK_TEST_PLUGIN_DIR, ROCK_OPENSANDBOX_PLUGIN_DIR, OPENSANDBOX_SIM).
@@ -13,6 +13,10 @@ Per-request figures: Redis commands from INFO commandstats (delta / requests), r
 time from /proc/PID/stat (utime+stime delta / requests), context switches from perf stat when
 available, syscalls from `strace -c -f` on a separate short run (--strace; strace slows the
 process, so that run's throughput is not reported).
+
+inflight --reused sends each command on a keep-alive connection that has already served a
+request (GET /), as the SDKs' connection pools do: such a connection keeps libmicrohttpd's whole
+pool (server.max_header_bytes), a fresh one only what its first request touched.
 """
 import http.client
 import json
@@ -35,7 +39,7 @@ SECONDS = 5
 RUNS = 3
 THREADS, CONNS = 2, 64
 RESULTS = []
-# extra server.* settings for the in-flight scenario, e.g. BENCH_SERVER='{"max_header_bytes": 8192}'
+# extra server.* settings for the in-flight and WebSocket-relay scenarios, e.g. BENCH_SERVER='{"max_header_bytes": 8192}'
 SERVER_EXTRA = json.loads(os.environ.get("BENCH_SERVER", "{}"))
 
 
@@ -509,11 +513,13 @@ def latency_sample(port, method, path, headers=None, count=200):
     return times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))], statuses
 
 
-def scenario_inflight(n):
+def scenario_inflight(n, reused=False):
     """n concurrent /execute (sleep) through opensandbox.so against the simulator: rock-admin's
-    RSS and threads with all of them in flight, and the latency of GET / and get_status meanwhile."""
+    RSS and threads with all of them in flight, and the latency of GET / and get_status meanwhile.
+    reused: each command goes on a connection that has served a GET / before."""
     import resource
-    log("== %d in-flight /execute through opensandbox.so ==" % n)
+    log("== %d in-flight /execute through opensandbox.so%s ==" % (
+        n, ", each on a connection that served a request before" if reused else ""))
     # the bench holds n client sockets; rock-admin two descriptors per command, the simulator
     # one connection and three descriptors per running command (all inherit this limit)
     want = 5 * n + 4096
@@ -537,6 +543,9 @@ def scenario_inflight(n):
     t0 = time.time()
     for _ in range(n):
         c = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=400)
+        if reused:
+            c.request("GET", "/")
+            c.getresponse().read()
         c.request("POST", PREFIX + "/execute", body, {"Content-Type": "application/json"})
         conns.append(c)
     # every command running upstream (the plugin's upstream gauge counts them)
@@ -556,7 +565,8 @@ def scenario_inflight(n):
     log("    meanwhile GET / p50 %.2f ms p99 %.2f ms (idle: p50 %.2f p99 %.2f) %s; get_status p50 %.2f ms "
         "p99 %.2f ms %s" % (root[0], root[1], base_p50, base_p99, root[2], status[0], status[1],
                             status[2]))
-    RESULTS.append({"name": "%d in-flight /execute, opensandbox.so" % n, "rss_kib": rss,
+    RESULTS.append({"name": "%d in-flight /execute, opensandbox.so%s" % (
+                        n, ", reused connections" if reused else ""), "rss_kib": rss,
                     "idle_kib": idle, "per_req_kib": (rss - idle) / n, "threads": threads,
                     "root_p99_ms": root[1], "get_status_p99_ms": status[1]})
     ok = 0
@@ -654,9 +664,9 @@ def scenario_wsrelays(n):
     try:
         port = json.loads(srv.stdout.readline())["port"]
         admin = Admin(config={"testop": {"proxy_base": "http://127.0.0.1:{port}"},
-                              "server": {"host": "127.0.0.1", "port": 0, "drain_timeout": 30,
-                                         "max_connections": n + 256,
-                                         "per_ip_connections": n + 256},
+                              "server": dict({"host": "127.0.0.1", "port": 0,
+                                              "drain_timeout": 30, "max_connections": n + 256,
+                                              "per_ip_connections": n + 256}, **SERVER_EXTRA),
                               "log": {"level": "warning"}})
         sid = admin.start_sandbox()
         pid = admin.proc.pid
@@ -764,7 +774,7 @@ def main():
             scenario_upload()
         if what in ("all", "inflight"):
             n = int(args[1]) if what == "inflight" and len(args) > 1 else 5000
-            scenario_inflight(n)
+            scenario_inflight(n, "--reused" in args)
         if what in ("all", "startup"):
             scenario_startup()
         if what == "wsrelays":

@@ -188,7 +188,7 @@ struct rk_config *rk_config_defaults(void)
     c->server.per_ip_connections = -1;
     c->server.connection_timeout_s = 60;
     c->server.max_body_bytes = 64ll * 1024 * 1024;
-    c->server.max_header_bytes = 32768;
+    c->server.max_header_bytes = 16384;
     c->server.max_upload_bytes = 1024ll * 1024 * 1024;
     c->server.max_output_bytes = 16ll * 1024 * 1024;
     c->server.max_read_bytes = 64ll * 1024 * 1024;

@@ -50,7 +50,7 @@ struct rk_config {
         int per_ip_connections;   /* default -1 = max_connections/4; 0 = unlimited */
         int connection_timeout_s; /* idle timeout, default 60, never 0 */
         int64_t max_body_bytes;   /* JSON bodies, default 64 MiB */
-        int max_header_bytes;     /* per-connection header memory, default 32768 */
+        int max_header_bytes;     /* per-connection header memory, default 16384 */
         int64_t max_upload_bytes; /* /upload, default 1 GiB; 0 = unlimited */
         int64_t max_output_bytes; /* command output kept per request, default 16 MiB */
         int64_t max_read_bytes;   /* /read_file content, default 64 MiB */

@@ -349,15 +349,6 @@ def peak_rss_kib(pid):
         return int([l.split()[1] for l in f if l.startswith("VmHWM:")][0])
 
 
-def rss_means_something(pid):
-    """False when the daemon runs under AddressSanitizer or ThreadSanitizer: ASan keeps freed
-    memory in its quarantine (up to 256 MiB) and TSan adds shadow memory, so RSS grows with
-    the bytes moved whatever the code holds; the normal build's run checks the bound."""
-    with open("/proc/%d/maps" % pid) as f:
-        maps = f.read()
-    return "libasan" not in maps and "libtsan" not in maps
-
-
 @test
 def envd_files_larger_than_the_memory_budget_stream_both_ways():
     # /files never holds a file whole: with a 4 MiB memory budget a 40 MiB file goes up
@@ -377,7 +368,7 @@ def envd_files_larger_than_the_memory_budget_stream_both_ways():
     assert r["gotBytes"] == size and r["size"] == size, r
     assert r["got"] == r["sent"], r
     assert r["written"] == {"name": "big.bin", "path": r["path"]}, r
-    if rss_means_something(pid):
+    if harness.rss_means_something(pid):
         assert grew < (size >> 10) // 4, (grew, size)
 
 

@@ -85,7 +85,7 @@ static void test_defaults(void **state)
     assert_int_equal(c->server.per_ip_connections, -1);
     assert_int_equal(c->server.connection_timeout_s, 60);
     assert_int_equal(c->server.max_body_bytes, 64 * 1024 * 1024);
-    assert_int_equal(c->server.max_header_bytes, 32768);
+    assert_int_equal(c->server.max_header_bytes, 16384);
     assert_true(c->server.max_upload_bytes == 1024LL * 1024 * 1024);
     assert_true(c->server.max_buffered_bytes == 512LL * 1024 * 1024);
     assert_true(c->server.max_spool_bytes == 1024LL * 1024 * 1024);
