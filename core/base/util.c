@@ -232,6 +232,14 @@ void rk_py_float(double v, char out[64])
     rku_py_float(v, out);
 }
 
+uint64_t rk_hash_str(const char *s)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
 int rk_strcaseeq(const char *a, const char *b)
 {
     return a && b && strcasecmp(a, b) == 0;

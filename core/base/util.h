@@ -65,6 +65,8 @@ void rk_py_float(double v, char out[64]);
 
 /** Case-insensitive ASCII equality. */
 int rk_strcaseeq(const char *a, const char *b);
+/** FNV-1a (64-bit) of a NUL-terminated string: for hash tables and slots, not for security. */
+uint64_t rk_hash_str(const char *s);
 /** Parse a query/bool string (true/false/1/0/yes/no/on/off/t/f/y/n); -1 if invalid. */
 int rk_parse_bool(const char *s);
 

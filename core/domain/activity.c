@@ -28,9 +28,7 @@ int64_t rk_activity_deadline(int64_t now_s, int64_t idle_minutes)
 /* The throttle slot of id (FNV-1a) and the value it holds once id was seen in second now_s. */
 static _Atomic uint64_t *activity_slot(const char *id, int64_t now_s, uint64_t *want)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
-        h = (h ^ *p) * 1099511628211ull;
+    uint64_t h = rk_hash_str(id);
     *want = (h & 0xffffffff00000000ull) | (uint32_t)now_s;
     return &activity_slots[h % ACTIVITY_SLOTS];
 }

@@ -306,10 +306,7 @@ static int by_settled_id(const void *a, const void *b)
 /* FNV-1a of a ROCK id: staggers the re-reads over the passes. */
 static unsigned id_hash(const char *s)
 {
-    unsigned h = 2166136261u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 16777619u;
-    return h;
+    return (unsigned)rk_hash_str(s);
 }
 
 /* 1 when this pass may take record id's glance from memory (filled into g); 0 when it must

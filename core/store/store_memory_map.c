@@ -4,6 +4,8 @@
  * freed with the table's free_val. Not locked: callers hold the store's mutex. */
 #include "store/store_memory_internal.h"
 
+#include "base/util.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +13,7 @@
 /* FNV-1a hash of a string. */
 static size_t hash_str(const char *s)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ULL;
-    }
-    return (size_t)h;
+    return (size_t)rk_hash_str(s);
 }
 
 /* Initialise an empty map; -1 on OOM. */

@@ -25,7 +25,8 @@
 struct rk_store_reader;
 
 /** Called exactly once per accepted read, on the loop's thread from rk_store_reader_run (or
- *  rk_store_reader_free). rc as rk_store_get_touch; rec (RK_STORE_OK) becomes the callee's;
+ *  rk_store_reader_free). rc as rk_store_get_touch; rec (RK_STORE_OK) is a reference the callee
+ *  releases, and the reader may hold another one (a remembered record): read it, never change it;
  *  mark is the reconciler's mark ("" when none); err describes an RK_STORE_ERROR. */
 typedef void rk_store_read_cb(void *arg, rk_store_rc rc, json_object *rec, const char *mark,
                               const char *err);

@@ -12,6 +12,11 @@
  * failing every read still pending on it (their callers read again on a worker). Replies
  * come in the order of the commands, so the oldest pending read carries the nearest
  * deadline. Callbacks are delivered after hiredis returns, never from inside it.
+ *
+ * Parsed records are remembered (struct rec_cache): a sandbox polled again whose record and
+ * deadline came back byte for byte the same is not parsed again, its caller gets a reference
+ * to the object parsed before. The bytes decide, so nothing can be stale: any change to the
+ * record or its deadline is a new parse. Callers only read what they are given.
  */
 #include "store/store_reader.h"
 #include "store/store_redis_internal.h"
@@ -31,6 +36,22 @@
 
 /* Reads one reader keeps in flight; beyond them reads go to the workers. */
 #define READER_PENDING_MAX 4096
+/* Parsed records one reader remembers (direct-mapped by the id's hash), and the largest record
+ * remembered: at most 64 x 4 KiB of record text and its objects per event loop. */
+#define REC_CACHE_SLOTS 64
+#define REC_CACHE_MAX_BYTES 4096
+/* The longest idle deadline (ZSCORE reply) a remembered record is compared with. */
+#define SCORE_MAX 40
+
+/* One remembered record: exactly what rkr_record_from made of raw and score. */
+struct rec_slot {
+    char *id;  /* NULL: empty */
+    char *raw; /* the record's bytes */
+    size_t raw_len;
+    char score[SCORE_MAX]; /* the ZSCORE reply's bytes */
+    int score_len;         /* -1: no deadline (nil) */
+    json_object *rec;      /* one reference, read-only from here on */
+};
 
 /* One read: MGET + ZSCORE (+ the touch), one callback. */
 struct read {
@@ -45,6 +66,9 @@ struct read {
     int failed;
     rk_store_rc rc;
     json_object *rec;
+    struct rec_slot *slot; /* this id's slot; its record has this read's bytes (seen in MGET) */
+    char *raw;             /* a record not yet remembered: its bytes, to remember with it */
+    size_t raw_len;
     char mark[RK_STORE_MARK_MAX];
     char err[RK_STORE_ERRLEN];
     char id[RK_STORE_MAX_NAME + 1];
@@ -64,6 +88,7 @@ struct rk_store_reader {
     int backoff_ms;
     struct read *head, *tail; /* in command order */
     size_t n_pending;
+    struct rec_slot cache[REC_CACHE_SLOTS];
 };
 
 /* ---- the epoll set hiredis drives --------------------------------------------------------- */
@@ -268,7 +293,54 @@ static void part_done(struct read *q, const redisReply *r)
     }
 }
 
-/* MGET record mark. */
+/* ---- remembered records ------------------------------------------------------------------- */
+
+static void slot_clear(struct rec_slot *sl)
+{
+    json_object_put(sl->rec);
+    free(sl->id);
+    free(sl->raw);
+    memset(sl, 0, sizeof *sl);
+}
+
+static struct rec_slot *slot_of(struct rk_store_reader *rd, const char *id)
+{
+    return &rd->cache[rk_hash_str(id) % REC_CACHE_SLOTS];
+}
+
+/* The ZSCORE reply as the slots keep it: its length (-1: nil), or -2 when it is not kept. */
+static int score_bytes(const redisReply *r)
+{
+    if (r->type == REDIS_REPLY_NIL)
+        return -1;
+    if (r->type == REDIS_REPLY_STRING && r->len < SCORE_MAX)
+        return (int)r->len;
+    return -2;
+}
+
+/* Remember q's record (parsed from q->raw, with score r) in its id's slot. */
+static void slot_fill(struct read *q, const redisReply *r)
+{
+    int len = score_bytes(r);
+    struct rec_slot *sl = slot_of(q->rd, q->id);
+    if (!q->raw || len == -2)
+        return;
+    char *id = strdup(q->id);
+    if (!id)
+        return;
+    slot_clear(sl);
+    sl->id = id;
+    sl->raw = q->raw;
+    sl->raw_len = q->raw_len;
+    q->raw = NULL;
+    sl->score_len = len;
+    if (len > 0)
+        memcpy(sl->score, r->str, (size_t)len);
+    sl->rec = json_object_get(q->rec);
+}
+
+/* MGET record mark. A record whose bytes its slot holds is not parsed here: on_zscore takes the
+ * slot's object when the deadline matches too. */
 static void on_mget(redisAsyncContext *ac, void *reply, void *priv)
 {
     (void)ac;
@@ -282,9 +354,23 @@ static void on_mget(redisAsyncContext *ac, void *reply, void *priv)
         snprintf(q->err, sizeof q->err, "redis error: unexpected reply type %d", r->type);
         return;
     }
-    q->rc = rkr_record_from(r->element[0], NULL, &q->rec, q->id, q->err, sizeof q->err);
     if (r->element[1]->type == REDIS_REPLY_STRING)
         snprintf(q->mark, sizeof q->mark, "%.*s", (int)r->element[1]->len, r->element[1]->str);
+    const redisReply *rec = r->element[0];
+    if (rec->type == REDIS_REPLY_STRING && rec->len <= REC_CACHE_MAX_BYTES) {
+        struct rec_slot *sl = slot_of(q->rd, q->id);
+        if (sl->id && strcmp(sl->id, q->id) == 0 && sl->raw_len == rec->len &&
+            memcmp(sl->raw, rec->str, rec->len) == 0) {
+            q->slot = sl;
+            return;
+        }
+        q->raw = malloc(rec->len ? rec->len : 1);
+        if (q->raw) {
+            memcpy(q->raw, rec->str, rec->len);
+            q->raw_len = rec->len;
+        }
+    }
+    q->rc = rkr_record_from(rec, NULL, &q->rec, q->id, q->err, sizeof q->err);
 }
 
 /* The touch's reply. A ZADD GT the server does not know fails this read (its caller reads again
@@ -305,9 +391,34 @@ static void on_zscore(redisAsyncContext *ac, void *reply, void *priv)
     struct read *q = priv;
     const redisReply *r = reply;
     part_done(q, r);
-    if (q->failed || !q->rec)
+    if (q->failed)
         return;
-    rkr_record_add_score(q->rec, r);
+    struct rec_slot *sl = q->slot;
+    if (sl) {
+        /* The record's bytes are the slot's (on_mget, the reply just before this one). */
+        int len = score_bytes(r);
+        if (len != -2 && len == sl->score_len &&
+            (len <= 0 || memcmp(sl->score, r->str, (size_t)len) == 0)) {
+            q->rec = json_object_get(sl->rec);
+        } else {
+            /* the deadline moved: parse the same bytes again and remember them with it */
+            q->raw = sl->raw;
+            q->raw_len = sl->raw_len;
+            sl->raw = NULL;
+            slot_clear(sl);
+            redisReply text = {.type = REDIS_REPLY_STRING, .str = q->raw, .len = q->raw_len};
+            q->rc = rkr_record_from(&text, NULL, &q->rec, q->id, q->err, sizeof q->err);
+            if (q->rec) {
+                rkr_record_add_score(q->rec, r);
+                slot_fill(q, r);
+            }
+        }
+    } else if (q->rec) {
+        rkr_record_add_score(q->rec, r);
+        slot_fill(q, r);
+    }
+    if (!q->rec)
+        return;
     bool had = false;
     int64_t deadline = rkr_touch_due(q->rec, q->touch_s, &had);
     if (deadline == 0)
@@ -340,6 +451,7 @@ static void deliver(struct rk_store_reader *rd)
         }
         rk_metrics_store("get_touch", (double)(rk_mono_ns() - q->start_ns) / 1e9);
         q->cb(q->arg, q->rc, q->rec, q->mark, q->err);
+        free(q->raw);
         free(q);
     }
 }
@@ -447,6 +559,8 @@ void rk_store_reader_free(struct rk_store_reader *rd)
             q->failed = 1;
         }
     deliver(rd);
+    for (size_t i = 0; i < REC_CACHE_SLOTS; i++)
+        slot_clear(&rd->cache[i]);
     close(rd->epfd);
     free(rd);
 }

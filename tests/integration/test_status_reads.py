@@ -5,6 +5,8 @@ the in-process store or from the loop's own Redis connection, so they keep answe
 every worker is held by blocking plugin calls; a dropped or frozen Redis connection costs
 no wrong answer (the read is done again on a worker, or fails with the store's clear error)
 and the loops reconnect by themselves."""
+import datetime
+import json
 import os
 import signal
 import threading
@@ -100,6 +102,49 @@ def answered_while_workers_are_busy(redis, password=None):
 def status_reads_from_redis_answer_while_every_worker_is_busy():
     # with a password: the loops' own connections authenticate as the pool's do
     answered_while_workers_are_busy(Redis(password="s3cret-status"), "s3cret-status")
+
+
+@test
+def status_reads_show_every_change_of_the_record_and_its_deadline():
+    """The loops' readers remember the records they parsed and answer a poll whose record and
+    deadline came back unchanged from what they parsed before. Any change shows at once: the
+    record changed behind the admin's back, then its idle deadline, each read by several
+    connections (the loops each have a reader of their own)."""
+    redis = Redis()
+    sim = Sim(api_key=API_KEY)
+    admin = os_admin(sim, redis, server={"event_threads": 2})
+    sid = admin.start_sandbox()
+
+    def reads(n=8):
+        """n status reads, each on a connection of its own (so both loops serve some)."""
+        out = []
+        for _ in range(n):
+            st, js = status(admin, sid)
+            assert st == 200 and js["status"] == "Success", (st, js)
+            out.append(js["result"])
+        return out
+
+    first = reads()
+    assert all(r["image"] == first[0]["image"] and r["is_alive"] for r in first), first
+    # the record changes in Redis (an admin elsewhere, say): every later read shows it
+    raw = json.loads(redis.cli("GET", "rock:sandbox:" + sid))
+    raw["image"] = "changed/image:2"
+    raw.setdefault("metadata", {})["changed"] = "yes"
+    assert redis.cli("SET", "rock:sandbox:" + sid, json.dumps(raw)) == "OK"
+    for r in reads():
+        assert r["image"] == "changed/image:2" and r["metadata"].get("changed") == "yes", r
+    # so does its idle deadline (auto_stop_time), moved far ahead
+    later = int(time.time()) + 10 * 24 * 3600
+    assert redis.cli("ZADD", "rock:expire", "XX", str(later), sid) == "0"
+    for r in reads():
+        got = datetime.datetime.fromisoformat(r["auto_stop_time"]).timestamp()
+        assert got == later, (r["auto_stop_time"], later)
+    # and a change back to the first bytes
+    raw["image"] = first[0]["image"]
+    del raw["metadata"]["changed"]
+    assert redis.cli("SET", "rock:sandbox:" + sid, json.dumps(raw)) == "OK"
+    for r in reads():
+        assert r["image"] == first[0]["image"] and "changed" not in r["metadata"], r
 
 
 @test

@@ -95,6 +95,15 @@ static void test_shell_quote(void **state)
     rk_buf_free(&b);
 }
 
+/* FNV-1a, 64-bit: the published test vectors. */
+static void test_hash_str(void **state)
+{
+    (void)state;
+    assert_true(rk_hash_str("") == 0xcbf29ce484222325ull);
+    assert_true(rk_hash_str("a") == 0xaf63dc4c8601ec8cull);
+    assert_true(rk_hash_str("foobar") == 0x85944171f73967e8ull);
+}
+
 static void test_py_repr_and_float(void **state)
 {
     (void)state;
@@ -683,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_envelope_success_and_failures),
         cmocka_unit_test(test_log_repeats_rate_limited),
         cmocka_unit_test(test_shell_quote),
+        cmocka_unit_test(test_hash_str),
         cmocka_unit_test(test_unique_hex),
         cmocka_unit_test(test_py_repr_and_float),
         cmocka_unit_test(test_memory_normalize),
