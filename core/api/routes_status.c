@@ -8,6 +8,8 @@
  * session mappings of vanished sandboxes are background work (reconciler.c,
  * sweeper.c), never a read's.
  */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,16 +27,81 @@
 #include "store/store.h"
 #include "store/store_reader.h"
 
+/* Where a record a status read answers from comes from, which decides what the read may do. */
+enum read_origin {
+    READ_ON_WORKER, /* the store's synchronous read on a worker: may renew the backend expiry */
+    READ_IN_PLACE,  /* the in-process store's record, seen under its lock (it changes in place) */
+    READ_BY_READER, /* the loop's store reader: a record object never changed once made, which
+                     * may come again for an unchanged record (store_reader.h) */
+};
+
+/* Status objects one event loop rendered from its store reader's records, by record: a poll
+ * whose record came back unchanged (the reader hands over the object it parsed before) is
+ * answered without rendering it again. Direct-mapped by the record's address; a slot holds a
+ * reference to its record, so while it is there no other record can have that address. Per
+ * thread (only event loops fill one), freed when the thread ends. */
+#define RENDERED_SLOTS 64
+struct rendered {
+    json_object *rec;
+    enum rk_state shown;
+    int alive;
+    json_object *out;
+};
+static pthread_key_t rendered_key;
+static pthread_once_t rendered_once = PTHREAD_ONCE_INIT;
+
+static void rendered_free(void *p)
+{
+    struct rendered *c = p;
+    for (size_t i = 0; i < RENDERED_SLOTS; i++) {
+        json_object_put(c[i].rec);
+        json_object_put(c[i].out);
+    }
+    free(c);
+}
+
+static void rendered_key_init(void)
+{
+    if (pthread_key_create(&rendered_key, rendered_free) != 0)
+        abort();
+}
+
+/* rk_rec_status(rec, shown, alive) for a record of the store reader: rendered once per record
+ * object on this thread, then shared by reference (the caller gets its own reference). */
+static json_object *rendered_status(json_object *rec, enum rk_state shown, int alive)
+{
+    pthread_once(&rendered_once, rendered_key_init);
+    struct rendered *c = pthread_getspecific(rendered_key);
+    if (!c) {
+        c = calloc(RENDERED_SLOTS, sizeof *c);
+        if (!c || pthread_setspecific(rendered_key, c) != 0) {
+            free(c);
+            return rk_rec_status(rec, shown, alive);
+        }
+    }
+    struct rendered *sl = &c[((uintptr_t)rec >> 4) % RENDERED_SLOTS];
+    if (sl->rec == rec && sl->shown == shown && sl->alive == alive)
+        return json_object_get(sl->out);
+    json_object *out = rk_rec_status(rec, shown, alive);
+    json_object_put(sl->rec);
+    json_object_put(sl->out);
+    sl->rec = json_object_get(rec);
+    sl->shown = shown;
+    sl->alive = alive;
+    sl->out = json_object_get(out);
+    return out;
+}
+
 /* What a record read with the idle touch says when the reconciler keeps the store current.
- * Only reads rec (the caller keeps it; *out shares nothing with it). FS_ANSWERED: *st and *out are
- * the answer (an error recorded on r->call); FS_ASK_BACKEND: no recent pass vouches for the store
- * (backend down, no elected admin yet); FS_NEEDS_WORKER: the read must renew the backend expiry, a
- * plugin call, and may_renew is 0 (on the event loop). Nothing is recorded on r->call unless the
- * answer is FS_ANSWERED. */
+ * Only reads rec (the caller keeps it; *out shares nothing with a record of READ_IN_PLACE).
+ * FS_ANSWERED: *st and *out are the answer (an error recorded on r->call); FS_ASK_BACKEND: no
+ * recent pass vouches for the store (backend down, no elected admin yet); FS_NEEDS_WORKER: the
+ * read must renew the backend expiry, a plugin call, and the read is not on a worker. Nothing
+ * is recorded on r->call unless the answer is FS_ANSWERED. */
 enum from_store { FS_ANSWERED, FS_ASK_BACKEND, FS_NEEDS_WORKER };
 static enum from_store status_from_record(struct rk_req *r, const char *id, int include_all,
                                           rk_store_rc rc, json_object *rec, const char *mark,
-                                          const char *err, int may_renew, rk_status *st,
+                                          const char *err, enum read_origin origin, rk_status *st,
                                           json_object **out)
 {
     struct rk_app *app = r->app;
@@ -69,7 +136,7 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
     if (rk_state_is_active(stored) && rk_activity_can_renew(app) &&
         json_object_object_get_ex(rec, "auto_clear_time", &acm) && acm &&
         json_object_get_int64(acm) > 0) { /* a status poll is use too (renewal) */
-        if (!may_renew)
+        if (origin != READ_ON_WORKER)
             return FS_NEEDS_WORKER;
         rk_activity_renew_used(app, rec);
     }
@@ -81,7 +148,9 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
     const char *observed = rk_state_is_active(stored) ? rk_rec_str(rec, "backend_state") : NULL;
     if (observed && rk_state_parse(observed))
         shown = rk_state_parse(observed);
-    *out = rk_rec_status(rec, shown, shown == RK_STATE_RUNNING && !create_failed);
+    int alive = shown == RK_STATE_RUNNING && !create_failed;
+    *out = origin == READ_BY_READER ? rendered_status(rec, shown, alive)
+                                    : rk_rec_status(rec, shown, alive);
     return FS_ANSWERED;
 }
 
@@ -99,8 +168,8 @@ static rk_status status_from_store(struct rk_req *r, const char *id, int include
     rk_store_rc rc =
         rk_store_get_touch(r->app->store, id, touch_s, &rec, mark, sizeof mark, err, sizeof err);
     rk_status st;
-    *fallback =
-        status_from_record(r, id, include_all, rc, rec, mark, err, 1, &st, out) == FS_ASK_BACKEND;
+    *fallback = status_from_record(r, id, include_all, rc, rec, mark, err, READ_ON_WORKER, &st,
+                                   out) == FS_ASK_BACKEND;
     json_object_put(rec);
     return st;
 }
@@ -187,7 +256,8 @@ static void status_read_done(void *arg, rk_store_rc rc, json_object *rec, const 
     rk_status st = RK_OK;
     json_object *out = NULL;
     if (rc != RK_STORE_ERROR)
-        fs = status_from_record(r, sr->id, sr->include_all, rc, rec, mark, err, 0, &st, &out);
+        fs = status_from_record(r, sr->id, sr->include_all, rc, rec, mark, err, READ_BY_READER, &st,
+                                &out);
     json_object_put(rec);
     if (fs == FS_ANSWERED) {
         sr->answer(r, sr->id, st, out);
@@ -218,7 +288,8 @@ static void status_view(void *ctx, rk_store_rc rc, json_object *rec, const char 
                         const char *err)
 {
     struct status_view *v = ctx;
-    v->fs = status_from_record(v->r, v->id, v->include_all, rc, rec, mark, err, 0, &v->st, &v->out);
+    v->fs = status_from_record(v->r, v->id, v->include_all, rc, rec, mark, err, READ_IN_PLACE,
+                               &v->st, &v->out);
 }
 
 /* On the event loop: answer a status read there when nothing has to wait — from the
