@@ -135,10 +135,9 @@ int rk_relay_split_url(const char *base, struct rk_url_parts *out);
 /** Free the parts. */
 void rk_relay_url_parts_free(struct rk_url_parts *u);
 
-/** Build the upstream URL: scheme://hostport + path + "/" + fwd, then the
- *  base query and client_query (either may be empty or NULL) joined by '&'.
- *  malloc'd, or NULL when base is unusable. */
-char *rk_relay_build_url(const char *base, const char *fwd, const char *client_query);
+/** Build the upstream URL from a split base: scheme://hostport + path + "/" + fwd, then the
+ *  base query and client_query (either may be empty or NULL) joined by '&'. malloc'd. */
+char *rk_relay_build_url(const struct rk_url_parts *u, const char *fwd, const char *client_query);
 
 /** The path+query sent in the upstream WebSocket request line (malloc'd). */
 char *rk_relay_ws_request_target(const struct rk_url_parts *u, const char *fwd);

@@ -343,13 +343,17 @@ int rk_relay_http_begin(struct rk_req *r)
     r->route_ctx_free = px_route_free;
 
     struct rk_url_parts u;
-    px->url = rk_relay_build_url(pt.base_url, fwd, rk_req_raw_query(r));
-    if (!px->url || rk_relay_split_url(pt.base_url, &u) != 0) {
+    if (rk_relay_split_url(pt.base_url, &u) != 0) {
         rk_reply_error(r, RK_E_UPSTREAM, "the operator returned an unusable endpoint address");
         goto replied;
     }
+    px->url = rk_relay_build_url(&u, fwd, rk_req_raw_query(r));
     px->base_path = rk_xstrdup(u.path);
     rk_relay_url_parts_free(&u);
+    if (!px->url) {
+        rk_reply_error(r, RK_E_NOMEM, "out of memory");
+        goto replied;
+    }
 
     /* Headers: the client's (filtered), then the endpoint's, which win. */
     struct px_hdr_ctx hc = {NULL, rk_req_header(r, "Connection"), &pt, 0, 0, r};

@@ -106,18 +106,13 @@ void rk_relay_url_parts_free(struct rk_url_parts *u)
 /* Endpoint path + '/' + forwarded path, endpoint query first (B101, B102).
  * Hand-joined from the parts curl split: the client's raw path and query must
  * pass byte for byte, without the base's userinfo or fragment. */
-char *rk_relay_build_url(const char *base, const char *fwd, const char *client_query)
+char *rk_relay_build_url(const struct rk_url_parts *u, const char *fwd, const char *client_query)
 {
-    struct rk_url_parts u;
-    if (rk_relay_split_url(base, &u) != 0)
-        return NULL;
     int has_cq = client_query && client_query[0];
-    int has_bq = u.query[0] != '\0';
-    char *url = rk_strdup_printf("%s://%s%s/%s%s%s%s%s", u.tls ? "https" : "http", u.hostport,
-                                 u.path, fwd, has_bq || has_cq ? "?" : "", u.query,
-                                 has_bq && has_cq ? "&" : "", has_cq ? client_query : "");
-    rk_relay_url_parts_free(&u);
-    return url;
+    int has_bq = u->query[0] != '\0';
+    return rk_strdup_printf("%s://%s%s/%s%s%s%s%s", u->tls ? "https" : "http", u->hostport, u->path,
+                            fwd, has_bq || has_cq ? "?" : "", u->query, has_bq && has_cq ? "&" : "",
+                            has_cq ? client_query : "");
 }
 
 /* Request-line target of the upstream handshake (no client query). */
