@@ -13,7 +13,7 @@
  * come in the order of the commands, so the oldest pending read carries the nearest
  * deadline. Callbacks are delivered after hiredis returns, never from inside it.
  *
- * Parsed records are remembered (struct rec_cache): a sandbox polled again whose record and
+ * Parsed records are remembered (struct rec_slot): a sandbox polled again whose record and
  * deadline came back byte for byte the same is not parsed again, its caller gets a reference
  * to the object parsed before. The bytes decide, so nothing can be stale: any change to the
  * record or its deadline is a new parse. Callers only read what they are given.
