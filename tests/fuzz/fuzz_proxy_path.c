@@ -65,8 +65,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int nseg = 0; nseg < 4; nseg++)
         (void)rk_relay_raw_rest(s, nseg);
     const char *q = strchr(s, '?');
-    char *url = rk_relay_build_url("http://127.0.0.1:8080/base/", s, q ? q + 1 : NULL);
-    free(url);
+    struct rk_url_parts base;
+    if (rk_relay_split_url("http://127.0.0.1:8080/base/", &base) == 0) {
+        char *url = rk_relay_build_url(&base, s, q ? q + 1 : NULL);
+        free(url);
+        rk_relay_url_parts_free(&base);
+    }
     char *loc = rk_relay_rewrite_location(s, "/apis/envs/sandbox/v1/sandboxes/x/proxy", "/base");
     free(loc);
     free(s);
