@@ -34,11 +34,14 @@ struct rku_curl_loop {
     int sweep_ms;
     int64_t sweep_at; /* next sweep (monotonic ms; loop side) */
     long max_connects;
-    int driven;      /* no thread: the owner runs passes (rku_curl_loop_run) */
-    int drained;     /* driven: stopped with nothing open (guarded by mu) */
-    int adopted;     /* driven: owner is set (guarded by mu) */
-    pthread_t owner; /* driven: the thread that runs the passes */
-    int local_due;   /* owner thread only: its own submission awaits a pass */
+    int driven;                  /* no thread: the owner runs passes (rku_curl_loop_run) */
+    int drained;                 /* driven: stopped with nothing open (guarded by mu) */
+    int adopted;                 /* driven: owner is set (guarded by mu) */
+    pthread_t owner;             /* driven: the thread that runs the passes */
+    int local_due;               /* owner thread only: its own submission awaits a pass */
+    struct rku_loop_source *src; /* the other event source, or NULL (set before start) */
+    int src_wake;                /* a wake of src is pending (guarded by mu) */
+    int src_run;                 /* src runs in this pass (loop thread only) */
 };
 
 static int64_t mono_ms(void)
@@ -112,6 +115,9 @@ static int take_requests(struct rku_curl_loop *lp)
     struct rku_curl_job *q = lp->queue, *w = lp->wakes;
     lp->queue = lp->wakes = NULL;
     int stop = lp->stop;
+    if (lp->src_wake)
+        lp->src_run = 1;
+    lp->src_wake = 0;
     pthread_mutex_unlock(&lp->mu);
     while (q) {
         struct rku_curl_job *next = q->next;
@@ -173,6 +179,8 @@ static int next_wait(const struct rku_curl_loop *lp)
     int64_t until = lp->sweep_at;
     if (lp->timer_at >= 0 && lp->timer_at < until)
         until = lp->timer_at;
+    if (lp->src && lp->src->due_at >= 0 && lp->src->due_at < until)
+        until = lp->src->due_at;
     return until > now ? (int)(until - now) : 0;
 }
 
@@ -184,9 +192,9 @@ static int loop_pass(struct rku_curl_loop *lp, int max_wait)
     struct epoll_event evs[LOOP_EVENTS];
     int running = 0;
     int stop = take_requests(lp);
-    if (stop && !lp->active)
+    if (stop && !lp->active && !(lp->src && lp->src->busy(lp->src)))
         return 1;
-    int wait = next_wait(lp);
+    int wait = lp->src_run ? 0 : next_wait(lp); /* a woken source runs in this pass */
     if (wait > max_wait)
         wait = max_wait;
     int n = epoll_wait(lp->epfd, evs, LOOP_EVENTS, wait);
@@ -194,6 +202,10 @@ static int loop_pass(struct rku_curl_loop *lp, int max_wait)
         int fd = evs[i].data.fd;
         if (fd == lp->wakefd)
             continue; /* drained by take_requests */
+        if (lp->src && fd == lp->src->fd) {
+            lp->src_run = 1;
+            continue;
+        }
         int mask = 0;
         if (evs[i].events & EPOLLIN)
             mask |= CURL_CSELECT_IN;
@@ -209,6 +221,11 @@ static int loop_pass(struct rku_curl_loop *lp, int max_wait)
         curl_multi_socket_action(lp->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     }
     reap(lp);
+    if (lp->src && (lp->src_run || (lp->src->due_at >= 0 && now >= lp->src->due_at))) {
+        lp->src_run = 0;
+        int again = lp->src->run(lp->src, now);
+        lp->src->due_at = again < 0 ? -1 : mono_ms() + again;
+    }
     if (now >= lp->sweep_at) {
         sweep(lp, now);
         lp->sweep_at = now + lp->sweep_ms;
@@ -240,6 +257,11 @@ static int loop_init(struct rku_curl_loop *lp)
     ev.data.fd = lp->wakefd;
     if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, lp->wakefd, &ev) != 0)
         goto fail;
+    if (lp->src) {
+        ev.data.fd = lp->src->fd;
+        if (epoll_ctl(lp->epfd, EPOLL_CTL_ADD, lp->src->fd, &ev) != 0)
+            goto fail;
+    }
     lp->timer_at = -1;
     lp->sweep_at = mono_ms() + lp->sweep_ms;
     curl_multi_setopt(lp->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
@@ -380,6 +402,29 @@ int rku_curl_loop_submit(struct rku_curl_loop *lp, struct rku_curl_job *j)
     pthread_mutex_unlock(&lp->mu);
     if (!local)
         wake(lp);
+    return 0;
+}
+
+void rku_curl_loop_set_source(struct rku_curl_loop *lp, struct rku_loop_source *src)
+{
+    pthread_mutex_lock(&lp->mu);
+    if (!lp->started && !lp->driven) {
+        src->due_at = -1;
+        lp->src = src;
+    }
+    pthread_mutex_unlock(&lp->mu);
+}
+
+int rku_curl_loop_wake_source(struct rku_curl_loop *lp)
+{
+    pthread_mutex_lock(&lp->mu);
+    if (!lp->src || lp->stop || loop_start(lp) != 0) {
+        pthread_mutex_unlock(&lp->mu);
+        return -1;
+    }
+    lp->src_wake = 1;
+    pthread_mutex_unlock(&lp->mu);
+    wake(lp);
     return 0;
 }
 

@@ -48,6 +48,23 @@ struct rku_curl_job {
     int in_loop;                      /* in the multi (loop thread only) */
 };
 
+/** Another event source served on the loop's thread: an owner's own sockets
+ *  (the OpenSandbox plugin's HTTP/1.1 command streams), so that one thread
+ *  carries both. Its descriptor (typically an epoll set of its own) joins the
+ *  loop's set. run is called on the loop thread in every pass in which the
+ *  descriptor was readable, a wake was asked for (rku_curl_loop_wake_source)
+ *  or the time it last asked for came; it returns the milliseconds until it
+ *  must run again without activity (-1: only on activity). busy says whether
+ *  it still has work open: a stopping loop keeps running it until it has
+ *  none (its work ends by its deadlines, as transfers do). */
+struct rku_loop_source {
+    int fd;
+    int (*run)(struct rku_loop_source *src, int64_t now_ms);
+    int (*busy)(struct rku_loop_source *src);
+    /* loop-private */
+    int64_t due_at; /* -1: none */
+};
+
 /** A loop (its thread starts on the first submission). sweep_ms: how often
  *  open transfers get should_abort; max_connects: idle connections the
  *  multi keeps (0: libcurl's default). NULL on OOM. */
@@ -83,6 +100,14 @@ int rku_curl_loop_drained(struct rku_curl_loop *lp);
 /** Hand j to the loop. 0, or -1 when the loop is stopping or its thread
  *  cannot start (on_done is then not called). */
 int rku_curl_loop_submit(struct rku_curl_loop *lp, struct rku_curl_job *j);
+
+/** Attach src to a threaded loop before its first use (one source per
+ *  loop; it stays attached until the loop is freed). */
+void rku_curl_loop_set_source(struct rku_curl_loop *lp, struct rku_loop_source *src);
+
+/** Run the source soon on the loop thread, starting the thread on first use
+ *  (any thread). 0, or -1 when the loop is stopping or cannot start. */
+int rku_curl_loop_wake_source(struct rku_curl_loop *lp);
 
 /** Run j->on_wake on the loop thread soon. 1 when queued now, 0 when a wake
  *  of j is already queued or the loop stops (nothing queued). j must stay

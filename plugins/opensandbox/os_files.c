@@ -154,11 +154,14 @@ static rk_status read_prep(struct os_xfer *x, void *ctx, int attempt)
     rc->x = x;
     x->on_data = read_data;
     x->on_data_ctx = rc;
-    x->body_max = 64 * 1024; /* error bodies only */
-    curl_easy_setopt(x->curl, CURLOPT_TIMEOUT_MS, 0L);
+    x->body_max = 64 * 1024;   /* error bodies only */
+    CURL *c = os_xfer_curl(x); /* a speed limit instead of a deadline: libcurl's */
+    if (!c)
+        return RK_E_NOMEM;
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 0L);
     x->own_deadline_ms = 0;
-    curl_easy_setopt(x->curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(x->curl, CURLOPT_LOW_SPEED_TIME, (long)rc->inst->default_timeout_s);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)rc->inst->default_timeout_s);
     return RK_OK;
 }
 
@@ -225,8 +228,11 @@ static rk_status write_prep(struct os_xfer *x, void *ctx, int attempt)
     struct write_ctx *wc = ctx;
     if (attempt < 0)
         return wc->sent == 0 && !wc->source_failed ? RK_OK : RK_E_CONFLICT;
+    CURL *c = os_xfer_curl(x); /* a streamed multipart upload: libcurl's */
+    if (!c)
+        return RK_E_NOMEM;
     curl_mime_free(wc->mime);
-    wc->mime = curl_mime_init(x->curl);
+    wc->mime = curl_mime_init(c);
     if (!wc->mime)
         return RK_E_NOMEM;
     json_object *md = json_object_new_object();
@@ -254,11 +260,11 @@ static rk_status write_prep(struct os_xfer *x, void *ctx, int attempt)
                            NULL, NULL, wc) == CURLE_OK;
     if (!ok)
         return RK_E_NOMEM;
-    curl_easy_setopt(x->curl, CURLOPT_MIMEPOST, wc->mime);
-    curl_easy_setopt(x->curl, CURLOPT_TIMEOUT_MS, 0L);
+    curl_easy_setopt(c, CURLOPT_MIMEPOST, wc->mime);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 0L);
     x->own_deadline_ms = 0;
-    curl_easy_setopt(x->curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(x->curl, CURLOPT_LOW_SPEED_TIME, (long)wc->inst->default_timeout_s);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)wc->inst->default_timeout_s);
     return RK_OK;
 }
 

@@ -19,7 +19,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
 # "rank stem" from lines like " *    4. os_http.c       ..." (two files may share a rank).
-sed -n 's/^ \*  *\([0-9][0-9]*\)\. \([a-z_][a-z_]*\)\.c .*/\1 \2/p' "$hdr" >"$tmp/order"
+sed -n 's/^ \*  *\([0-9][0-9]*\)\. \([a-z_][a-z0-9_]*\)\.c .*/\1 \2/p' "$hdr" >"$tmp/order"
 if [ ! -s "$tmp/order" ]; then
     echo "check_layers: no layer list found in $hdr" >&2
     exit 1

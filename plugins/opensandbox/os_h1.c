@@ -1,0 +1,909 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file os_h1.c
+ * @brief A small HTTP/1.1 client for the loop's exchanges with execd (command streams, session
+ *        runs, readiness pings, interrupts) on plain-HTTP addresses given as IP literals.
+ *
+ * Why not libcurl here: a command stream stays open for as long as its command runs, and
+ * thousands run at once. An open libcurl transfer costs about 11 KiB (the easy handle, its
+ * connection, their buffers); here an open exchange is its state (struct os_h1_xchg, some
+ * 200 bytes inside the caller's exchange) and a socket: response bytes are read into one buffer
+ * of the client and handed on at once, the request's bytes are dropped once the answer starts.
+ * Everything this client does not speak (https, names to resolve, proxies) stays with libcurl:
+ * os_http.c decides per exchange (os_h1_target).
+ *
+ * What it speaks: one request at a time per connection (no pipelining), request bodies with
+ * Content-Length, responses framed by chunked coding, Content-Length or the connection's end;
+ * interim 1xx answers are skipped. A connection whose response ended cleanly and may be kept
+ * goes to a small idle set (OS_H1_IDLE_MAX, dropped after OS_H1_IDLE_MS or as soon as the
+ * server closes it); a request sent on a kept connection that ends before any answer byte is
+ * sent once more on a new connection, as libcurl does. The results are libcurl's codes, so the
+ * caller maps them in one place (os_http.c).
+ *
+ * Threads: the client runs on the loop's thread as an event source of librkutil's curl loop
+ * (rku_loop_source: its epoll set joins the loop's). Other threads only queue exchanges
+ * (os_h1_submit); every callback runs on the loop thread and must not block.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "os_internal.h"
+
+/** Kept idle connections (all origins together) and how long one is kept. */
+#define OS_H1_IDLE_MAX 64
+#define OS_H1_IDLE_MS 60000
+/** Longest response head (status line and headers) and trailer section accepted. */
+#define OS_H1_HEAD_MAX (16 * 1024)
+/** How often every open exchange gets its abort check (client gone, deadlines). */
+#define OS_H1_SWEEP_MS 500
+/** The read buffer, shared by every exchange (the loop thread only). */
+#define OS_H1_READ_BUF (16 * 1024)
+/** Socket events handled per run (more wait for the next pass, which comes at once). */
+#define OS_H1_EVENTS 128
+
+/** What an epoll entry of the client points at. */
+enum h1_kind { H1_XCHG = 1, H1_IDLE };
+
+/** A kept connection. */
+struct h1_idle {
+    int kind; /**< H1_IDLE; the epoll entry points here */
+    int fd;   /**< -1: the slot is free */
+    struct sockaddr_in6 addr;
+    socklen_t addr_len;
+    int64_t since_ms;
+};
+
+struct os_h1 {
+    pthread_mutex_t mu;
+    struct os_h1_xchg *queue;   /**< submitted, not started (guarded by mu) */
+    int queued;                 /**< exchanges in queue (guarded by mu) */
+    int open;                   /**< exchanges started and not ended (guarded by mu) */
+    struct rku_curl_loop *cl;   /**< the loop whose thread runs this client */
+    struct rku_loop_source src; /**< this client as the loop's event source */
+    int epfd;                   /**< the exchanges' and idle connections' sockets */
+    struct os_h1_xchg *active;  /**< started exchanges (loop thread only) */
+    int64_t sweep_at;           /**< next abort check of every exchange */
+    int64_t earliest;           /**< earliest deadline of an open exchange (0: none) */
+    struct h1_idle idle[OS_H1_IDLE_MAX];
+    char buf[OS_H1_READ_BUF];
+};
+
+/* ------------------------------------------------------------------------ */
+/* The response parser (no I/O)                                              */
+/* ------------------------------------------------------------------------ */
+
+/** Parser states. */
+enum {
+    RS_HEAD = 0, /* reading the head */
+    RS_LENGTH,   /* Content-Length body */
+    RS_CLOSE,    /* body until the connection ends */
+    RS_CH_SIZE,  /* chunk-size digits */
+    RS_CH_EXT,   /* chunk extension, up to the line's end */
+    RS_CH_LF,    /* the LF after a chunk-size line's CR */
+    RS_CH_DATA,  /* chunk data */
+    RS_CH_CR,    /* the CRLF after chunk data */
+    RS_CH_DLF,
+    RS_TRAILER, /* trailer lines up to an empty one */
+    RS_DONE
+};
+
+void os_h1_resp_reset(struct os_h1_resp *r)
+{
+    free(r->head);
+    memset(r, 0, sizeof(*r));
+}
+
+/** 1 when the comma-separated header value v (length n) holds token t (case-insensitive). */
+static int has_token(const char *v, size_t n, const char *t)
+{
+    size_t tl = strlen(t);
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t s = i;
+        while (i < n && v[i] != ',')
+            i++;
+        size_t e = i;
+        while (e > s && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+            e--;
+        if (e - s == tl && strncasecmp(v + s, t, tl) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/** 1 when the last coding of a Transfer-Encoding value is chunked. */
+static int last_is_chunked(const char *v, size_t n)
+{
+    size_t e = n;
+    while (e > 0 && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+        e--;
+    size_t s = e;
+    while (s > 0 && v[s - 1] != ',')
+        s--;
+    while (s < e && (v[s] == ' ' || v[s] == '\t'))
+        s++;
+    return e - s == 7 && strncasecmp(v + s, "chunked", 7) == 0;
+}
+
+/** Read a complete head (r->head, head_len bytes, ending in an empty line). 0, or -1 when
+ *  it is not a valid HTTP/1.x response head. Sets status, framing and keep-alive. */
+static int parse_head(struct os_h1_resp *r)
+{
+    const char *p = r->head, *end = r->head + r->head_len;
+    if (r->head_len < 12 || strncmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') ||
+        p[8] != ' ')
+        return -1;
+    int minor = p[7] - '0';
+    long st = 0;
+    for (int i = 9; i < 12; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        st = st * 10 + (p[i] - '0');
+    }
+    if (st < 100 || (p[12] != ' ' && p[12] != '\r' && p[12] != '\n'))
+        return -1;
+    r->status = st;
+    int keep = minor == 1, chunked = 0, te = 0, have_len = 0;
+    int64_t len = 0;
+    const char *line = memchr(p, '\n', (size_t)(end - p));
+    while (line && ++line < end) {
+        const char *eol = memchr(line, '\n', (size_t)(end - line));
+        if (!eol)
+            break;
+        size_t ll = (size_t)(eol - line);
+        if (ll && line[ll - 1] == '\r')
+            ll--;
+        if (ll == 0)
+            break; /* the empty line that ends the head */
+        const char *colon = memchr(line, ':', ll);
+        if (!colon || colon == line)
+            return -1;
+        size_t nl = (size_t)(colon - line);
+        const char *v = colon + 1;
+        size_t vl = ll - nl - 1;
+        while (vl && (*v == ' ' || *v == '\t'))
+            v++, vl--;
+        while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+            vl--;
+        if (nl == 17 && strncasecmp(line, "transfer-encoding", 17) == 0) {
+            te = 1;
+            chunked = last_is_chunked(v, vl);
+        } else if (nl == 14 && strncasecmp(line, "content-length", 14) == 0) {
+            int64_t n = 0;
+            if (vl == 0 || vl > 18)
+                return -1;
+            for (size_t i = 0; i < vl; i++) {
+                if (v[i] < '0' || v[i] > '9')
+                    return -1;
+                n = n * 10 + (v[i] - '0');
+            }
+            if (have_len && n != len)
+                return -1; /* two different lengths: no way to tell where the body ends */
+            have_len = 1;
+            len = n;
+        } else if (nl == 10 && strncasecmp(line, "connection", 10) == 0) {
+            if (has_token(v, vl, "close"))
+                keep = 0;
+            else if (has_token(v, vl, "keep-alive"))
+                keep = 1;
+        }
+        line = eol;
+    }
+    r->keep_alive = keep;
+    if (st == 204 || st == 304 || (st >= 100 && st < 200)) {
+        r->state = RS_DONE;
+    } else if (te) {
+        /* RFC 9112 6.3: a coding other than chunked last runs until the connection ends. */
+        r->state = chunked ? RS_CH_SIZE : RS_CLOSE;
+        if (!chunked)
+            r->keep_alive = 0;
+    } else if (have_len) {
+        r->left = len;
+        r->state = len ? RS_LENGTH : RS_DONE;
+    } else {
+        r->state = RS_CLOSE;
+        r->keep_alive = 0;
+    }
+    return 0;
+}
+
+/** Take head bytes from p; *used says how many. 1 once a final response's head is complete,
+ *  0 for more, -1 when the head is invalid or too long. */
+static int feed_head(struct os_h1_resp *r, const char *p, size_t n, size_t *used)
+{
+    size_t room = OS_H1_HEAD_MAX - r->head_len;
+    size_t take = n < room ? n : room;
+    if (r->head_len + take + 1 > r->head_cap) {
+        /* Most heads fit the first 512 bytes; a slow one does not hold OS_H1_HEAD_MAX. */
+        size_t cap = r->head_cap ? r->head_cap : 512;
+        while (cap < r->head_len + take + 1)
+            cap *= 2;
+        char *h = realloc(r->head, cap);
+        if (!h)
+            return -1;
+        r->head = h;
+        r->head_cap = cap;
+    }
+    /* Look for the empty line from where the last feed stopped (3 bytes back). */
+    size_t from = r->head_len > 3 ? r->head_len - 3 : 0;
+    memcpy(r->head + r->head_len, p, take);
+    r->head_len += take;
+    for (size_t i = from; i < r->head_len; i++) {
+        if (r->head[i] != '\n')
+            continue;
+        int end = (i >= 1 && r->head[i - 1] == '\n') ||
+                  (i >= 2 && r->head[i - 1] == '\r' && r->head[i - 2] == '\n');
+        if (!end)
+            continue;
+        size_t head_end = i + 1;
+        *used = take - (r->head_len - head_end);
+        r->head_len = head_end;
+        r->head[head_end] = '\0';
+        return parse_head(r) == 0 ? 1 : -1;
+    }
+    *used = take;
+    return take < n || r->head_len >= OS_H1_HEAD_MAX ? -1 : 0;
+}
+
+int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
+                    const struct os_h1_ops *ops, void *ctx)
+{
+    size_t i = 0;
+    while (i < n && r->state != RS_DONE) {
+        if (r->state == RS_HEAD) {
+            size_t u = 0;
+            int h = feed_head(r, p + i, n - i, &u);
+            i += u;
+            if (h < 0) {
+                *used = i;
+                return OS_H1_BAD;
+            }
+            if (h == 0)
+                continue;
+            if (r->status >= 100 && r->status < 200) {
+                if (r->status == 101) {
+                    *used = i;
+                    return OS_H1_BAD; /* never asked to switch protocols */
+                }
+                r->head_len = 0; /* an interim answer: the real one follows */
+                r->state = RS_HEAD;
+                continue;
+            }
+            free(r->head);
+            r->head = NULL;
+            r->head_len = r->head_cap = 0;
+            r->got_head = 1;
+            ops->on_status(ctx, r->status);
+            continue;
+        }
+        if (r->state == RS_LENGTH || r->state == RS_CLOSE || r->state == RS_CH_DATA) {
+            size_t take = n - i;
+            if (r->state != RS_CLOSE && (int64_t)take > r->left)
+                take = (size_t)r->left;
+            if (ops->on_body(ctx, p + i, take) != 0) {
+                *used = i + take;
+                return OS_H1_STOP;
+            }
+            i += take;
+            if (r->state != RS_CLOSE) {
+                r->left -= (int64_t)take;
+                if (r->left == 0)
+                    r->state = r->state == RS_LENGTH ? RS_DONE : RS_CH_CR;
+            }
+            continue;
+        }
+        char c = p[i++];
+        switch (r->state) {
+        case RS_CH_SIZE: {
+            int d = (c >= '0' && c <= '9')   ? c - '0'
+                    : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                    : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                             : -1;
+            if (d >= 0) {
+                if (++r->digits > 15) {
+                    *used = i;
+                    return OS_H1_BAD;
+                }
+                r->left = r->left * 16 + d;
+                break;
+            }
+            if (r->digits == 0 || (c != ';' && c != ' ' && c != '\t' && c != '\r' && c != '\n')) {
+                *used = i;
+                return OS_H1_BAD;
+            }
+            r->state = c == '\r' ? RS_CH_LF : c == '\n' ? RS_CH_DATA : RS_CH_EXT;
+            break;
+        }
+        case RS_CH_EXT:
+            if (c == '\n')
+                r->state = RS_CH_DATA;
+            else if (++r->line_len > OS_H1_HEAD_MAX) {
+                *used = i;
+                return OS_H1_BAD;
+            }
+            break;
+        case RS_CH_LF:
+            if (c != '\n') {
+                *used = i;
+                return OS_H1_BAD;
+            }
+            r->state = RS_CH_DATA;
+            break;
+        case RS_CH_CR:
+            if (c == '\n') {
+                r->state = RS_CH_SIZE;
+                r->left = 0;
+                r->digits = 0;
+            } else if (c == '\r') {
+                r->state = RS_CH_DLF;
+            } else {
+                *used = i;
+                return OS_H1_BAD;
+            }
+            break;
+        case RS_CH_DLF:
+            if (c != '\n') {
+                *used = i;
+                return OS_H1_BAD;
+            }
+            r->state = RS_CH_SIZE;
+            r->left = 0;
+            r->digits = 0;
+            break;
+        case RS_TRAILER:
+            if (c == '\n') {
+                if (r->line_len == 0)
+                    r->state = RS_DONE;
+                r->line_len = 0;
+            } else if (c != '\r') {
+                r->line_len++;
+                if (++r->trailer_len > OS_H1_HEAD_MAX) {
+                    *used = i;
+                    return OS_H1_BAD;
+                }
+            }
+            break;
+        default:
+            *used = i;
+            return OS_H1_BAD;
+        }
+        if (r->state == RS_CH_DATA) {
+            /* A chunk-size line ended: size 0 is the last chunk, then the trailer. */
+            r->line_len = 0;
+            r->digits = 0;
+            if (r->left == 0)
+                r->state = RS_TRAILER;
+        }
+    }
+    *used = i;
+    return r->state == RS_DONE ? OS_H1_DONE : OS_H1_MORE;
+}
+
+int os_h1_resp_eof(const struct os_h1_resp *r)
+{
+    return r->state == RS_CLOSE || r->state == RS_DONE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Targets                                                                   */
+/* ------------------------------------------------------------------------ */
+
+int os_h1_target(struct os_h1_xchg *hx, const char *url, const char **host, size_t *host_len,
+                 const char **path)
+{
+    if (strncmp(url, "http://", 7) != 0)
+        return 0;
+    const char *h = url + 7, *p = h;
+    char lit[INET6_ADDRSTRLEN];
+    size_t ll;
+    memset(&hx->addr, 0, sizeof(hx->addr));
+    if (*p == '[') {
+        const char *close = strchr(p, ']');
+        if (!close || (size_t)(close - p - 1) >= sizeof lit)
+            return 0;
+        ll = (size_t)(close - p - 1);
+        memcpy(lit, p + 1, ll);
+        lit[ll] = '\0';
+        if (inet_pton(AF_INET6, lit, &hx->addr.sin6_addr) != 1)
+            return 0;
+        hx->addr.sin6_family = AF_INET6;
+        hx->addr_len = sizeof(struct sockaddr_in6);
+        p = close + 1;
+    } else {
+        ll = strcspn(p, ":/?#");
+        if (ll == 0 || ll >= sizeof lit)
+            return 0;
+        memcpy(lit, p, ll);
+        lit[ll] = '\0';
+        struct sockaddr_in *a4 = (struct sockaddr_in *)&hx->addr;
+        if (inet_pton(AF_INET, lit, &a4->sin_addr) != 1)
+            return 0; /* a name: libcurl resolves it */
+        a4->sin_family = AF_INET;
+        hx->addr_len = sizeof(struct sockaddr_in);
+        p += ll;
+    }
+    long port = 80;
+    if (*p == ':') {
+        p++;
+        port = 0;
+        int digits = 0;
+        while (*p >= '0' && *p <= '9' && digits < 6) {
+            port = port * 10 + (*p++ - '0');
+            digits++;
+        }
+        if (digits == 0 || port < 1 || port > 65535)
+            return 0;
+    }
+    if (*p != '/' && *p != '\0')
+        return 0;
+    /* The path goes on the request line as it is: only visible ASCII (our paths are escaped). */
+    for (const char *c = p; *c; c++) {
+        if ((unsigned char)*c <= 0x20 || (unsigned char)*c >= 0x7f || *c == '#')
+            return 0;
+    }
+    if (hx->addr.sin6_family == AF_INET6)
+        hx->addr.sin6_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in *)&hx->addr)->sin_port = htons((uint16_t)port);
+    *host = h;
+    *host_len = (size_t)(p - h);
+    *path = *p ? p : "/";
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The client on the loop                                                    */
+/* ------------------------------------------------------------------------ */
+
+static int same_addr(const struct h1_idle *e, const struct os_h1_xchg *x)
+{
+    return e->addr_len == x->addr_len && memcmp(&e->addr, &x->addr, x->addr_len) == 0;
+}
+
+static void idle_close(struct os_h1 *c, struct h1_idle *e)
+{
+    epoll_ctl(c->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+    close(e->fd);
+    e->fd = -1;
+}
+
+/** 1 when a kept connection is still usable: nothing to read, not closed by the server. */
+static int idle_alive(int fd)
+{
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/** Keep x's connection for the next exchange to its origin (closing the oldest when full). */
+static void idle_put(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
+{
+    struct h1_idle *slot = NULL;
+    for (int i = 0; i < OS_H1_IDLE_MAX; i++) {
+        struct h1_idle *e = &c->idle[i];
+        if (e->fd < 0) {
+            slot = e;
+            break;
+        }
+        if (!slot || e->since_ms < slot->since_ms)
+            slot = e;
+    }
+    if (slot->fd >= 0)
+        idle_close(c, slot);
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = slot};
+    if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, x->fd, &ev) != 0) {
+        epoll_ctl(c->epfd, EPOLL_CTL_DEL, x->fd, NULL);
+        close(x->fd);
+        x->fd = -1;
+        return;
+    }
+    slot->kind = H1_IDLE;
+    slot->fd = x->fd;
+    slot->addr = x->addr;
+    slot->addr_len = x->addr_len;
+    slot->since_ms = now;
+    x->fd = -1;
+}
+
+/** A kept connection to x's origin, or -1. */
+static int idle_take(struct os_h1 *c, const struct os_h1_xchg *x)
+{
+    for (int i = 0; i < OS_H1_IDLE_MAX; i++) {
+        struct h1_idle *e = &c->idle[i];
+        if (e->fd < 0 || !same_addr(e, x))
+            continue;
+        int fd = e->fd;
+        if (!idle_alive(fd)) {
+            idle_close(c, e);
+            continue;
+        }
+        e->fd = -1;
+        return fd;
+    }
+    return -1;
+}
+
+/** x's deadline now (the earlier of the caller's and the connect bound; 0: none). */
+static int64_t xchg_deadline(const struct os_h1_xchg *x)
+{
+    int64_t dl = x->ops->deadline(x->ctx);
+    if (x->connecting && x->connect_at > 0 && (dl == 0 || x->connect_at < dl))
+        dl = x->connect_at;
+    return dl;
+}
+
+static void note_deadline(struct os_h1 *c, const struct os_h1_xchg *x)
+{
+    int64_t dl = xchg_deadline(x);
+    if (dl > 0 && (c->earliest == 0 || dl < c->earliest))
+        c->earliest = dl;
+}
+
+/** End x with a libcurl code: out of the client, its connection kept (reuse) or closed, then
+ *  on_done (which may free x: x is not touched after it). */
+static void xchg_end(struct os_h1 *c, struct os_h1_xchg *x, int code, const char *err, int reuse,
+                     int64_t now)
+{
+    if (x->fd >= 0) {
+        if (reuse && !x->fresh)
+            idle_put(c, x, now);
+        if (x->fd >= 0) {
+            epoll_ctl(c->epfd, EPOLL_CTL_DEL, x->fd, NULL);
+            close(x->fd);
+            x->fd = -1;
+        }
+    }
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        c->active = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->next = x->prev = NULL;
+    free(x->req);
+    x->req = NULL;
+    os_h1_resp_reset(&x->resp);
+    pthread_mutex_lock(&c->mu);
+    c->open--;
+    pthread_mutex_unlock(&c->mu);
+    const struct os_h1_ops *ops = x->ops;
+    void *ctx = x->ctx;
+    ops->on_done(ctx, code, err);
+}
+
+/** Describe a socket failure for x in its error text. */
+static void xchg_fail(struct os_h1 *c, struct os_h1_xchg *x, int code, const char *what, int err,
+                      int64_t now)
+{
+    char msg[160], ip[INET6_ADDRSTRLEN] = "?";
+    int port;
+    if (x->addr.sin6_family == AF_INET6) {
+        inet_ntop(AF_INET6, &x->addr.sin6_addr, ip, sizeof ip);
+        port = ntohs(x->addr.sin6_port);
+    } else {
+        const struct sockaddr_in *a4 = (const struct sockaddr_in *)&x->addr;
+        inet_ntop(AF_INET, &a4->sin_addr, ip, sizeof ip);
+        port = ntohs(a4->sin_port);
+    }
+    if (err)
+        snprintf(msg, sizeof msg, "%s %s port %d: %s", what, ip, port, strerror(err));
+    else
+        snprintf(msg, sizeof msg, "%s %s port %d", what, ip, port);
+    xchg_end(c, x, code, msg, 0, now);
+}
+
+/** Watch x's socket for what its phase needs. */
+static int xchg_watch(struct os_h1 *c, struct os_h1_xchg *x, int op)
+{
+    struct epoll_event ev = {.events = EPOLLIN | (x->sent < x->req_len ? EPOLLOUT : 0),
+                             .data.ptr = x};
+    return epoll_ctl(c->epfd, op, x->fd, &ev);
+}
+
+/** Open x's connection: a kept one unless x wants a fresh one or is being resent. */
+static void xchg_connect(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
+{
+    x->kind = H1_XCHG;
+    x->sent = 0;
+    x->got_bytes = 0;
+    x->reused = 0;
+    x->connecting = 0;
+    os_h1_resp_reset(&x->resp);
+    int fd = (x->fresh || x->resent) ? -1 : idle_take(c, x);
+    if (fd >= 0) {
+        x->fd = fd;
+        x->reused = 1;
+        if (xchg_watch(c, x, EPOLL_CTL_MOD) != 0) {
+            xchg_fail(c, x, CURLE_COULDNT_CONNECT, "Failed to watch connection to", errno, now);
+            return;
+        }
+        note_deadline(c, x);
+        return;
+    }
+    int family = x->addr.sin6_family == AF_INET6 ? AF_INET6 : AF_INET;
+    fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        x->fd = -1;
+        xchg_fail(c, x, CURLE_COULDNT_CONNECT, "Failed to open a socket to", errno, now);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    x->fd = fd;
+    if (connect(fd, (const struct sockaddr *)&x->addr, x->addr_len) != 0) {
+        if (errno != EINPROGRESS) {
+            xchg_fail(c, x, CURLE_COULDNT_CONNECT, "Failed to connect to", errno, now);
+            return;
+        }
+        x->connecting = 1;
+        x->connect_at = x->connect_ms > 0 ? now + x->connect_ms : 0;
+    }
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = x};
+    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        xchg_fail(c, x, CURLE_COULDNT_CONNECT, "Failed to watch connection to", errno, now);
+        return;
+    }
+    note_deadline(c, x);
+}
+
+/** The request on a kept connection met its end before any answer: once more on a new one. */
+static int xchg_resend(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
+{
+    if (!x->reused || x->got_bytes || x->resent)
+        return 0;
+    epoll_ctl(c->epfd, EPOLL_CTL_DEL, x->fd, NULL);
+    close(x->fd);
+    x->fd = -1;
+    x->resent = 1;
+    xchg_connect(c, x, now);
+    return 1;
+}
+
+/** Send what is left of the request. 1 when x ended or started over (its state is no longer
+ *  this attempt's), 0 otherwise. */
+static int xchg_send(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
+{
+    while (x->sent < x->req_len) {
+        ssize_t n = send(x->fd, x->req + x->sent, x->req_len - x->sent, MSG_NOSIGNAL);
+        if (n > 0) {
+            x->sent += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        int err = errno;
+        if (!xchg_resend(c, x, now))
+            xchg_fail(c, x, CURLE_SEND_ERROR, "Failed to send the request to", err, now);
+        return 1;
+    }
+    if (xchg_watch(c, x, EPOLL_CTL_MOD) != 0) {
+        xchg_fail(c, x, CURLE_SEND_ERROR, "Failed to watch connection to", errno, now);
+        return 1;
+    }
+    return 0;
+}
+
+/** Socket activity on x. */
+static void xchg_event(struct os_h1 *c, struct os_h1_xchg *x, uint32_t events, int64_t now)
+{
+    if (x->connecting) {
+        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+            return;
+        int err = 0;
+        socklen_t el = sizeof err;
+        if (getsockopt(x->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
+            err = errno;
+        if (err) {
+            xchg_fail(c, x, CURLE_COULDNT_CONNECT, "Failed to connect to", err, now);
+            return;
+        }
+        x->connecting = 0;
+    }
+    if (x->sent < x->req_len && (events & EPOLLOUT) && xchg_send(c, x, now))
+        return;
+    if (!(events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+        return;
+    ssize_t n = recv(x->fd, c->buf, sizeof c->buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (n <= 0) {
+        int err = n < 0 ? errno : 0;
+        if (xchg_resend(c, x, now))
+            return;
+        if (n == 0 && os_h1_resp_eof(&x->resp) && x->resp.got_head)
+            xchg_end(c, x, CURLE_OK, NULL, 0, now);
+        else if (!x->got_bytes)
+            xchg_fail(c, x, err ? CURLE_RECV_ERROR : CURLE_GOT_NOTHING,
+                      err ? "Failed to receive from" : "Empty reply from", err, now);
+        else
+            xchg_fail(c, x, err ? CURLE_RECV_ERROR : CURLE_PARTIAL_FILE,
+                      err ? "Failed to receive from"
+                          : "Connection closed before the answer ended by",
+                      err, now);
+        return;
+    }
+    if (!x->got_bytes) {
+        x->got_bytes = 1;
+        if (x->sent == x->req_len) {
+            free(x->req); /* answered: never resent */
+            x->req = NULL;
+        }
+    }
+    size_t used = 0;
+    int r = os_h1_resp_feed(&x->resp, c->buf, (size_t)n, &used, x->ops, x->ctx);
+    if (r == OS_H1_MORE) {
+        note_deadline(c, x); /* the callbacks may have moved the deadline */
+        return;
+    }
+    if (r == OS_H1_DONE) {
+        /* Bytes beyond the answer, or a request not yet fully sent: the connection is not
+         * in a state to be kept. */
+        int reuse = x->resp.keep_alive && used == (size_t)n && x->sent == x->req_len;
+        xchg_end(c, x, CURLE_OK, NULL, reuse, now);
+    } else if (r == OS_H1_STOP) {
+        xchg_end(c, x, CURLE_WRITE_ERROR, "the answer's reader stopped", 0, now);
+    } else {
+        xchg_fail(c, x, CURLE_WEIRD_SERVER_REPLY, "Malformed HTTP answer from", 0, now);
+    }
+}
+
+/** Every exchange's abort check (and the deadlines that passed); recomputes the earliest. */
+static void sweep(struct os_h1 *c, int64_t now, int full)
+{
+    int64_t earliest = 0;
+    struct os_h1_xchg *x = c->active;
+    while (x) {
+        struct os_h1_xchg *next = x->next;
+        int64_t dl = xchg_deadline(x);
+        if (x->connecting && x->connect_at > 0 && now >= x->connect_at) {
+            xchg_fail(c, x, CURLE_OPERATION_TIMEDOUT, "Connection timed out to", 0, now);
+        } else if ((full || (dl > 0 && now >= dl)) && x->ops->should_abort(x->ctx)) {
+            xchg_end(c, x, CURLE_ABORTED_BY_CALLBACK, NULL, 0, now);
+        } else if (dl > 0 && now >= dl) {
+            /* The caller's check did not end it: its deadline is its own business now. */
+            xchg_end(c, x, CURLE_OPERATION_TIMEDOUT, "Operation timed out", 0, now);
+        } else if (dl > 0 && (earliest == 0 || dl < earliest)) {
+            earliest = dl;
+        }
+        x = next;
+    }
+    c->earliest = earliest;
+    for (int i = 0; full && i < OS_H1_IDLE_MAX; i++) {
+        if (c->idle[i].fd >= 0 && now - c->idle[i].since_ms >= OS_H1_IDLE_MS)
+            idle_close(c, &c->idle[i]);
+    }
+}
+
+/** The loop's call (rku_loop_source.run): start what was submitted, act on socket events,
+ *  check deadlines. Returns the ms until it must run again. */
+static int client_run(struct rku_loop_source *src, int64_t now)
+{
+    struct os_h1 *c = (struct os_h1 *)((char *)src - offsetof(struct os_h1, src));
+    pthread_mutex_lock(&c->mu);
+    struct os_h1_xchg *q = c->queue;
+    c->queue = NULL;
+    c->open += c->queued;
+    c->queued = 0;
+    pthread_mutex_unlock(&c->mu);
+    /* The queue is newest first: start in submission order. */
+    struct os_h1_xchg *rev = NULL;
+    while (q) {
+        struct os_h1_xchg *next = q->next;
+        q->next = rev;
+        rev = q;
+        q = next;
+    }
+    while (rev) {
+        struct os_h1_xchg *x = rev;
+        rev = rev->next;
+        x->prev = NULL;
+        x->next = c->active;
+        if (c->active)
+            c->active->prev = x;
+        c->active = x;
+        xchg_connect(c, x, now);
+    }
+    struct epoll_event evs[OS_H1_EVENTS];
+    int n = epoll_wait(c->epfd, evs, OS_H1_EVENTS, 0);
+    for (int i = 0; i < n; i++) {
+        int kind = *(int *)evs[i].data.ptr;
+        if (kind == H1_IDLE) {
+            struct h1_idle *e = evs[i].data.ptr;
+            if (e->fd >= 0 && !idle_alive(e->fd))
+                idle_close(c, e); /* closed by the server (or it sent what nobody asked for) */
+            continue;
+        }
+        xchg_event(c, (struct os_h1_xchg *)evs[i].data.ptr, evs[i].events, now);
+    }
+    int full = now >= c->sweep_at;
+    if (full || (c->earliest > 0 && now >= c->earliest))
+        sweep(c, now, full);
+    if (full)
+        c->sweep_at = now + OS_H1_SWEEP_MS;
+    if (n == OS_H1_EVENTS)
+        return 0; /* more events may wait */
+    int64_t until = c->sweep_at;
+    if (c->earliest > 0 && c->earliest < until)
+        until = c->earliest;
+    return until > now ? (int)(until - now) : 0;
+}
+
+/** rku_loop_source.busy: exchanges queued or open. */
+static int client_busy(struct rku_loop_source *src)
+{
+    struct os_h1 *c = (struct os_h1 *)((char *)src - offsetof(struct os_h1, src));
+    pthread_mutex_lock(&c->mu);
+    int busy = c->queued > 0 || c->open > 0;
+    pthread_mutex_unlock(&c->mu);
+    return busy;
+}
+
+struct os_h1 *os_h1_new(struct rku_curl_loop *cl)
+{
+    struct os_h1 *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (c->epfd < 0) {
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    for (int i = 0; i < OS_H1_IDLE_MAX; i++)
+        c->idle[i].fd = -1;
+    c->cl = cl;
+    c->src.fd = c->epfd;
+    c->src.run = client_run;
+    c->src.busy = client_busy;
+    rku_curl_loop_set_source(cl, &c->src);
+    return c;
+}
+
+int os_h1_submit(struct os_h1 *c, struct os_h1_xchg *x)
+{
+    if (!c)
+        return -1;
+    x->fd = -1;
+    x->resent = 0;
+    x->prev = NULL;
+    memset(&x->resp, 0, sizeof(x->resp));
+    /* Under mu: the loop's run (which takes mu) cannot miss x once the wake is in. */
+    pthread_mutex_lock(&c->mu);
+    if (rku_curl_loop_wake_source(c->cl) != 0) {
+        pthread_mutex_unlock(&c->mu);
+        return -1;
+    }
+    x->next = c->queue;
+    c->queue = x;
+    c->queued++;
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+void os_h1_free(struct os_h1 *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < OS_H1_IDLE_MAX; i++) {
+        if (c->idle[i].fd >= 0)
+            close(c->idle[i].fd);
+    }
+    close(c->epfd);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}

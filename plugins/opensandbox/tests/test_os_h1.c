@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file test_os_h1.c
+ * @brief The plugin's HTTP/1.1 client: answer framing (chunked, Content-Length, close; split
+ *        at every byte), malformed answers, which URLs it carries, and on real loopback sockets
+ *        keep-alive reuse and the resend of a request whose kept connection died unanswered.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+
+#include "../os_internal.h"
+
+/** What a parse delivered. */
+struct got {
+    long status;
+    int statuses;
+    char body[4096];
+    size_t body_len;
+    int stop_after; /**< on_body asks to stop once this many bytes arrived (0: never) */
+};
+
+static void g_status(void *ctx, long st)
+{
+    struct got *g = ctx;
+    g->status = st;
+    g->statuses++;
+}
+
+static int g_body(void *ctx, const char *p, size_t n)
+{
+    struct got *g = ctx;
+    assert_true(g->body_len + n < sizeof g->body);
+    memcpy(g->body + g->body_len, p, n);
+    g->body_len += n;
+    return g->stop_after && g->body_len >= (size_t)g->stop_after ? -1 : 0;
+}
+
+static const struct os_h1_ops parse_ops = {.on_status = g_status, .on_body = g_body};
+
+/** Feed msg in pieces of step bytes (0: whole); the result and bytes taken in total. */
+static int feed(const char *msg, size_t len, size_t step, struct got *g, struct os_h1_resp *r,
+                size_t *taken)
+{
+    memset(r, 0, sizeof(*r));
+    *taken = 0;
+    int res = OS_H1_MORE;
+    while (*taken < len) {
+        size_t n = step && step < len - *taken ? step : len - *taken;
+        size_t used = 0;
+        res = os_h1_resp_feed(r, msg + *taken, n, &used, &parse_ops, g);
+        *taken += used;
+        if (res != OS_H1_MORE)
+            break;
+        assert_int_equal(used, n); /* MORE takes everything */
+    }
+    return res;
+}
+
+/** A chunked answer with extensions, an interim 100 and a trailer, split at every size, ends
+ *  exactly where it ends and delivers the body without the coding. */
+static void test_chunked_every_split(void **state)
+{
+    (void)state;
+    const char *msg = "HTTP/1.1 100 Continue\r\n\r\n"
+                      "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, Chunked\r\nX: y\r\n\r\n"
+                      "5;ext=1\r\nhello\r\n"
+                      "A\r\n, world!!\n\r\n"
+                      "0\r\nTrailer: t\r\n\r\n"
+                      "NEXT";
+    size_t len = strlen(msg), want = len - 4;
+    for (size_t step = 0; step <= len; step++) {
+        struct got g = {0};
+        struct os_h1_resp r;
+        size_t taken;
+        assert_int_equal(feed(msg, len, step, &g, &r, &taken), OS_H1_DONE);
+        assert_int_equal(taken, want);
+        assert_int_equal(g.status, 200);
+        assert_int_equal(g.statuses, 1);
+        assert_int_equal(g.body_len, 15);
+        assert_memory_equal(g.body, "hello, world!!\n", 15);
+        assert_int_equal(r.keep_alive, 1);
+        os_h1_resp_reset(&r);
+    }
+}
+
+/** Content-Length frames the body; bytes after it are not taken. */
+static void test_content_length(void **state)
+{
+    (void)state;
+    const char *msg = "HTTP/1.1 404 Not Found\r\nContent-Length: 7\r\n"
+                      "Connection: keep-alive\r\n\r\n{\"a\":1}junk";
+    for (size_t step = 0; step < 8; step++) {
+        struct got g = {0};
+        struct os_h1_resp r;
+        size_t taken;
+        assert_int_equal(feed(msg, strlen(msg), step, &g, &r, &taken), OS_H1_DONE);
+        assert_int_equal(taken, strlen(msg) - 4);
+        assert_int_equal(g.status, 404);
+        assert_int_equal(g.body_len, 7);
+        assert_int_equal(r.keep_alive, 1);
+        os_h1_resp_reset(&r);
+    }
+}
+
+/** No framing: the body runs to the connection's end, which completes it; such a connection
+ *  and an HTTP/1.0 or "Connection: close" one is not kept. 204 has no body. */
+static void test_close_framed_and_keep_alive(void **state)
+{
+    (void)state;
+    struct got g = {0};
+    struct os_h1_resp r;
+    size_t taken;
+    const char *a = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: 1\n\n";
+    assert_int_equal(feed(a, strlen(a), 3, &g, &r, &taken), OS_H1_MORE);
+    assert_int_equal(g.body_len, 9);
+    assert_true(os_h1_resp_eof(&r));
+    assert_int_equal(r.keep_alive, 0);
+    os_h1_resp_reset(&r);
+
+    const char *b = "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n";
+    memset(&g, 0, sizeof g);
+    assert_int_equal(feed(b, strlen(b), 0, &g, &r, &taken), OS_H1_DONE);
+    assert_int_equal(r.keep_alive, 0);
+    os_h1_resp_reset(&r);
+
+    const char *c = "HTTP/1.1 204 No Content\r\nConnection: Close\r\n\r\n";
+    memset(&g, 0, sizeof g);
+    assert_int_equal(feed(c, strlen(c), 0, &g, &r, &taken), OS_H1_DONE);
+    assert_int_equal(g.status, 204);
+    assert_int_equal(r.keep_alive, 0);
+    assert_false(os_h1_resp_eof(&(struct os_h1_resp){0}));
+    os_h1_resp_reset(&r);
+}
+
+/** Malformed answers are refused, not guessed at; a reader that stops is obeyed. */
+static void test_malformed(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "HTTP/2 200 OK\r\n\r\n",
+        "HTTP/1.1 2x0 OK\r\n\r\n",
+        "ICY 200 OK\r\n\r\n",
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1000000000000000\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct got g = {0};
+        struct os_h1_resp r;
+        size_t taken;
+        int res = feed(bad[i], strlen(bad[i]), 0, &g, &r, &taken);
+        if (res != OS_H1_BAD)
+            fail_msg("accepted: %s", bad[i]);
+        os_h1_resp_reset(&r);
+    }
+    /* A head that never ends is refused at 16 KiB. */
+    static char big[20000];
+    memcpy(big, "HTTP/1.1 200 OK\r\n", 17);
+    for (size_t i = 17; i < sizeof big; i++)
+        big[i] = (i % 64) == 63 ? '\n' : 'a';
+    struct got g = {0};
+    struct os_h1_resp r;
+    size_t taken;
+    assert_int_equal(feed(big, sizeof big, 1000, &g, &r, &taken), OS_H1_BAD);
+    assert_true(taken <= 16 * 1024);
+    os_h1_resp_reset(&r);
+
+    const char *s = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789";
+    memset(&g, 0, sizeof g);
+    g.stop_after = 4;
+    assert_int_equal(feed(s, strlen(s), 2, &g, &r, &taken), OS_H1_STOP);
+    os_h1_resp_reset(&r);
+}
+
+/** Only plain HTTP to IP literals with a clean path is carried; the rest is libcurl's. */
+static void test_targets(void **state)
+{
+    (void)state;
+    struct os_h1_xchg x;
+    const char *host, *path;
+    size_t hl;
+    assert_int_equal(os_h1_target(&x, "http://127.0.0.1:8080/a/b?c=%20d", &host, &hl, &path), 1);
+    assert_int_equal(hl, strlen("127.0.0.1:8080"));
+    assert_memory_equal(host, "127.0.0.1:8080", hl);
+    assert_string_equal(path, "/a/b?c=%20d");
+    assert_int_equal(ntohs(((struct sockaddr_in *)&x.addr)->sin_port), 8080);
+    assert_int_equal(os_h1_target(&x, "http://[::1]:9/x", &host, &hl, &path), 1);
+    assert_int_equal(x.addr.sin6_family, AF_INET6);
+    assert_int_equal(ntohs(x.addr.sin6_port), 9);
+    assert_int_equal(os_h1_target(&x, "http://10.0.0.1", &host, &hl, &path), 1);
+    assert_string_equal(path, "/");
+    assert_int_equal(ntohs(((struct sockaddr_in *)&x.addr)->sin_port), 80);
+    static const char *const no[] = {
+        "https://127.0.0.1/",       "http://localhost:80/",   "http://127.0.0.1:0/",
+        "http://127.0.0.1:99999/",  "http://127.0.0.1/a b",   "http://127.0.0.1/a\r\nX: y",
+        "http://1.2.3.4@evil.com/", "http://127.0.0.1:80x/",  "http://[::1/",
+        "ftp://127.0.0.1/",         "http://127.0.0.1/#frag", "http://300.1.1.1/",
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        if (os_h1_target(&x, no[i], &host, &hl, &path))
+            fail_msg("carried: %s", no[i]);
+    }
+}
+
+/* ---- on real sockets --------------------------------------------------- */
+
+static int srv_fd;
+static int srv_accepts;
+
+/** Read one request head (and no body: the test sends GETs); 0 at EOF. */
+static int read_req(int fd)
+{
+    char buf[2048];
+    size_t n = 0;
+    while (n < sizeof buf - 1) {
+        ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+        if (r <= 0)
+            return 0;
+        n += (size_t)r;
+        buf[n] = '\0';
+        if (strstr(buf, "\r\n\r\n"))
+            return 1;
+    }
+    return 0;
+}
+
+/** Connection 1 answers its first request and reads a second, then closes unanswered (a
+ *  server's keep-alive timeout racing the request); connection 2 answers. */
+static void *server_main(void *arg)
+{
+    (void)arg;
+    static const char ok1[] = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none";
+    static const char ok2[] =
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\ntwo\r\n0\r\n\r\n";
+    int a = accept(srv_fd, NULL, NULL);
+    srv_accepts++;
+    if (a < 0 || !read_req(a) || write(a, ok1, sizeof ok1 - 1) < 0 || !read_req(a))
+        return NULL;
+    close(a);
+    int b = accept(srv_fd, NULL, NULL);
+    srv_accepts++;
+    if (b >= 0 && read_req(b) && write(b, ok2, sizeof ok2 - 1) > 0)
+        read_req(b); /* until the client closes or keeps it */
+    if (b >= 0)
+        close(b);
+    return NULL;
+}
+
+/** One exchange's outcome, reported on the loop thread. */
+struct run {
+    struct got g;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, code;
+};
+
+static int r_abort(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static int64_t r_deadline(void *ctx)
+{
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 5000;
+}
+
+static void r_done(void *ctx, int code, const char *err)
+{
+    (void)err;
+    struct run *r = (struct run *)((char *)ctx - offsetof(struct run, g));
+    pthread_mutex_lock(&r->mu);
+    r->code = code;
+    r->done = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static const struct os_h1_ops run_ops = {.on_status = g_status,
+                                         .on_body = g_body,
+                                         .should_abort = r_abort,
+                                         .deadline = r_deadline,
+                                         .on_done = r_done};
+
+/** Send GET / to port through c and wait for the end. */
+static void run_get(struct os_h1 *c, int port, struct run *r)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
+    struct os_h1_xchg x;
+    memset(&x, 0, sizeof x);
+    const char *host, *path;
+    size_t hl;
+    assert_int_equal(os_h1_target(&x, url, &host, &hl, &path), 1);
+    x.req = strdup("GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    x.req_len = strlen(x.req);
+    x.ops = &run_ops;
+    x.ctx = &r->g;
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    assert_int_equal(os_h1_submit(c, &x), 0);
+    pthread_mutex_lock(&r->mu);
+    while (!r->done)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    assert_null(x.req); /* the client frees the request */
+}
+
+/** The second request goes out on the kept connection; the server closes it unanswered, so it
+ *  is sent once more on a new connection and answered there. */
+static void test_reuse_and_resend(void **state)
+{
+    (void)state;
+    srv_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    assert_int_equal(bind(srv_fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(srv_fd, 8), 0);
+    getsockname(srv_fd, (struct sockaddr *)&a, &al);
+    int port = ntohs(a.sin_port);
+    pthread_t th;
+    pthread_create(&th, NULL, server_main, NULL);
+
+    struct rku_curl_loop *cl = rku_curl_loop_new(100, 0);
+    struct os_h1 *c = os_h1_new(cl);
+    assert_non_null(c);
+    struct run r;
+    run_get(c, port, &r);
+    assert_int_equal(r.code, CURLE_OK);
+    assert_int_equal(r.g.status, 200);
+    assert_memory_equal(r.g.body, "one", 3);
+    run_get(c, port, &r);
+    assert_int_equal(r.code, CURLE_OK);
+    assert_memory_equal(r.g.body, "two", 3);
+    assert_int_equal(r.g.body_len, 3);
+    rku_curl_loop_stop(cl);
+    os_h1_free(c); /* closes the kept connection: the server's last read ends */
+    pthread_join(th, NULL);
+    rku_curl_loop_free(cl);
+    close(srv_fd);
+    assert_int_equal(srv_accepts, 2);
+}
+
+/** Nothing listens: the exchange fails as not connected (libcurl's code). */
+static void test_refused(void **state)
+{
+    (void)state;
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    bind(s, (struct sockaddr *)&a, sizeof a);
+    getsockname(s, (struct sockaddr *)&a, &al);
+    int port = ntohs(a.sin_port);
+    close(s); /* a port nobody listens on */
+    struct rku_curl_loop *cl = rku_curl_loop_new(100, 0);
+    struct os_h1 *c = os_h1_new(cl);
+    struct run r;
+    run_get(c, port, &r);
+    assert_int_equal(r.code, CURLE_COULDNT_CONNECT);
+    assert_int_equal(r.g.statuses, 0);
+    rku_curl_loop_stop(cl);
+    os_h1_free(c);
+    rku_curl_loop_free(cl);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chunked_every_split),
+        cmocka_unit_test(test_content_length),
+        cmocka_unit_test(test_close_framed_and_keep_alive),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_targets),
+        cmocka_unit_test(test_reuse_and_resend),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
