@@ -13,7 +13,7 @@ shift
 [ $# -gt 0 ] && shift
 out="$build/tests/fuzz"
 mkdir -p "$out/artifacts"
-for t in fuzz_decode fuzz_proxy_path fuzz_ws_frames fuzz_execd_stream fuzz_config fuzz_multipart; do
+for t in fuzz_decode fuzz_proxy_path fuzz_ws_frames fuzz_execd_stream fuzz_config fuzz_multipart fuzz_h1_resp; do
     scratch=$(mktemp -d)
     echo "==> $t ($runs runs)"
     if ! "$out/$t" -runs="$runs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
