@@ -47,6 +47,8 @@
 #define OS_H1_HEAD_MAX (16 * 1024)
 /** How often every open exchange gets its abort check (client gone, deadlines). */
 #define OS_H1_SWEEP_MS 500
+/** Deadlines are acted on at most this late (a walk of every exchange per step at most). */
+#define OS_H1_DEADLINE_STEP_MS 10
 /** The read buffer, shared by every exchange (the loop thread only). */
 #define OS_H1_READ_BUF (16 * 1024)
 /** Socket events handled per run (more wait for the next pass, which comes at once). */
@@ -75,6 +77,7 @@ struct os_h1 {
     struct os_h1_xchg *active;  /**< started exchanges (loop thread only) */
     int64_t sweep_at;           /**< next abort check of every exchange */
     int64_t earliest;           /**< earliest deadline of an open exchange (0: none) */
+    int64_t swept_at;           /**< when every exchange was last walked */
     struct h1_idle idle[OS_H1_IDLE_MAX];
     char buf[OS_H1_READ_BUF];
 };
@@ -831,15 +834,25 @@ static int client_run(struct rku_loop_source *src, int64_t now)
         xchg_event(c, (struct os_h1_xchg *)evs[i].data.ptr, evs[i].events, now);
     }
     int full = now >= c->sweep_at;
-    if (full || (c->earliest > 0 && now >= c->earliest))
+    /* A deadline pass walks every exchange: at most one per OS_H1_DEADLINE_STEP_MS, so that
+     * thousands of deadlines spread over time cost a bounded number of walks. */
+    int64_t due = c->earliest;
+    if (due > 0 && due < c->swept_at + OS_H1_DEADLINE_STEP_MS)
+        due = c->swept_at + OS_H1_DEADLINE_STEP_MS;
+    if (full || (due > 0 && now >= due)) {
         sweep(c, now, full);
+        c->swept_at = now;
+        due = c->earliest > 0 && c->earliest < now + OS_H1_DEADLINE_STEP_MS
+                  ? now + OS_H1_DEADLINE_STEP_MS
+                  : c->earliest;
+    }
     if (full)
         c->sweep_at = now + OS_H1_SWEEP_MS;
     if (n == OS_H1_EVENTS)
         return 0; /* more events may wait */
     int64_t until = c->sweep_at;
-    if (c->earliest > 0 && c->earliest < until)
-        until = c->earliest;
+    if (due > 0 && due < until)
+        until = due;
     return until > now ? (int)(until - now) : 0;
 }
 
