@@ -272,6 +272,7 @@ struct run {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int done, code;
+    int64_t deadline; /**< 5 s after the request was sent */
 };
 
 static int r_abort(void *ctx)
@@ -280,12 +281,17 @@ static int r_abort(void *ctx)
     return 0;
 }
 
-static int64_t r_deadline(void *ctx)
+static int64_t mono_ms(void)
 {
-    (void)ctx;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + 5000;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t r_deadline(void *ctx)
+{
+    struct run *r = (struct run *)((char *)ctx - offsetof(struct run, g));
+    return r->deadline;
 }
 
 static void r_done(void *ctx, int code, const char *err)
@@ -305,8 +311,8 @@ static const struct os_h1_ops run_ops = {.on_status = g_status,
                                          .deadline = r_deadline,
                                          .on_done = r_done};
 
-/** Send GET / to port through c and wait for the end. */
-static void run_get(struct os_h1 *c, int port, struct run *r)
+/** Send GET / to port through c and wait for the end; fresh: on a connection of its own. */
+static void run_req(struct os_h1 *c, int port, struct run *r, int fresh)
 {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
@@ -319,7 +325,9 @@ static void run_get(struct os_h1 *c, int port, struct run *r)
     x.req_len = strlen(x.req);
     x.ops = &run_ops;
     x.ctx = &r->g;
+    x.fresh = fresh;
     memset(r, 0, sizeof *r);
+    r->deadline = mono_ms() + 5000;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     assert_int_equal(os_h1_submit(c, &x), 0);
@@ -332,18 +340,75 @@ static void run_get(struct os_h1 *c, int port, struct run *r)
     assert_null(x.req); /* the client frees the request */
 }
 
-/** The second request goes out on the kept connection; the server closes it unanswered, so it
- *  is sent once more on a new connection and answered there. */
-static void test_reuse_and_resend(void **state)
+static void run_get(struct os_h1 *c, int port, struct run *r)
 {
-    (void)state;
+    run_req(c, port, r, 0);
+}
+
+/** Listen on 127.0.0.1:<ephemeral>; the port. */
+static int listen_any(void)
+{
     srv_fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
     assert_int_equal(bind(srv_fd, (struct sockaddr *)&a, sizeof a), 0);
     assert_int_equal(listen(srv_fd, 8), 0);
     getsockname(srv_fd, (struct sockaddr *)&a, &al);
-    int port = ntohs(a.sin_port);
+    srv_accepts = 0;
+    return ntohs(a.sin_port);
+}
+
+/** Connection 1 answers and stays open (kept by the client); connection 2 reads its request
+ *  and closes unanswered. */
+static void *server_fresh_main(void *arg)
+{
+    (void)arg;
+    static const char ok1[] = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none";
+    int a = accept(srv_fd, NULL, NULL);
+    srv_accepts++;
+    if (a < 0 || !read_req(a) || write(a, ok1, sizeof ok1 - 1) < 0)
+        return NULL;
+    int b = accept(srv_fd, NULL, NULL);
+    srv_accepts++;
+    if (b >= 0) {
+        read_req(b);
+        close(b);
+    }
+    read_req(a); /* until the client closes its kept connection */
+    close(a);
+    return NULL;
+}
+
+/** A request that must not be sent twice (a create) goes out on a connection of its own even
+ *  when one is kept, and a lost answer is reported, not resent. */
+static void test_fresh_is_sent_once(void **state)
+{
+    (void)state;
+    int port = listen_any();
+    pthread_t th;
+    pthread_create(&th, NULL, server_fresh_main, NULL);
+    struct rku_curl_loop *cl = rku_curl_loop_new(100, 0);
+    struct os_h1 *c = os_h1_new(cl);
+    struct run r;
+    run_get(c, port, &r);
+    assert_int_equal(r.code, CURLE_OK);
+    run_req(c, port, &r, 1);
+    assert_int_equal(r.code, CURLE_GOT_NOTHING); /* resent, it would have waited for 5 s */
+    assert_int_equal(r.g.statuses, 0);
+    rku_curl_loop_stop(cl);
+    os_h1_free(c);
+    pthread_join(th, NULL);
+    rku_curl_loop_free(cl);
+    close(srv_fd);
+    assert_int_equal(srv_accepts, 2);
+}
+
+/** The second request goes out on the kept connection; the server closes it unanswered, so it
+ *  is sent once more on a new connection and answered there. */
+static void test_reuse_and_resend(void **state)
+{
+    (void)state;
+    int port = listen_any();
     pthread_t th;
     pthread_create(&th, NULL, server_main, NULL);
 
@@ -398,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_targets),
         cmocka_unit_test(test_reuse_and_resend),
+        cmocka_unit_test(test_fresh_is_sent_once),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
