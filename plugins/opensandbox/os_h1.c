@@ -103,7 +103,7 @@ enum {
 
 void os_h1_resp_reset(struct os_h1_resp *r)
 {
-    free(r->head);
+    os_sb_free(&r->head);
     memset(r, 0, sizeof(*r));
 }
 
@@ -141,12 +141,12 @@ static int last_is_chunked(const char *v, size_t n)
     return e - s == 7 && strncasecmp(v + s, "chunked", 7) == 0;
 }
 
-/** Read a complete head (r->head, head_len bytes, ending in an empty line). 0, or -1 when
+/** Read a complete head (r->head, ending in an empty line). 0, or -1 when
  *  it is not a valid HTTP/1.x response head. Sets status, framing and keep-alive. */
 static int parse_head(struct os_h1_resp *r)
 {
-    const char *p = r->head, *end = r->head + r->head_len;
-    if (r->head_len < 12 || strncmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') ||
+    const char *p = r->head.p, *end = r->head.p + r->head.len;
+    if (r->head.len < 12 || strncmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') ||
         p[8] != ' ')
         return -1;
     int minor = p[7] - '0';
@@ -227,38 +227,28 @@ static int parse_head(struct os_h1_resp *r)
  *  0 for more, -1 when the head is invalid or too long. */
 static int feed_head(struct os_h1_resp *r, const char *p, size_t n, size_t *used)
 {
-    size_t room = OS_H1_HEAD_MAX - r->head_len;
+    size_t room = OS_H1_HEAD_MAX - r->head.len;
     size_t take = n < room ? n : room;
-    if (r->head_len + take + 1 > r->head_cap) {
-        /* Most heads fit the first 512 bytes; a slow one does not hold OS_H1_HEAD_MAX. */
-        size_t cap = r->head_cap ? r->head_cap : 512;
-        while (cap < r->head_len + take + 1)
-            cap *= 2;
-        char *h = realloc(r->head, cap);
-        if (!h)
-            return -1;
-        r->head = h;
-        r->head_cap = cap;
-    }
     /* Look for the empty line from where the last feed stopped (3 bytes back). */
-    size_t from = r->head_len > 3 ? r->head_len - 3 : 0;
-    memcpy(r->head + r->head_len, p, take);
-    r->head_len += take;
-    for (size_t i = from; i < r->head_len; i++) {
-        if (r->head[i] != '\n')
+    size_t from = r->head.len > 3 ? r->head.len - 3 : 0;
+    os_sb_putn(&r->head, p, take); /* grows from 64 bytes: a slow head does not hold 16 KiB */
+    if (r->head.oom)
+        return -1;
+    char *h = r->head.p;
+    for (size_t i = from; i < r->head.len; i++) {
+        if (h[i] != '\n')
             continue;
-        int end = (i >= 1 && r->head[i - 1] == '\n') ||
-                  (i >= 2 && r->head[i - 1] == '\r' && r->head[i - 2] == '\n');
+        int end = (i >= 1 && h[i - 1] == '\n') || (i >= 2 && h[i - 1] == '\r' && h[i - 2] == '\n');
         if (!end)
             continue;
         size_t head_end = i + 1;
-        *used = take - (r->head_len - head_end);
-        r->head_len = head_end;
-        r->head[head_end] = '\0';
+        *used = take - (r->head.len - head_end);
+        r->head.len = head_end;
+        h[head_end] = '\0';
         return parse_head(r) == 0 ? 1 : -1;
     }
     *used = take;
-    return take < n || r->head_len >= OS_H1_HEAD_MAX ? -1 : 0;
+    return take < n || r->head.len >= OS_H1_HEAD_MAX ? -1 : 0;
 }
 
 int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
@@ -281,13 +271,11 @@ int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
                     *used = i;
                     return OS_H1_BAD; /* never asked to switch protocols */
                 }
-                r->head_len = 0; /* an interim answer: the real one follows */
+                r->head.len = 0; /* an interim answer: the real one follows */
                 r->state = RS_HEAD;
                 continue;
             }
-            free(r->head);
-            r->head = NULL;
-            r->head_len = r->head_cap = 0;
+            os_sb_free(&r->head);
             r->got_head = 1;
             ops->on_status(ctx, r->status);
             continue;

@@ -170,8 +170,7 @@ struct os_h1_ops {
 /** Response parser state (os_h1_resp_feed). */
 struct os_h1_resp {
     int state;
-    char *head; /**< the head being read (freed once parsed) */
-    size_t head_len, head_cap;
+    struct os_sb head; /**< the head being read (freed once parsed) */
     long status;
     int keep_alive; /**< the connection may carry another exchange after this answer */
     int got_head;   /**< a final answer's head was parsed */
