@@ -83,8 +83,9 @@ static rk_store_rc patch_record(struct rk_app *app, const char *id, struct patch
                                 json_object **rec_io)
 {
     char err[RK_STORE_ERRLEN];
-    json_object *out = NULL;
-    rk_store_rc rc = rk_store_update(app->store, id, apply_patch, p, &out, err, sizeof err);
+    json_object *out = NULL; /* the record as written, asked for only when the caller takes it */
+    rk_store_rc rc =
+        rk_store_update(app->store, id, apply_patch, p, rec_io ? &out : NULL, err, sizeof err);
     if (rc == RK_STORE_ERROR)
         rk_warn("sandbox %s: cannot update its record: %s", id, err);
     if (rc == RK_STORE_OK && p->to && p->to != RK_STATE_RUNNING)

@@ -374,26 +374,29 @@ static void metrics_collect(void *arg, struct rk_buf *out)
 /** Records read from the store between two progress beats. */
 #define READ_CHUNK 1024
 
-/* What the snapshot keeps of the records: a glance at each, and a copy of those that are not
- * settled (see glance_one). */
+/* What the snapshot keeps of the records: a glance at each, and (shared store only) a copy of
+ * those that are not settled (see glance_one). */
 struct snapshot {
     struct rk_rec_glance *g;
     json_object **kept;
     const char *tag;
+    int keep; /* copy the unsettled records (the store is shared: a read again is a round trip) */
     int oom;
 };
 
 /* rk_store_view_each_fn: glance at one record in place. A settled record (running under its
- * backend id, nothing observed: almost every record of a deployment at rest) is not copied; the
- * others (pending, stopped, failed: those a pass is likely to change) are kept whole for the
- * apply step, as every record was before. */
+ * backend id, nothing observed: almost every record of a deployment at rest) is not copied. With
+ * Redis the others (pending, stopped, failed: those a pass is likely to change) are kept whole
+ * for the apply step, which then needs no second round trip. The in-process store keeps none:
+ * reading a record again costs what the copy would, and the apply step reads only the few the
+ * listing changes (a burst's pending records wait through several passes, copied in each). */
 static int glance_one(void *ctx, size_t i, json_object *rec)
 {
     struct snapshot *sn = ctx;
     struct rk_rec_glance *g = &sn->g[i];
     if (rk_lifecycle_glance(rec, sn->tag, g) != 0)
         sn->oom = 1;
-    return g->present && !(g->state == RK_STATE_RUNNING && g->upstream && !g->observed);
+    return sn->keep && g->present && !(g->state == RK_STATE_RUNNING && g->upstream && !g->observed);
 }
 
 /* Glance at the active records ids[0..n) into sn, beating between chunks. */
@@ -402,7 +405,7 @@ static rk_store_rc read_records(struct rk_app *app, struct beat *b, char **ids, 
 {
     for (size_t off = 0; off < n; off += READ_CHUNK) {
         size_t m = n - off < READ_CHUNK ? n - off : READ_CHUNK;
-        struct snapshot part = {.g = sn->g + off, .tag = sn->tag};
+        struct snapshot part = {.g = sn->g + off, .tag = sn->tag, .keep = sn->keep};
         rk_store_rc rc = rk_store_view_many(app->store, (const char *const *)ids + off, m,
                                             glance_one, &part, sn->kept + off, err, errlen);
         if (rc == RK_STORE_OK && part.oom) {
@@ -505,7 +508,8 @@ static rk_store_rc glance_records(struct rk_app *app, struct beat *b, char **ids
     }
     struct snapshot part = {.g = nr ? calloc(nr, sizeof *part.g) : NULL,
                             .kept = nr ? calloc(nr, sizeof *part.kept) : NULL,
-                            .tag = sn->tag};
+                            .tag = sn->tag,
+                            .keep = sn->keep};
     if (nr && (!part.g || !part.kept)) {
         free(part.g);
         free(part.kept);
@@ -550,7 +554,8 @@ int rk_reconciler_run_once(struct rk_app *app)
     }
     struct snapshot sn = {.g = n ? calloc(n, sizeof *sn.g) : NULL,
                           .kept = n ? calloc(n, sizeof *sn.kept) : NULL,
-                          .tag = app->plugin->desc->backend_tag};
+                          .tag = app->plugin->desc->backend_tag,
+                          .keep = rk_store_is_shared(app->store)};
     char *acted = n ? calloc(n, 1) : NULL;
     int fits = !n || (sn.g && sn.kept && acted);
     if (n && (!fits ||
