@@ -2,7 +2,7 @@
 """Commands through the operator ABI 1.2 asynchronous forms (exec_start,
 session_run_start), end to end over real sockets:
 
-- 1,000 concurrent /execute through opensandbox.so against the simulator all
+- 2,000 concurrent /execute through opensandbox.so against the simulator all
   succeed while every one of them is held by the plugin's event loop
   (rock_admin_upstream_async_calls) and the daemon has no thread per command
   or per connection;
@@ -82,8 +82,8 @@ def read_all(socks, timeout, fifo=None):
 
 
 @test
-def thousand_in_flight_execute_through_opensandbox():
-    n = 1000
+def two_thousand_in_flight_execute_through_opensandbox():
+    n = 2000
     raise_nofile()
     redis = Redis()
     sim = Sim(extra=["--max-connections", str(n + 300)])
