@@ -35,14 +35,19 @@ enum read_origin {
                      * may come again for an unchanged record (store_reader.h) */
 };
 
-/* Status objects one event loop rendered from its store reader's records, by record: a poll
- * whose record came back unchanged (the reader hands over the object it parsed before) is
- * answered without rendering it again. Direct-mapped by the record's address; a slot holds a
- * reference to its record, so while it is there no other record can have that address. Per
- * thread (only event loops fill one), freed when the thread ends. */
+/* Status objects one event loop rendered, by what they were rendered from, so that a poll
+ * whose record did not change is answered without rendering it again:
+ *   - a record of the loop's store reader (rec): the reader hands over the object it parsed
+ *     before when the record came back unchanged. A slot holds a reference to its record, so
+ *     while it is there no other record can have that address;
+ *   - a version of the in-process store (version, rec NULL): it names the record with its
+ *     deadline, and the store never gives it to other content (rk_store_view_fn).
+ * Direct-mapped by address or version. Per thread (only event loops fill one), freed when the
+ * thread ends. */
 #define RENDERED_SLOTS 64
 struct rendered {
     json_object *rec;
+    uint64_t version;
     enum rk_state shown;
     int alive;
     json_object *out;
@@ -66,9 +71,11 @@ static void rendered_key_init(void)
         abort();
 }
 
-/* rk_rec_status(rec, shown, alive) for a record of the store reader: rendered once per record
- * object on this thread, then shared by reference (the caller gets its own reference). */
-static json_object *rendered_status(json_object *rec, enum rk_state shown, int alive)
+/* rk_rec_status(rec, shown, alive) for a record of the store reader (version 0) or a version
+ * of the in-process store's records: rendered once per record object or version on this
+ * thread, then shared by reference (the caller gets its own reference). */
+static json_object *rendered_status(json_object *rec, uint64_t version, enum rk_state shown,
+                                    int alive)
 {
     pthread_once(&rendered_once, rendered_key_init);
     struct rendered *c = pthread_getspecific(rendered_key);
@@ -79,13 +86,17 @@ static json_object *rendered_status(json_object *rec, enum rk_state shown, int a
             return rk_rec_status(rec, shown, alive);
         }
     }
-    struct rendered *sl = &c[((uintptr_t)rec >> 4) % RENDERED_SLOTS];
-    if (sl->rec == rec && sl->shown == shown && sl->alive == alive)
+    json_object *key = version ? NULL : rec; /* the store's record is only borrowed */
+    struct rendered *sl =
+        &c[(version ? version : (uint64_t)((uintptr_t)rec >> 4)) % RENDERED_SLOTS];
+    if (sl->out && sl->rec == key && sl->version == version && sl->shown == shown &&
+        sl->alive == alive)
         return json_object_get(sl->out);
     json_object *out = rk_rec_status(rec, shown, alive);
     json_object_put(sl->rec);
     json_object_put(sl->out);
-    sl->rec = json_object_get(rec);
+    sl->rec = json_object_get(key);
+    sl->version = version;
     sl->shown = shown;
     sl->alive = alive;
     sl->out = json_object_get(out);
@@ -100,9 +111,9 @@ static json_object *rendered_status(json_object *rec, enum rk_state shown, int a
  * is recorded on r->call unless the answer is FS_ANSWERED. */
 enum from_store { FS_ANSWERED, FS_ASK_BACKEND, FS_NEEDS_WORKER };
 static enum from_store status_from_record(struct rk_req *r, const char *id, int include_all,
-                                          rk_store_rc rc, json_object *rec, const char *mark,
-                                          const char *err, enum read_origin origin, rk_status *st,
-                                          json_object **out)
+                                          rk_store_rc rc, json_object *rec, uint64_t version,
+                                          const char *mark, const char *err,
+                                          enum read_origin origin, rk_status *st, json_object **out)
 {
     struct rk_app *app = r->app;
     const struct rk_operator *desc = app->plugin->desc;
@@ -149,8 +160,9 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
     if (observed && rk_state_parse(observed))
         shown = rk_state_parse(observed);
     int alive = shown == RK_STATE_RUNNING && !create_failed;
-    *out = origin == READ_BY_READER ? rendered_status(rec, shown, alive)
-                                    : rk_rec_status(rec, shown, alive);
+    *out = origin == READ_BY_READER || (origin == READ_IN_PLACE && version)
+               ? rendered_status(rec, origin == READ_IN_PLACE ? version : 0, shown, alive)
+               : rk_rec_status(rec, shown, alive);
     return FS_ANSWERED;
 }
 
@@ -168,7 +180,7 @@ static rk_status status_from_store(struct rk_req *r, const char *id, int include
     rk_store_rc rc =
         rk_store_get_touch(r->app->store, id, touch_s, &rec, mark, sizeof mark, err, sizeof err);
     rk_status st;
-    *fallback = status_from_record(r, id, include_all, rc, rec, mark, err, READ_ON_WORKER, &st,
+    *fallback = status_from_record(r, id, include_all, rc, rec, 0, mark, err, READ_ON_WORKER, &st,
                                    out) == FS_ASK_BACKEND;
     json_object_put(rec);
     return st;
@@ -256,8 +268,8 @@ static void status_read_done(void *arg, rk_store_rc rc, json_object *rec, const 
     rk_status st = RK_OK;
     json_object *out = NULL;
     if (rc != RK_STORE_ERROR)
-        fs = status_from_record(r, sr->id, sr->include_all, rc, rec, mark, err, READ_BY_READER, &st,
-                                &out);
+        fs = status_from_record(r, sr->id, sr->include_all, rc, rec, 0, mark, err, READ_BY_READER,
+                                &st, &out);
     json_object_put(rec);
     if (fs == FS_ANSWERED) {
         sr->answer(r, sr->id, st, out);
@@ -284,12 +296,12 @@ struct status_view {
 
 /* rk_store_view_fn, under the in-process store's lock: status_from_record only reads the
  * record and its answer shares nothing with it. */
-static void status_view(void *ctx, rk_store_rc rc, json_object *rec, const char *mark,
-                        const char *err)
+static void status_view(void *ctx, rk_store_rc rc, json_object *rec, uint64_t version,
+                        const char *mark, const char *err)
 {
     struct status_view *v = ctx;
-    v->fs = status_from_record(v->r, v->id, v->include_all, rc, rec, mark, err, READ_IN_PLACE,
-                               &v->st, &v->out);
+    v->fs = status_from_record(v->r, v->id, v->include_all, rc, rec, version, mark, err,
+                               READ_IN_PLACE, &v->st, &v->out);
 }
 
 /* On the event loop: answer a status read there when nothing has to wait — from the

@@ -220,10 +220,12 @@ rk_store_rc rk_store_get_touch(struct rk_store *st, const char *id, int64_t now_
 /** What rk_store_view_touch shows: rc as rk_store_get_touch; rec (RK_STORE_OK only, else NULL)
  *  is the stored record itself, with its "expire_time" when active — borrowed and read-only:
  *  valid during the call only, never modified, serialised or referenced (json_object_get) by
- *  anything that outlives the call; mark and err as rk_store_get_touch. Runs under the
- *  store's lock: short, and never calls the store. */
-typedef void rk_store_view_fn(void *ctx, rk_store_rc rc, json_object *rec, const char *mark,
-                              const char *err);
+ *  anything that outlives the call; mark and err as rk_store_get_touch. version names what fn
+ *  sees (the record with its expire_time): it changes whenever either changes, and no other
+ *  content of this store ever had it, so a caller may remember what it derived from a version
+ *  (0 unless RK_STORE_OK). Runs under the store's lock: short, and never calls the store. */
+typedef void rk_store_view_fn(void *ctx, rk_store_rc rc, json_object *rec, uint64_t version,
+                              const char *mark, const char *err);
 
 /** rk_store_get_touch without the copy, for a caller that only reads the record: fn sees it in
  *  place. 0 when fn was called; -1 when the store offers no such view (Redis, whose record is

@@ -41,6 +41,7 @@ struct mem_rec {
     int64_t expire;
     bool active;
     int64_t purge_at_ms; /* deleted: gone at this epoch ms; 0 = kept */
+    uint64_t version;    /* new whenever rec or expire changes (rkm_new_version) */
 };
 
 /* A deleted record due to be purged (FIFO in deletion order). */
@@ -73,6 +74,7 @@ struct mem_store {
     struct mem_map records;       /* id -> struct mem_rec */
     struct mem_map sessions;      /* sandbox id -> struct mem_map (name -> char *value) */
     struct mem_map claims;        /* name -> int64_t deadline ms */
+    uint64_t versions;            /* the last version given to a record (rkm_new_version) */
     char mark[RK_STORE_MARK_MAX]; /* the reconciler's mark */
     struct purge_ent *purge_head, *purge_tail;
     struct mem_map cq_index;  /* id -> struct cq_ent (owned by the lists) */

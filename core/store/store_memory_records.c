@@ -39,6 +39,13 @@ static json_object *view_of(const struct mem_rec *r)
     return o;
 }
 
+/* A version never given before, for a record whose content or deadline changed (caller holds
+ * the lock). */
+static uint64_t new_version(struct mem_store *m)
+{
+    return ++m->versions;
+}
+
 /* 1 if the record's retention has run out at now_ms. */
 static bool rec_purged(const struct mem_rec *r, int64_t now_ms)
 {
@@ -197,6 +204,7 @@ rk_store_rc rkm_create(struct rk_store *st, const char *id, json_object *rec, in
         rkm_free_rec(r);
         rc = RK_STORE_EXISTS;
     } else {
+        r->version = new_version(m);
         schedule_purge(m, id, r);
         if (rkm_map_put(&m->records, id, r) != 0)
             rc = rkm_oom(err, errlen);
@@ -234,6 +242,7 @@ rk_store_rc rkm_update(struct rk_store *st, const char *id, rk_store_update_fn f
     } else {
         json_object_put(r->rec);
         r->rec = work;
+        r->version = new_version(m);
         work = NULL;
         r->active = rk_store_rec_active(r->rec);
         if (!r->active)
@@ -261,8 +270,11 @@ rk_store_rc rkm_touch(struct rk_store *st, const char *id, int64_t expire_time, 
     struct mem_store *m = rkm_store(st);
     pthread_mutex_lock(&m->mu);
     struct mem_ent *e = rkm_map_find(&m->records, id);
-    if (e && ((struct mem_rec *)e->val)->active)
-        ((struct mem_rec *)e->val)->expire = expire_time;
+    struct mem_rec *r = e ? e->val : NULL;
+    if (r && r->active && r->expire != expire_time) {
+        r->expire = expire_time;
+        r->version = new_version(m);
+    }
     pthread_mutex_unlock(&m->mu);
     return RK_STORE_OK;
 }
@@ -277,8 +289,10 @@ static void touch_locked(struct mem_store *m, const char *id, int64_t now_s)
         return;
     struct mem_rec *r = e->val;
     int64_t deadline = r->active ? rk_store_touch_deadline(r->rec, now_s, r->expire) : 0;
-    if (deadline)
+    if (deadline && deadline != r->expire) {
         r->expire = deadline;
+        r->version = new_version(m);
+    }
 }
 
 /* Record + idle deadline, touched (touch_locked). */
@@ -306,7 +320,7 @@ void rkm_view_touch(struct rk_store *st, const char *id, int64_t now_s, rk_store
     touch_locked(m, id, now_s);
     struct mem_ent *e = rkm_map_find(&m->records, id);
     if (!e || rec_purged(e->val, rk_store_now_ms())) {
-        fn(ctx, RK_STORE_NOT_FOUND, NULL, m->mark, "");
+        fn(ctx, RK_STORE_NOT_FOUND, NULL, 0, m->mark, "");
     } else {
         struct mem_rec *r = e->val;
         int with_expire = r->active && r->expire > 0;
@@ -316,9 +330,9 @@ void rkm_view_touch(struct rk_store *st, const char *id, int64_t now_s, rk_store
         if (with_expire && (!ev || json_object_object_add(r->rec, "expire_time", ev) != 0)) {
             json_object_put(ev);
             json_object_put(kept);
-            fn(ctx, RK_STORE_ERROR, NULL, m->mark, "store: out of memory");
+            fn(ctx, RK_STORE_ERROR, NULL, 0, m->mark, "store: out of memory");
         } else {
-            fn(ctx, RK_STORE_OK, r->rec, m->mark, "");
+            fn(ctx, RK_STORE_OK, r->rec, r->version, m->mark, "");
             if (kept)
                 json_object_object_add(r->rec, "expire_time", kept);
             else if (with_expire)

@@ -148,6 +148,48 @@ def status_reads_show_every_change_of_the_record_and_its_deadline():
 
 
 @test
+def inprocess_status_reads_show_every_change_of_the_record_and_its_deadline():
+    """The loops remember the status they rendered from each version of an in-process record
+    (the store gives a record a new version whenever it or its idle deadline changes): the
+    deadline a read's own idle touch moves and a state change show at once on every loop.
+    (Without renewal configured, so the reads with the idle touch are answered in place.)"""
+    sim = Sim(api_key=API_KEY)
+    admin = Admin(operator="opensandbox", config={
+        "opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY,
+                        "use_server_proxy": False, "stop_mode": "pause"},
+        "runtime": {"reconcile_interval_ms": 3000}, "server": {"event_threads": 2}})
+    sid = admin.start_sandbox(auto_clear_time=5)
+
+    def reads(n=8, include_all=False):
+        """n status reads, each on a connection of its own (so both loops serve some)."""
+        out = []
+        for _ in range(n):
+            st, js = admin.api("GET", "/get_status",
+                               query={"sandbox_id": sid,
+                                      "include_all_states": "true" if include_all else "false"})
+            assert st == 200 and js["status"] == "Success", (st, js)
+            out.append(js["result"])
+        return out
+
+    def deadline(r):
+        return datetime.datetime.fromisoformat(r["auto_stop_time"]).timestamp()
+
+    first = reads()
+    assert all(r["is_alive"] and r["auto_stop_time"] for r in first), first
+    # Reads three seconds later touch the sandbox again (at most once a second): each shows the
+    # deadline moved by at least two seconds.
+    time.sleep(3)
+    later = reads()
+    assert min(deadline(r) for r in later) >= max(deadline(r) for r in first) + 2, \
+        ([r["auto_stop_time"] for r in first], [r["auto_stop_time"] for r in later])
+    assert all(r["state"] == "running" for r in reads(include_all=True))
+    # a state change shows on every loop
+    admin.ok("POST", "/stop", {"sandbox_id": sid})
+    for r in reads(include_all=True):
+        assert r["state"] == "stopped" and r["is_alive"] is False, r
+
+
+@test
 def status_reads_from_the_inprocess_store_answer_while_every_worker_is_busy():
     answered_while_workers_are_busy(None)
 

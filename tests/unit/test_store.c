@@ -531,16 +531,19 @@ struct seen {
     int calls;
     rk_store_rc rc;
     json_object *copy; /* a deep copy of the record shown */
+    uint64_t version;
     char mark[RK_STORE_MARK_MAX];
 };
 
 /* rk_store_view_fn: copy what it shows. */
-static void see(void *ctx, rk_store_rc rc, json_object *rec, const char *mark, const char *err)
+static void see(void *ctx, rk_store_rc rc, json_object *rec, uint64_t version, const char *mark,
+                const char *err)
 {
     (void)err;
     struct seen *s = ctx;
     s->calls++;
     s->rc = rc;
+    s->version = version;
     s->copy = NULL;
     if (rec)
         assert_int_equal(json_object_deep_copy(rec, &s->copy, NULL), 0);
@@ -574,15 +577,48 @@ static void test_view_touch(void **state)
     assert_true(json_object_equal(got, s.copy));
     json_object_put(got);
     json_object_put(s.copy);
+    /* The version names what the view shows: the same while nothing changes, new when the
+     * deadline moves (a touch, either kind) or the record is written, never another record's. */
+    uint64_t v1 = s.version;
+    assert_true(v1 != 0);
+    assert_int_equal(rk_store_view_touch(tc->st, "v-1", 0, see, &s), 0);
+    assert_true(s.version == v1);
+    json_object_put(s.copy);
+    assert_int_equal(rk_store_view_touch(tc->st, "v-1", 2000, see, &s), 0);
+    assert_int_equal(expire_of(s.copy), 2120);
+    uint64_t v2 = s.version;
+    assert_true(v2 != v1);
+    json_object_put(s.copy);
+    assert_int_equal(rk_store_view_touch(tc->st, "v-1", 2000, see, &s), 0); /* no move */
+    assert_true(s.version == v2);
+    json_object_put(s.copy);
+    assert_int_equal(rk_store_touch(tc->st, "v-1", 2120, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_view_touch(tc->st, "v-1", 0, see, &s), 0);
+    assert_true(s.version == v2);
+    json_object_put(s.copy);
+    assert_int_equal(rk_store_touch(tc->st, "v-1", 3000, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_view_touch(tc->st, "v-1", 0, see, &s), 0);
+    assert_int_equal(expire_of(s.copy), 3000);
+    uint64_t v3 = s.version;
+    assert_true(v3 != v2 && v3 != v1);
+    json_object_put(s.copy);
+    create_idle(tc->st, "v-2", 2, 100);
+    assert_int_equal(rk_store_view_touch(tc->st, "v-2", 0, see, &s), 0);
+    assert_true(s.version != v1 && s.version != v2 && s.version != v3);
+    uint64_t other = s.version;
+    json_object_put(s.copy);
+    int calls = s.calls;
     assert_int_equal(rk_store_update(tc->st, "v-1", set_state, "deleted", NULL, err, sizeof err),
                      RK_STORE_OK);
     assert_int_equal(rk_store_view_touch(tc->st, "v-1", 5000, see, &s), 0);
     assert_int_equal(s.rc, RK_STORE_OK);
     assert_int_equal(expire_of(s.copy), -1); /* not active: no deadline shown */
+    assert_true(s.version != v1 && s.version != v2 && s.version != v3 && s.version != other);
     json_object_put(s.copy);
     assert_int_equal(rk_store_view_touch(tc->st, "ghost", 1000, see, &s), 0);
-    assert_int_equal(s.calls, 3);
+    assert_int_equal(s.calls, calls + 2);
     assert_int_equal(s.rc, RK_STORE_NOT_FOUND);
+    assert_int_equal(s.version, 0);
     assert_null(s.copy);
     assert_int_equal(rk_store_view_touch(tc->st, "", 1000, see, &s), -1);
 }
