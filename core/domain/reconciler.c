@@ -436,11 +436,11 @@ static void snapshot_free(struct snapshot *sn, size_t n)
 }
 
 /* Apply what the backend listed (e, NULL: not listed) to record id, glanced as g in the
- * snapshot, whose copy *kept the snapshot may hold. A settled record the pass would change (it
- * stopped, failed or vanished upstream) is read again, and applied only while it still is what
- * the snapshot saw (one changed since is left to the next pass: the listing may predate the
- * change). 1 if its state or failure changed; *acted is set when the record needed a look
- * (it is then not remembered as settled). */
+ * snapshot, whose copy *kept the snapshot may hold. A record without a copy that the pass would
+ * change (a settled one that stopped, failed or vanished upstream; with the in-process store any
+ * record) is read again, and applied only while it still is what the snapshot saw (one changed
+ * since is left to the next pass: the listing may predate the change). 1 if its state or failure
+ * changed; *acted is set when the record needed a look (it is then not remembered as settled). */
 static int apply_one(struct rk_app *app, struct rk_call *call, const char *id,
                      const struct rk_rec_glance *g, json_object **kept, const struct listed *e,
                      char *acted)
