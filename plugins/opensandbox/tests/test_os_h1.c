@@ -358,6 +358,43 @@ static int listen_any(void)
     return ntohs(a.sin_port);
 }
 
+/** A client on its own loop, and (when server is not NULL) a loopback server thread. */
+struct rig {
+    int port; /**< the server's port (listen_any) */
+    pthread_t th;
+    int has_server;
+    struct rku_curl_loop *cl;
+    struct os_h1 *c;
+};
+
+/** Start the server thread server (or none) and the client. */
+static void rig_up(struct rig *g, void *(*server)(void *))
+{
+    memset(g, 0, sizeof *g);
+    if (server) {
+        g->port = listen_any();
+        g->has_server = 1;
+        assert_int_equal(pthread_create(&g->th, NULL, server, NULL), 0);
+    }
+    g->cl = rku_curl_loop_new(100, 0);
+    assert_non_null(g->cl);
+    g->c = os_h1_new(g->cl);
+    assert_non_null(g->c);
+}
+
+/** Stop the client (freeing it closes its kept connections, which ends the server's last
+ *  read), then the server. */
+static void rig_down(struct rig *g)
+{
+    rku_curl_loop_stop(g->cl);
+    os_h1_free(g->c);
+    if (g->has_server)
+        pthread_join(g->th, NULL);
+    rku_curl_loop_free(g->cl);
+    if (g->has_server)
+        close(srv_fd);
+}
+
 /** Connection 1 answers and stays open (kept by the client); connection 2 reads its request
  *  and closes unanswered. */
 static void *server_fresh_main(void *arg)
@@ -384,22 +421,15 @@ static void *server_fresh_main(void *arg)
 static void test_fresh_is_sent_once(void **state)
 {
     (void)state;
-    int port = listen_any();
-    pthread_t th;
-    pthread_create(&th, NULL, server_fresh_main, NULL);
-    struct rku_curl_loop *cl = rku_curl_loop_new(100, 0);
-    struct os_h1 *c = os_h1_new(cl);
+    struct rig g;
+    rig_up(&g, server_fresh_main);
     struct run r;
-    run_get(c, port, &r);
+    run_get(g.c, g.port, &r);
     assert_int_equal(r.code, CURLE_OK);
-    run_req(c, port, &r, 1);
+    run_req(g.c, g.port, &r, 1);
     assert_int_equal(r.code, CURLE_GOT_NOTHING); /* resent, it would have waited for 5 s */
     assert_int_equal(r.g.statuses, 0);
-    rku_curl_loop_stop(cl);
-    os_h1_free(c);
-    pthread_join(th, NULL);
-    rku_curl_loop_free(cl);
-    close(srv_fd);
+    rig_down(&g);
     assert_int_equal(srv_accepts, 2);
 }
 
@@ -408,27 +438,18 @@ static void test_fresh_is_sent_once(void **state)
 static void test_reuse_and_resend(void **state)
 {
     (void)state;
-    int port = listen_any();
-    pthread_t th;
-    pthread_create(&th, NULL, server_main, NULL);
-
-    struct rku_curl_loop *cl = rku_curl_loop_new(100, 0);
-    struct os_h1 *c = os_h1_new(cl);
-    assert_non_null(c);
+    struct rig g;
+    rig_up(&g, server_main);
     struct run r;
-    run_get(c, port, &r);
+    run_get(g.c, g.port, &r);
     assert_int_equal(r.code, CURLE_OK);
     assert_int_equal(r.g.status, 200);
     assert_memory_equal(r.g.body, "one", 3);
-    run_get(c, port, &r);
+    run_get(g.c, g.port, &r);
     assert_int_equal(r.code, CURLE_OK);
     assert_memory_equal(r.g.body, "two", 3);
     assert_int_equal(r.g.body_len, 3);
-    rku_curl_loop_stop(cl);
-    os_h1_free(c); /* closes the kept connection: the server's last read ends */
-    pthread_join(th, NULL);
-    rku_curl_loop_free(cl);
-    close(srv_fd);
+    rig_down(&g);
     assert_int_equal(srv_accepts, 2);
 }
 
@@ -443,15 +464,13 @@ static void test_refused(void **state)
     getsockname(s, (struct sockaddr *)&a, &al);
     int port = ntohs(a.sin_port);
     close(s); /* a port nobody listens on */
-    struct rku_curl_loop *cl = rku_curl_loop_new(100, 0);
-    struct os_h1 *c = os_h1_new(cl);
+    struct rig g;
+    rig_up(&g, NULL);
     struct run r;
-    run_get(c, port, &r);
+    run_get(g.c, port, &r);
     assert_int_equal(r.code, CURLE_COULDNT_CONNECT);
     assert_int_equal(r.g.statuses, 0);
-    rku_curl_loop_stop(cl);
-    os_h1_free(c);
-    rku_curl_loop_free(cl);
+    rig_down(&g);
 }
 
 int main(void)
