@@ -160,9 +160,9 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
     if (observed && rk_state_parse(observed))
         shown = rk_state_parse(observed);
     int alive = shown == RK_STATE_RUNNING && !create_failed;
-    *out = origin == READ_BY_READER || (origin == READ_IN_PLACE && version)
-               ? rendered_status(rec, origin == READ_IN_PLACE ? version : 0, shown, alive)
-               : rk_rec_status(rec, shown, alive);
+    /* version: non-zero only for the in-process store's record (READ_IN_PLACE) */
+    *out = origin == READ_BY_READER || version ? rendered_status(rec, version, shown, alive)
+                                               : rk_rec_status(rec, shown, alive);
     return FS_ANSWERED;
 }
 
