@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The engine's event loops: a thread each, driving one libmicrohttpd daemon
- * and one curl multi on one epoll set (event_loops.c). Private to the engine
- * except rk_evloop_current / rk_evloop_curl, which request.c uses to give a
- * request the curl loop of its connection's thread (rk_req_curl_loop).
+ * one curl multi and one HTTP/1.1 client on one epoll set (event_loops.c).
+ * Private to the engine except rk_evloop_current / rk_evloop_curl /
+ * rk_evloop_h1, which request.c uses to give a request the upstream clients of
+ * its connection's thread (rk_req_curl_loop, rk_req_h1).
  */
 #ifndef RK_ENGINE_EVENT_LOOPS_H
 #define RK_ENGINE_EVENT_LOOPS_H
@@ -47,6 +48,10 @@ struct rk_evloop *rk_evloop_current(void);
 
 /** The loop's curl multi loop (lib/rkcurlloop.h). */
 struct rku_curl_loop *rk_evloop_curl(const struct rk_evloop *el);
+
+struct rku_h1;
+/** The loop's HTTP/1.1 client (lib/rkh1.h). */
+struct rku_h1 *rk_evloop_h1(const struct rk_evloop *el);
 
 /** The loop's store reader (store/store_reader.h), or NULL: use it only on the loop's own
  *  thread. */

@@ -278,6 +278,11 @@ struct rku_curl_loop *rk_req_curl_loop(const struct rk_req *r)
     return r ? rk_evloop_curl(r->loop) : NULL;
 }
 
+struct rku_h1 *rk_req_h1(const struct rk_req *r)
+{
+    return r ? rk_evloop_h1(r->loop) : NULL;
+}
+
 struct rk_store_reader *rk_req_store_reader(const struct rk_req *r)
 {
     return r && r->on_loop && r->loop == rk_evloop_current() ? rk_evloop_store_reader(r->loop)

@@ -31,6 +31,7 @@ struct MHD_Response;
 struct MHD_Connection;
 struct rk_evloop;
 struct rku_curl_loop;
+struct rku_h1;
 struct rk_store_reader;
 
 /** Size of rk_req.auth_name (token names are at most 63 characters). */
@@ -168,6 +169,11 @@ int rk_req_submit(struct rk_req *r, void (*fn)(void *), void *arg);
  *  without waking another thread. NULL if the request has no loop (never for a request from
  *  the HTTP engine). Submit from any thread. */
 struct rku_curl_loop *rk_req_curl_loop(const struct rk_req *r);
+
+/** The HTTP/1.1 client (lib/rkh1.h) of the event loop serving r's connection, for plain-HTTP
+ *  upstreams at IP literals; the same thread rule as rk_req_curl_loop. NULL if the request has
+ *  no loop. Submit from any thread. */
+struct rku_h1 *rk_req_h1(const struct rk_req *r);
 
 /** For route code running on the event loop (rk_req_on_loop): that loop's store reader
  *  (store/store_reader.h), whose callbacks come back on the same thread; NULL off the loop or

@@ -160,8 +160,7 @@ static void px_setup_method(struct px_http *px, struct rk_req *r, int *stream_bo
     long long len;
     int body = px_client_body(r, &len);
     *stream_body = 0;
-    if (strcmp(r->method, "HEAD") == 0) {
-        px->nobody = 1;
+    if (px->nobody) { /* HEAD */
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
         return;
     }
@@ -294,7 +293,9 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
     return 0;
 }
 
-/* Headers complete: choose the port, resolve the endpoint, start the worker. */
+static int px_setup_curl(struct px_http *px, struct rk_req *r);
+
+/* Headers complete: choose the port, resolve the endpoint, start the transfer. */
 int rk_relay_http_begin(struct rk_req *r)
 {
     struct rk_app *app = r->app;
@@ -380,46 +381,24 @@ int rk_relay_http_begin(struct rk_req *r)
             hc.list = n;
     }
     px->hdrs = hc.list;
-    px->curl = rk_relay_curl_get(px->url);
+    px->connect_ms = app->cfg->proxy.connect_timeout_s * 1000;
     px->resp = rk_bytepipe_new(PX_PIPE_BYTES);
-    if (hc.failed || !px->curl || !px->resp) {
+    long long body_len;
+    int has_body = px_client_body(r, &body_len);
+    px->nobody = strcmp(r->method, "HEAD") == 0;
+    /* Without a streamed body, to a plain-HTTP IP literal: the loop's own HTTP/1.1 client. */
+    int on_h1 = hc.failed || !px->resp || (has_body && body_len != 0)
+                    ? 0
+                    : rk_http_h1_prepare(px, r, has_body && !px->nobody);
+    if (hc.failed || !px->resp || on_h1 < 0 || (!on_h1 && px_setup_curl(px, r) != 0)) {
         rk_reply_error(r, RK_E_NOMEM, "out of memory");
         goto replied;
-    }
-
-    CURL *c = px->curl;
-    curl_easy_setopt(c, CURLOPT_URL, px->url);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_PROXY, "");
-    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(c, CURLOPT_HTTP_CONTENT_DECODING, 0L);
-    curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)app->cfg->proxy.connect_timeout_s * 1000);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, px->hdrs);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, rk_px_header_cb);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, px);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, rk_px_write_cb);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, px);
-    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, rk_px_progress_cb);
-    curl_easy_setopt(c, CURLOPT_XFERINFODATA, px);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, px->errbuf);
-    int stream_body = 0;
-    px_setup_method(px, r, &stream_body);
-    if (stream_body) {
-        px->req = rk_bytepipe_new(PX_PIPE_BYTES);
-        if (!px->req) {
-            rk_reply_error(r, RK_E_NOMEM, "out of memory");
-            goto replied;
-        }
     }
 
     px->refs++;
     rk_relay_enter();
     rk_px_touch(px);
-    if (rk_http_loop_submit(px) != 0) {
+    if ((on_h1 ? rk_http_h1_submit(px) : rk_http_loop_submit(px)) != 0) {
         px->refs--;
         rk_relay_leave();
         rk_reply_error(r, RK_E_INTERNAL, "the relay transfer loop is not available");
@@ -433,6 +412,39 @@ replied:
     rk_ep_free(&cached);
     free(raw_path);
     return 1;
+}
+
+/* The libcurl transfer of px (its handle from the pool, the options, the method and the body).
+ * 0, or -1 out of memory. */
+static int px_setup_curl(struct px_http *px, struct rk_req *r)
+{
+    px->curl = rk_relay_curl_get(px->url);
+    if (!px->curl)
+        return -1;
+    CURL *c = px->curl;
+    curl_easy_setopt(c, CURLOPT_URL, px->url);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_PROXY, "");
+    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_HTTP_CONTENT_DECODING, 0L);
+    curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)px->connect_ms);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, px->hdrs);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, rk_px_header_cb);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, px);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, rk_px_write_cb);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, px);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, rk_px_progress_cb);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, px);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, px->errbuf);
+    int stream_body = 0;
+    px_setup_method(px, r, &stream_body);
+    if (stream_body && !(px->req = rk_bytepipe_new(PX_PIPE_BYTES)))
+        return -1;
+    return 0;
 }
 
 /* The request pipe has room again (the transfer thread): resume the client. */

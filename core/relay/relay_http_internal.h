@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Private to the HTTP relay's files: relay_http.c (routes, request set-up,
- * answers) and relay_http_transfer.c (the upstream transfer: libcurl
- * callbacks, the transfer thread, the MHD content reader).
+ * answers), relay_http_transfer.c (the upstream transfer: libcurl
+ * callbacks, the MHD content reader), relay_http_loop.c (libcurl transfers on
+ * the event loop) and relay_http_h1.c (transfers on the loop's HTTP/1.1 client).
  */
 #ifndef RK_RELAY_HTTP_INTERNAL_H
 #define RK_RELAY_HTTP_INTERNAL_H
@@ -15,6 +16,7 @@
 
 #include "base/bytepipe.h"
 #include "rkcurlloop.h"
+#include "rkh1.h"
 
 struct rk_app;
 struct rk_req;
@@ -50,6 +52,7 @@ struct px_http {
     struct rk_bytepipe *resp; /* curl -> client */
     int client_fd;
     int timeout_ms;  /* upstream inactivity limit (proxy.timeout) */
+    int connect_ms;  /* connection limit (proxy.connect_timeout_s) */
     char *prefix;    /* proxy prefix for Location rewriting */
     char *base_path; /* the endpoint's own path */
     char sandbox_id[128];
@@ -57,7 +60,7 @@ struct px_http {
     /* response head (written by the worker until head_done) */
     long status;
     struct px_header *h;
-    size_t nh, head_bytes;
+    size_t nh, h_cap, head_bytes;
     int head_too_big;
     int head_done;
     int whole;        /* a small answer of known length: answered once complete, in one buffer */
@@ -84,6 +87,9 @@ struct px_http {
     int64_t last_io_ms;
     int64_t wait_start_ms;
     curl_off_t last_dl, last_ul;
+    /* the loop's HTTP/1.1 client instead of libcurl (relay_http_h1.c; curl is then NULL) */
+    struct rku_h1 *h1;     /* the client carrying the transfer, or NULL */
+    struct rku_h1_xchg hx; /* the exchange on it */
 };
 
 /** Stop the transfer from the request side and wake every waiter. */
@@ -114,6 +120,17 @@ void rk_px_answer(struct rk_req *r, struct px_http *px);
 /** The head arrived or the transfer ended: answer the deferred request
  *  waiting for it, if any. Not under px->mu. */
 void rk_px_wake_waiter(struct px_http *px);
+/** The final response head is in (px->status, px->h; not under px->mu): publish it and wake
+ *  the request waiting for it, unless the answer is small enough to be held whole. */
+void rk_px_head_complete(struct px_http *px);
+/** Make px's request for the HTTP/1.1 client of r's event loop when it can carry it (no
+ *  streamed body: empty_body says whether an empty one is sent; a plain-HTTP IP literal).
+ *  1 when prepared (relay_http_h1.c; px->url, px->hdrs and px->nobody set), 0 when libcurl
+ *  must carry it, -1 out of memory. */
+int rk_http_h1_prepare(struct px_http *px, struct rk_req *r, int empty_body);
+/** Submit the prepared exchange (takes over the references as rk_http_loop_submit does).
+ *  0, or -1 when the loop stops. */
+int rk_http_h1_submit(struct px_http *px);
 /** Note upstream activity. */
 void rk_px_touch(struct px_http *px);
 /** Drop one reference; the last one frees everything. */

@@ -48,6 +48,7 @@ void rk_px_unref(struct px_http *px)
         return;
     if (px->curl)
         curl_easy_cleanup(px->curl); /* the transfer never ran or did not complete */
+    free(px->hx.req);                /* an HTTP/1.1 request never submitted */
     curl_slist_free_all(px->hdrs);
     free(px->url);
     if (px->req)
@@ -180,10 +181,17 @@ size_t rk_px_header_cb(char *line, size_t size, size_t n, void *ud)
         return len;
     }
     px->status = status;
-    if (px_collect_head(px) != 0) {
-        pthread_mutex_unlock(&px->mu);
+    int collected = px_collect_head(px) == 0;
+    pthread_mutex_unlock(&px->mu);
+    if (!collected)
         return 0;
-    }
+    rk_px_head_complete(px);
+    return len;
+}
+
+void rk_px_head_complete(struct px_http *px)
+{
+    pthread_mutex_lock(&px->mu);
     px->head_done = 1;
     pthread_cond_broadcast(&px->cv);
     if (px->status >= 300 && px->req) {
@@ -194,14 +202,13 @@ size_t rk_px_header_cb(char *line, size_t size, size_t n, void *ud)
         pthread_mutex_unlock(&px->mu);
         rk_bytepipe_abort(px->req);
         rk_px_wake_waiter(px);
-        return len;
+        return;
     }
     px->whole = px_small_answer(px);
     int wake = !px->whole; /* a whole answer is answered when the transfer ends */
     pthread_mutex_unlock(&px->mu);
     if (wake)
         rk_px_wake_waiter(px);
-    return len;
 }
 
 void rk_px_wake_waiter(struct px_http *px)
@@ -318,7 +325,8 @@ int rk_px_progress_cb(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t
 
 void rk_px_finish(struct px_http *px, CURLcode res, int reusable)
 {
-    rk_relay_curl_put(px->url, px->curl, reusable);
+    if (px->curl) /* NULL: carried by the loop's HTTP/1.1 client, which keeps its connections */
+        rk_relay_curl_put(px->url, px->curl, reusable);
     px->curl = NULL;
     pthread_mutex_lock(&px->mu);
     px->finished = 1;

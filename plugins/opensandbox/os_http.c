@@ -394,7 +394,7 @@ static void h1_done(void *ctx, int code, const char *err)
     pthread_mutex_unlock(&w->mu); /* x and w are the waiter's again */
 }
 
-static const struct os_h1_ops h1_ops = {
+static const struct rku_h1_ops h1_ops = {
     .on_status = h1_status,
     .on_body = h1_body,
     .should_abort = h1_should_abort,
@@ -408,7 +408,7 @@ static int h1_prepare(struct os_xfer *x)
     const char *host, *path;
     size_t host_len;
     if (x->fresh || !os_loop_h1(x->inst->loop) ||
-        !os_h1_target(&x->h1, x->url, &host, &host_len, &path))
+        !rku_h1_target(&x->h1, x->url, &host, &host_len, &path))
         return 0;
     struct os_sb sb = {0};
     os_sb_printf(&sb, "%s %s HTTP/1.1\r\nHost: %.*s\r\nUser-Agent: %s\r\n", x->method, path,
@@ -448,7 +448,7 @@ static int h1_prepare(struct os_xfer *x)
  *  instead (-2 when even that fails: out of memory). */
 static int h1_submit(struct os_xfer *x)
 {
-    if (os_h1_submit(os_loop_h1(x->inst->loop), &x->h1) == 0)
+    if (rku_h1_submit(os_loop_h1(x->inst->loop), &x->h1) == 0)
         return 0;
     free(x->h1.req);
     x->h1.req = NULL;

@@ -10,26 +10,25 @@
  *
  *    1. os_map.c        pure helpers: string builder, value tables, quoting, URLs (no I/O)
  *    2. os_stream.c     execd event-stream parser (no I/O)
- *    3. os_h1.c         a small HTTP/1.1 client for the loop's execd exchanges on IP literals
- *                       (a few hundred bytes per open stream; runs on the loop's thread)
- *    4. os_loop.c       one thread driving command streams with a curl multi handle and the
- *                       os_h1 client; it runs jobs and knows nothing of the exchanges
- *    5. os_http.c       one HTTP exchange: pooled handles (librkutil), the call's deadline,
+ *    3. os_loop.c       one thread driving command streams with a curl multi handle and
+ *                       librkutil's HTTP/1.1 client (rkh1.h, a few hundred bytes per open
+ *                       stream); it runs jobs and knows nothing of the exchanges
+ *    4. os_http.c       one HTTP exchange: pooled handles (librkutil), the call's deadline,
  *                       cancellation, bounded buffering; hands command streams to os_loop.c
- *    6. os_lcapi.c      the lifecycle server's client: requests, JSON replies, failure texts
- *    7. os_endpoint.c   endpoint discovery and its per-instance cache
- *    8. os_proxy.c      ops.proxy_target and its guards (reserved ports, credential headers)
- *    9. os_lifecycle.c  create (with lost-reply adoption), status, kill, list
- *   10. os_renew.c      lifetime by renewal (renew_margin)
- *   11. os_pause.c      stop/restart by pause/resume (stop_mode: pause)
- *   12. os_snapshot.c   archive by snapshots (archive_enabled)
- *   13. os_execd.c      execd requests and streamed command runs
- *   14. os_ready.c      readiness: execd pings, one or many at once on the loop
- *   15. os_files.c      file stat/read/write through execd
- *   16. os_session.c    bash sessions through execd
- *   17. os_config.c     the section's schema and validation, configured capabilities, and the
+ *    5. os_lcapi.c      the lifecycle server's client: requests, JSON replies, failure texts
+ *    6. os_endpoint.c   endpoint discovery and its per-instance cache
+ *    7. os_proxy.c      ops.proxy_target and its guards (reserved ports, credential headers)
+ *    8. os_lifecycle.c  create (with lost-reply adoption), status, kill, list
+ *    9. os_renew.c      lifetime by renewal (renew_margin)
+ *  10. os_pause.c      stop/restart by pause/resume (stop_mode: pause)
+ *  11. os_snapshot.c   archive by snapshots (archive_enabled)
+ *  12. os_execd.c      execd requests and streamed command runs
+ *  13. os_ready.c      readiness: execd pings, one or many at once on the loop
+ *  14. os_files.c      file stat/read/write through execd
+ *  15. os_session.c    bash sessions through execd
+ *  16. os_config.c     the section's schema and validation, configured capabilities, and the
  *                       instance's assembly (each module above sets up its own state)
- *   18. opensandbox.c   the descriptor and the ABI entry points
+ *  17. opensandbox.c   the descriptor and the ABI entry points
  *
  * Deadlines: the core owns every call's deadline (for a command: its timeout
  * plus runtime.command_timeout_margin) and os_http.c honours
@@ -47,6 +46,7 @@
 #include <rock-admin/operator.h>
 
 #include "rkcurlloop.h"
+#include "rkh1.h"
 
 /** Port execd listens on inside every sandbox. */
 /** The "execd answered" set (os_ep_ready_*): its hash buckets, the most entries it keeps and
@@ -145,89 +145,6 @@ rk_status os_stream_finish(struct os_stream *st);
 void os_stream_free(struct os_stream *st);
 
 /* ------------------------------------------------------------------------ */
-/* A small HTTP/1.1 client for the loop's exchanges (os_h1.c)                */
-/* ------------------------------------------------------------------------ */
-
-struct os_h1;
-struct os_h1_wait;
-
-/** An exchange's callbacks, all on the loop thread. */
-struct os_h1_ops {
-    /** The final answer's status, before any body byte. */
-    void (*on_status)(void *ctx, long status);
-    /** Body bytes (chunked coding removed); non-zero ends the exchange (CURLE_WRITE_ERROR). */
-    int (*on_body)(void *ctx, const char *p, size_t n);
-    /** Polled every sweep and when the deadline passed: non-zero ends the exchange
-     *  (CURLE_ABORTED_BY_CALLBACK). */
-    int (*should_abort)(void *ctx);
-    /** The exchange's deadline now (CLOCK_MONOTONIC ms, 0: none); may move between calls. */
-    int64_t (*deadline)(void *ctx);
-    /** The end: a CURLcode and, for failures, a description (or NULL). The exchange is the
-     *  caller's again (it may free it). */
-    void (*on_done)(void *ctx, int curl_code, const char *err);
-};
-
-/** Response parser state (os_h1_resp_feed). */
-struct os_h1_resp {
-    int state;
-    struct os_sb head; /**< the head being read (freed once parsed) */
-    long status;
-    int keep_alive; /**< the connection may carry another exchange after this answer */
-    int got_head;   /**< a final answer's head was parsed */
-    int64_t left;   /**< body or chunk bytes still to come */
-    int digits;     /**< chunk-size digits read */
-    size_t line_len, trailer_len;
-};
-
-/** os_h1_resp_feed's results. */
-enum { OS_H1_MORE = 0, OS_H1_DONE = 1, OS_H1_BAD = -1, OS_H1_STOP = -2 };
-
-/** Parse answer bytes: ops->on_status once the final head is read, ops->on_body for the body.
- *  *used: bytes taken. OS_H1_DONE when the answer ended (bytes after it are not taken),
- *  OS_H1_MORE when all were taken, OS_H1_BAD for a malformed answer, OS_H1_STOP when on_body
- *  asked to stop. */
-int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
-                    const struct os_h1_ops *ops, void *ctx);
-/** 1 when the connection's end completes the answer (a body framed by the end). */
-int os_h1_resp_eof(const struct os_h1_resp *r);
-/** Free the parser's buffer and zero it. */
-void os_h1_resp_reset(struct os_h1_resp *r);
-
-/** One exchange: the submitter fills the part above the line (os_h1_target, then req). */
-struct os_h1_xchg {
-    struct sockaddr_in6 addr; /**< the origin (an IPv4 one is a struct sockaddr_in in here) */
-    unsigned addr_len;
-    char *req; /**< the whole request (head and body), malloc'd; the client frees it */
-    size_t req_len;
-    int fresh;          /**< a new connection, not kept afterwards (and never resent) */
-    int64_t connect_ms; /**< connect bound (0: only the deadline) */
-    const struct os_h1_ops *ops;
-    void *ctx;
-    /* client-private (the first member of the part an epoll entry points at is kind) */
-    int kind;
-    int fd;
-    int connecting, reused, resent, got_bytes;
-    int64_t connect_at;
-    size_t sent;
-    struct os_h1_resp resp;
-    struct os_h1_xchg *next, *prev;
-};
-
-/** Fill hx's origin from url when this client can carry it: "http://" with an IPv4 or
- *  bracketed IPv6 literal, an optional port, and a path of visible ASCII. Then *host (host
- *  and port as written, *host_len bytes) and *path (never empty) point into url. 0 when
- *  libcurl must carry it. */
-int os_h1_target(struct os_h1_xchg *hx, const char *url, const char **host, size_t *host_len,
-                 const char **path);
-/** A client served by cl's thread (attached as its event source before its first use). */
-struct os_h1 *os_h1_new(struct rku_curl_loop *cl);
-/** Queue x (any thread); its on_done reports the end. -1 when the loop is stopping or cannot
- *  start (on_done is then not called and x->req is still the caller's). */
-int os_h1_submit(struct os_h1 *c, struct os_h1_xchg *x);
-/** Free the client once its loop stopped (closes the kept connections). */
-void os_h1_free(struct os_h1 *c);
-
-/* ------------------------------------------------------------------------ */
 /* Command-stream loop (os_loop.c)                                           */
 /* ------------------------------------------------------------------------ */
 
@@ -258,7 +175,7 @@ struct os_loop *os_loop_new(void);
 /** Stop the loop, wait for its transfers to end, free it (NULL-safe). */
 void os_loop_free(struct os_loop *lp);
 /** The loop's HTTP/1.1 client (served by its thread), or NULL (NULL-safe). */
-struct os_h1 *os_loop_h1(struct os_loop *lp);
+struct rku_h1 *os_loop_h1(struct os_loop *lp);
 /** Run j's prepared handle on the loop and wait; -1 when the loop is unavailable. */
 int os_loop_run(struct os_loop *lp, struct os_loop_job *j);
 /** Start j's prepared handle on the loop without waiting: j->on_done runs on the loop thread
@@ -362,7 +279,7 @@ void os_http_free(struct os_inst *inst);
 enum os_abort { OS_ABORT_NONE = 0, OS_ABORT_CANCELLED, OS_ABORT_CALL_DEADLINE, OS_ABORT_OWN };
 
 /** One HTTP exchange: the request as described (os_xfer_init and the setters), carried by
- *  the loop's HTTP/1.1 client (os_h1.c) when it runs on the loop and its origin allows, by an
+ *  the loop's HTTP/1.1 client (rkh1.h) when it runs on the loop and its origin allows, by an
  *  easy handle from the instance's pool otherwise. */
 struct os_xfer {
     struct os_inst *inst;
@@ -393,7 +310,7 @@ struct os_xfer {
     int64_t call_dl;        /**< the call's deadline when the exchange started (0 = none) */
     void (*done)(struct os_xfer *x, rk_status s); /**< os_xfer_start's completion */
     int on_h1;                                    /**< carried by the loop's HTTP/1.1 client */
-    struct os_h1_xchg h1;                         /**< that client's view of this exchange */
+    struct rku_h1_xchg h1;                         /**< that client's view of this exchange */
     struct os_h1_wait *h1_wait; /**< os_xfer_perform's waiter while on the client */
 };
 

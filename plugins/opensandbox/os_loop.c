@@ -26,7 +26,7 @@
  * thread at all waits for an in-flight command. What such a completion has to do that may block
  * (resolving an endpoint again) goes to one helper thread (os_loop_defer), never to the loop.
  *
- * The same thread also runs the plugin's small HTTP/1.1 client (os_h1.c), which carries the
+ * The same thread also runs the plugin's small HTTP/1.1 client (librkutil's rkh1.c), which carries the
  * execd exchanges on IP literals with far less memory per open stream than a libcurl transfer;
  * os_http.c chooses per exchange.
  *
@@ -52,7 +52,7 @@
 struct os_loop {
     pthread_mutex_t mu;       /**< the waiters' done flags and the helper's queue */
     struct rku_curl_loop *cl; /**< the transfer loop (its thread starts on first use) */
-    struct os_h1 *h1;         /**< the small HTTP/1.1 client on the same thread, or NULL */
+    struct rku_h1 *h1;         /**< the small HTTP/1.1 client on the same thread, or NULL */
     /* the helper thread for blocking follow-ups (os_loop_defer), guarded by mu */
     pthread_t helper;
     int helper_started;
@@ -105,7 +105,7 @@ struct os_loop *os_loop_new(void)
         free(lp);
         return NULL;
     }
-    lp->h1 = os_h1_new(lp->cl); /* NULL: every exchange goes through libcurl */
+    lp->h1 = rku_h1_new_on(lp->cl, 0); /* NULL: every exchange goes through libcurl */
     pthread_mutex_init(&lp->mu, NULL);
     pthread_cond_init(&lp->helper_cv, NULL);
     return lp;
@@ -185,14 +185,14 @@ void os_loop_free(struct os_loop *lp)
     if (helper)
         pthread_join(lp->helper, NULL);
     rku_curl_loop_free(lp->cl);
-    os_h1_free(lp->h1);
+    rku_h1_free(lp->h1);
     pthread_cond_destroy(&lp->helper_cv);
     pthread_mutex_destroy(&lp->mu);
     free(lp);
 }
 
 /** The loop's HTTP/1.1 client, or NULL (NULL-safe). */
-struct os_h1 *os_loop_h1(struct os_loop *lp)
+struct rku_h1 *os_loop_h1(struct os_loop *lp)
 {
     return lp ? lp->h1 : NULL;
 }

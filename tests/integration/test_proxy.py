@@ -35,6 +35,11 @@ class App(BaseHTTPRequestHandler):
     """The application 'inside the sandbox'."""
 
     protocol_version = "HTTP/1.1"
+    connections = 0  # TCP connections accepted (one handler per connection)
+
+    def setup(self):
+        App.connections += 1
+        super().setup()
 
     def log_message(self, *args):
         pass
@@ -144,6 +149,14 @@ class App(BaseHTTPRequestHandler):
                 return
             time.sleep(0.5)
             self.wfile.write(b"z" * 1000)
+            return
+        if path == "/head":
+            # An answer head of about n bytes (one header line), or with a folded header line.
+            if query == "folded":
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-A: a\r\n  b\r\nContent-Length: 0\r\n\r\n")
+                return
+            n = int(query.split("=")[1])
+            self._send(200, b"{}", extra={"X-Big": "h" * n})
             return
         if path == "/hop":
             self._send(200, b"{}", extra={"Connection": "x-secret", "X-Secret": "1",
@@ -617,6 +630,35 @@ def test_websocket_closed_with_1001_on_drain():
     assert res["code"] == 1001, res
     assert admin.proc.wait(timeout=120) == 0
     assert time.time() - t0 < 40, "drain waited for the WebSocket session"
+
+
+@test
+def test_upstream_heads_and_kept_connections():
+    admin, sid = setup()
+    port = start_app()
+    # A large answer head passes whole, one over the relay's 64 KiB is an upstream error; a
+    # folded header line is refused (RFC 9112 5.2), as nginx does, never passed on with a line
+    # break in it.
+    st, raw, headers = admin.request("GET", proxy_path(sid, "/port/%d/head?n=12000" % port),
+                                     raw=True)
+    assert st == 200 and headers.get("X-Big") == "h" * 12000, (st, len(headers.get("X-Big", "")))
+    st, js = admin.request("GET", proxy_path(sid, "/port/%d/head?n=70000" % port))
+    assert st == 502 and "cannot reach the application" in js["detail"], (st, js)
+    st, js = admin.request("GET", proxy_path(sid, "/port/%d/head?folded" % port))
+    assert st == 502 and "cannot reach the application" in js["detail"], (st, js)
+    # Sequential requests on one client connection reuse one kept upstream connection.
+    conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
+    conn.request("GET", proxy_path(sid, "/port/%d/warm" % port))
+    conn.getresponse().read()
+    before = App.connections
+    for i in range(20):
+        conn.request("HEAD" if i % 2 else "GET", proxy_path(sid, "/port/%d/k%d" % (port, i)))
+        resp = conn.getresponse()
+        body = resp.read()
+        assert resp.status == 200 and (body == b"" if i % 2 else json.loads(body)["path"] ==
+                                       "/k%d" % i), (i, resp.status, body[:80])
+    conn.close()
+    assert App.connections - before <= 1, App.connections - before
 
 
 @test

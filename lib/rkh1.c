@@ -1,28 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/**
- * @file os_h1.c
- * @brief A small HTTP/1.1 client for the loop's exchanges with execd (command streams, session
- *        runs, readiness pings, interrupts) on plain-HTTP addresses given as IP literals.
+/*
+ * A small HTTP/1.1 client for event loops (see rkh1.h for its users and threads).
  *
- * Why not libcurl here: a command stream stays open for as long as its command runs, and
+ * Why not libcurl for these: a command stream stays open for as long as its command runs, and
  * thousands run at once. An open libcurl transfer costs about 11 KiB (the easy handle, its
- * connection, their buffers); here an open exchange is its state (struct os_h1_xchg, some
- * 200 bytes inside the caller's exchange) and a socket: response bytes are read into one buffer
- * of the client and handed on at once, the request's bytes are dropped once the answer starts.
- * Everything this client does not speak (https, names to resolve, proxies) stays with libcurl:
- * os_http.c decides per exchange (os_h1_target).
+ * connection, their buffers); here an open exchange is its state (struct rku_h1_xchg, some
+ * 250 bytes inside the caller's exchange) and a socket: response bytes are read into one
+ * buffer of the client and handed on at once, the request's bytes are dropped once the answer
+ * starts. For a relayed request the work per exchange is what it needs: one send, one or two
+ * reads, no per-transfer bookkeeping and no poll of the socket before each use.
  *
  * What it speaks: one request at a time per connection (no pipelining), request bodies with
  * Content-Length, responses framed by chunked coding, Content-Length or the connection's end;
- * interim 1xx answers are skipped. A connection whose response ended cleanly and may be kept
- * goes to a small idle set (OS_H1_IDLE_MAX, dropped after OS_H1_IDLE_MS or as soon as the
- * server closes it); a request sent on a kept connection that ends before any answer byte is
- * sent once more on a new connection, as libcurl does. The results are libcurl's codes, so the
- * caller maps them in one place (os_http.c).
- *
- * Threads: the client runs on the loop's thread as an event source of librkutil's curl loop
- * (rku_loop_source: its epoll set joins the loop's). Other threads only queue exchanges
- * (os_h1_submit); every callback runs on the loop thread and must not block.
+ * interim 1xx answers are skipped, answers to HEAD end with their head. A connection whose
+ * response ended cleanly and may be kept goes to a small idle set (idle_max, dropped after
+ * H1_IDLE_MS or as soon as the server closes it); a request sent on a kept connection that
+ * ends before any answer byte is sent once more on a new connection, as libcurl does. A
+ * reader that cannot take more (ops->room) pauses the socket's reading until rku_h1_resume.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,22 +31,22 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <pthread.h>
 
-#include "os_internal.h"
+#include "rkh1.h"
+#include "rkcurlloop.h"
 
-/** Kept idle connections (all origins together) and how long one is kept. */
-#define OS_H1_IDLE_MAX 64
-#define OS_H1_IDLE_MS 60000
-/** Longest response head (status line and headers) and trailer section accepted. */
-#define OS_H1_HEAD_MAX (16 * 1024)
+/** Kept idle connections by default (all origins together) and how long one is kept. */
+#define H1_IDLE_DEFAULT 64
+#define H1_IDLE_MS 60000
 /** How often every open exchange gets its abort check (client gone, deadlines). */
-#define OS_H1_SWEEP_MS 500
+#define H1_SWEEP_MS 500
 /** Deadlines are acted on at most this late (a walk of every exchange per step at most). */
-#define OS_H1_DEADLINE_STEP_MS 10
+#define H1_DEADLINE_STEP_MS 10
 /** The read buffer, shared by every exchange (the loop thread only). */
-#define OS_H1_READ_BUF (16 * 1024)
+#define H1_READ_BUF (16 * 1024)
 /** Socket events handled per run (more wait for the next pass, which comes at once). */
-#define OS_H1_EVENTS 128
+#define H1_EVENTS 128
 
 /** What an epoll entry of the client points at. */
 enum h1_kind { H1_XCHG = 1, H1_IDLE };
@@ -66,21 +60,57 @@ struct h1_idle {
     int64_t since_ms;
 };
 
-struct os_h1 {
+struct rku_h1 {
     pthread_mutex_t mu;
-    struct os_h1_xchg *queue;   /**< submitted, not started (guarded by mu) */
-    int queued;                 /**< exchanges in queue (guarded by mu) */
-    int open;                   /**< exchanges started and not ended (guarded by mu) */
-    struct rku_curl_loop *cl;   /**< the loop whose thread runs this client */
-    struct rku_loop_source src; /**< this client as the loop's event source */
+    struct rku_h1_xchg *queue;   /**< submitted, not started (guarded by mu) */
+    struct rku_h1_xchg *resumes; /**< paused exchanges to read again (guarded by mu) */
+    int queued;                  /**< exchanges in queue (guarded by mu) */
+    int open;                    /**< exchanges started and not ended (guarded by mu) */
+    int (*wake)(void *);         /**< asks the owner for a pass (any thread) */
+    void *wake_ctx;
     int epfd;                   /**< the exchanges' and idle connections' sockets */
-    struct os_h1_xchg *active;  /**< started exchanges (loop thread only) */
+    struct rku_h1_xchg *active; /**< started exchanges (owner thread only) */
     int64_t sweep_at;           /**< next abort check of every exchange */
     int64_t earliest;           /**< earliest deadline of an open exchange (0: none) */
     int64_t swept_at;           /**< when every exchange was last walked */
-    struct h1_idle idle[OS_H1_IDLE_MAX];
-    char buf[OS_H1_READ_BUF];
+    int idle_max;
+    struct h1_idle *idle;          /**< idle_max slots */
+    struct rku_curl_loop *cl;      /**< rku_h1_new_on: the loop whose thread runs this client */
+    struct rku_loop_source src;    /**< ... and this client as its event source */
+    char buf[H1_READ_BUF];
 };
+
+/* ------------------------------------------------------------------------ */
+/* The head buffer                                                           */
+/* ------------------------------------------------------------------------ */
+
+static void h1_buf_free(struct rku_h1_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+/** Append n bytes (and keep a NUL after them); grows from 64 bytes, latches oom. */
+static void h1_buf_putn(struct rku_h1_buf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
 
 /* ------------------------------------------------------------------------ */
 /* The response parser (no I/O)                                              */
@@ -101,10 +131,14 @@ enum {
     RS_DONE
 };
 
-void os_h1_resp_reset(struct os_h1_resp *r)
+void rku_h1_resp_reset(struct rku_h1_resp *r)
 {
-    os_sb_free(&r->head);
+    size_t head_max = r->head_max;
+    int head_only = r->head_only;
+    h1_buf_free(&r->head);
     memset(r, 0, sizeof(*r));
+    r->head_max = head_max;
+    r->head_only = head_only;
 }
 
 /** 1 when the comma-separated header value v (length n) holds token t (case-insensitive). */
@@ -141,9 +175,10 @@ static int last_is_chunked(const char *v, size_t n)
     return e - s == 7 && strncasecmp(v + s, "chunked", 7) == 0;
 }
 
-/** Read a complete head (r->head, ending in an empty line). 0, or -1 when
- *  it is not a valid HTTP/1.x response head. Sets status, framing and keep-alive. */
-static int parse_head(struct os_h1_resp *r)
+/** Read a complete head (r->head, ending in an empty line). 0, or -1 when it is not a valid
+ *  HTTP/1.x response head. Sets status, framing and keep-alive; hands a final answer's
+ *  headers to ops->on_header. */
+static int parse_head(struct rku_h1_resp *r, const struct rku_h1_ops *ops, void *ctx)
 {
     const char *p = r->head.p, *end = r->head.p + r->head.len;
     if (r->head.len < 12 || strncmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') ||
@@ -159,6 +194,7 @@ static int parse_head(struct os_h1_resp *r)
     if (st < 100 || (p[12] != ' ' && p[12] != '\r' && p[12] != '\n'))
         return -1;
     r->status = st;
+    int final = st >= 200;
     int keep = minor == 1, chunked = 0, te = 0, have_len = 0;
     int64_t len = 0;
     const char *line = memchr(p, '\n', (size_t)(end - p));
@@ -171,8 +207,9 @@ static int parse_head(struct os_h1_resp *r)
             ll--;
         if (ll == 0)
             break; /* the empty line that ends the head */
+        /* A folded line (obs-fold) is refused (RFC 9112 5.2), and so is a bare CR. */
         const char *colon = memchr(line, ':', ll);
-        if (!colon || colon == line)
+        if (!colon || colon == line || line[0] == ' ' || line[0] == '\t' || memchr(line, '\r', ll))
             return -1;
         size_t nl = (size_t)(colon - line);
         const char *v = colon + 1;
@@ -181,6 +218,8 @@ static int parse_head(struct os_h1_resp *r)
             v++, vl--;
         while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
             vl--;
+        if (final && ops->on_header)
+            ops->on_header(ctx, line, nl, v, vl);
         if (nl == 17 && strncasecmp(line, "transfer-encoding", 17) == 0) {
             te = 1;
             chunked = last_is_chunked(v, vl);
@@ -206,7 +245,9 @@ static int parse_head(struct os_h1_resp *r)
         line = eol;
     }
     r->keep_alive = keep;
-    if (st == 204 || st == 304 || (st >= 100 && st < 200)) {
+    if (final && r->head_only) {
+        r->state = RS_DONE; /* the framing headers describe the GET answer, not sent */
+    } else if (st == 204 || st == 304 || (st >= 100 && st < 200)) {
         r->state = RS_DONE;
     } else if (te) {
         /* RFC 9112 6.3: a coding other than chunked last runs until the connection ends. */
@@ -225,13 +266,15 @@ static int parse_head(struct os_h1_resp *r)
 
 /** Take head bytes from p; *used says how many. 1 once a final response's head is complete,
  *  0 for more, -1 when the head is invalid or too long. */
-static int feed_head(struct os_h1_resp *r, const char *p, size_t n, size_t *used)
+static int feed_head(struct rku_h1_resp *r, const char *p, size_t n, size_t *used,
+                     const struct rku_h1_ops *ops, void *ctx)
 {
-    size_t room = OS_H1_HEAD_MAX - r->head.len;
+    size_t max = r->head_max ? r->head_max : RKU_H1_HEAD_MAX;
+    size_t room = max - r->head.len;
     size_t take = n < room ? n : room;
     /* Look for the empty line from where the last feed stopped (3 bytes back). */
     size_t from = r->head.len > 3 ? r->head.len - 3 : 0;
-    os_sb_putn(&r->head, p, take); /* grows from 64 bytes: a slow head does not hold 16 KiB */
+    h1_buf_putn(&r->head, p, take); /* grows from 64 bytes: a slow head does not hold 16 KiB */
     if (r->head.oom)
         return -1;
     char *h = r->head.p;
@@ -245,37 +288,41 @@ static int feed_head(struct os_h1_resp *r, const char *p, size_t n, size_t *used
         *used = take - (r->head.len - head_end);
         r->head.len = head_end;
         h[head_end] = '\0';
-        return parse_head(r) == 0 ? 1 : -1;
+        return parse_head(r, ops, ctx) == 0 ? 1 : -1;
     }
     *used = take;
-    return take < n || r->head.len >= OS_H1_HEAD_MAX ? -1 : 0;
+    if (take < n || r->head.len >= max) {
+        r->too_big = 1;
+        return -1;
+    }
+    return 0;
 }
 
-int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
-                    const struct os_h1_ops *ops, void *ctx)
+int rku_h1_resp_feed(struct rku_h1_resp *r, const char *p, size_t n, size_t *used,
+                    const struct rku_h1_ops *ops, void *ctx)
 {
     size_t i = 0;
     while (i < n && r->state != RS_DONE) {
         if (r->state == RS_HEAD) {
             size_t u = 0;
-            int h = feed_head(r, p + i, n - i, &u);
+            int h = feed_head(r, p + i, n - i, &u, ops, ctx);
             i += u;
             if (h < 0) {
                 *used = i;
-                return OS_H1_BAD;
+                return RKU_H1_BAD;
             }
             if (h == 0)
                 continue;
             if (r->status >= 100 && r->status < 200) {
                 if (r->status == 101) {
                     *used = i;
-                    return OS_H1_BAD; /* never asked to switch protocols */
+                    return RKU_H1_BAD; /* never asked to switch protocols */
                 }
                 r->head.len = 0; /* an interim answer: the real one follows */
                 r->state = RS_HEAD;
                 continue;
             }
-            os_sb_free(&r->head);
+            h1_buf_free(&r->head);
             r->got_head = 1;
             ops->on_status(ctx, r->status);
             continue;
@@ -286,7 +333,7 @@ int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
                 take = (size_t)r->left;
             if (ops->on_body(ctx, p + i, take) != 0) {
                 *used = i + take;
-                return OS_H1_STOP;
+                return RKU_H1_STOP;
             }
             i += take;
             if (r->state != RS_CLOSE) {
@@ -306,14 +353,14 @@ int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
             if (d >= 0) {
                 if (++r->digits > 15) {
                     *used = i;
-                    return OS_H1_BAD;
+                    return RKU_H1_BAD;
                 }
                 r->left = r->left * 16 + d;
                 break;
             }
             if (r->digits == 0 || (c != ';' && c != ' ' && c != '\t' && c != '\r' && c != '\n')) {
                 *used = i;
-                return OS_H1_BAD;
+                return RKU_H1_BAD;
             }
             r->state = c == '\r' ? RS_CH_LF : c == '\n' ? RS_CH_DATA : RS_CH_EXT;
             break;
@@ -321,15 +368,15 @@ int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
         case RS_CH_EXT:
             if (c == '\n')
                 r->state = RS_CH_DATA;
-            else if (++r->line_len > OS_H1_HEAD_MAX) {
+            else if (++r->line_len > RKU_H1_HEAD_MAX) {
                 *used = i;
-                return OS_H1_BAD;
+                return RKU_H1_BAD;
             }
             break;
         case RS_CH_LF:
             if (c != '\n') {
                 *used = i;
-                return OS_H1_BAD;
+                return RKU_H1_BAD;
             }
             r->state = RS_CH_DATA;
             break;
@@ -342,13 +389,13 @@ int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
                 r->state = RS_CH_DLF;
             } else {
                 *used = i;
-                return OS_H1_BAD;
+                return RKU_H1_BAD;
             }
             break;
         case RS_CH_DLF:
             if (c != '\n') {
                 *used = i;
-                return OS_H1_BAD;
+                return RKU_H1_BAD;
             }
             r->state = RS_CH_SIZE;
             r->left = 0;
@@ -361,15 +408,15 @@ int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
                 r->line_len = 0;
             } else if (c != '\r') {
                 r->line_len++;
-                if (++r->trailer_len > OS_H1_HEAD_MAX) {
+                if (++r->trailer_len > RKU_H1_HEAD_MAX) {
                     *used = i;
-                    return OS_H1_BAD;
+                    return RKU_H1_BAD;
                 }
             }
             break;
         default:
             *used = i;
-            return OS_H1_BAD;
+            return RKU_H1_BAD;
         }
         if (r->state == RS_CH_DATA) {
             /* A chunk-size line ended: size 0 is the last chunk, then the trailer. */
@@ -380,10 +427,10 @@ int os_h1_resp_feed(struct os_h1_resp *r, const char *p, size_t n, size_t *used,
         }
     }
     *used = i;
-    return r->state == RS_DONE ? OS_H1_DONE : OS_H1_MORE;
+    return r->state == RS_DONE ? RKU_H1_DONE : RKU_H1_MORE;
 }
 
-int os_h1_resp_eof(const struct os_h1_resp *r)
+int rku_h1_resp_eof(const struct rku_h1_resp *r)
 {
     return r->state == RS_CLOSE || r->state == RS_DONE;
 }
@@ -392,7 +439,7 @@ int os_h1_resp_eof(const struct os_h1_resp *r)
 /* Targets                                                                   */
 /* ------------------------------------------------------------------------ */
 
-int os_h1_target(struct os_h1_xchg *hx, const char *url, const char **host, size_t *host_len,
+int rku_h1_target(struct rku_h1_xchg *hx, const char *url, const char **host, size_t *host_len,
                  const char **path)
 {
     if (strncmp(url, "http://", 7) != 0)
@@ -459,12 +506,12 @@ int os_h1_target(struct os_h1_xchg *hx, const char *url, const char **host, size
 /* The client on the loop                                                    */
 /* ------------------------------------------------------------------------ */
 
-static int same_addr(const struct h1_idle *e, const struct os_h1_xchg *x)
+static int same_addr(const struct h1_idle *e, const struct rku_h1_xchg *x)
 {
     return e->addr_len == x->addr_len && memcmp(&e->addr, &x->addr, x->addr_len) == 0;
 }
 
-static void idle_close(struct os_h1 *c, struct h1_idle *e)
+static void idle_close(struct rku_h1 *c, struct h1_idle *e)
 {
     epoll_ctl(c->epfd, EPOLL_CTL_DEL, e->fd, NULL);
     close(e->fd);
@@ -480,10 +527,10 @@ static int idle_alive(int fd)
 }
 
 /** Keep x's connection for the next exchange to its origin (closing the oldest when full). */
-static void idle_put(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
+static void idle_put(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 {
     struct h1_idle *slot = NULL;
-    for (int i = 0; i < OS_H1_IDLE_MAX; i++) {
+    for (int i = 0; i < c->idle_max; i++) {
         struct h1_idle *e = &c->idle[i];
         if (e->fd < 0) {
             slot = e;
@@ -510,9 +557,9 @@ static void idle_put(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
 }
 
 /** A kept connection to x's origin, or -1. */
-static int idle_take(struct os_h1 *c, const struct os_h1_xchg *x)
+static int idle_take(struct rku_h1 *c, const struct rku_h1_xchg *x)
 {
-    for (int i = 0; i < OS_H1_IDLE_MAX; i++) {
+    for (int i = 0; i < c->idle_max; i++) {
         struct h1_idle *e = &c->idle[i];
         if (e->fd < 0 || !same_addr(e, x))
             continue;
@@ -528,7 +575,7 @@ static int idle_take(struct os_h1 *c, const struct os_h1_xchg *x)
 }
 
 /** x's deadline now (the earlier of the caller's and the connect bound; 0: none). */
-static int64_t xchg_deadline(const struct os_h1_xchg *x)
+static int64_t xchg_deadline(const struct rku_h1_xchg *x)
 {
     int64_t dl = x->ops->deadline(x->ctx);
     if (x->connecting && x->connect_at > 0 && (dl == 0 || x->connect_at < dl))
@@ -536,7 +583,7 @@ static int64_t xchg_deadline(const struct os_h1_xchg *x)
     return dl;
 }
 
-static void note_deadline(struct os_h1 *c, const struct os_h1_xchg *x)
+static void note_deadline(struct rku_h1 *c, const struct rku_h1_xchg *x)
 {
     int64_t dl = xchg_deadline(x);
     if (dl > 0 && (c->earliest == 0 || dl < c->earliest))
@@ -545,7 +592,7 @@ static void note_deadline(struct os_h1 *c, const struct os_h1_xchg *x)
 
 /** End x with a libcurl code: out of the client, its connection kept (reuse) or closed, then
  *  on_done (which may free x: x is not touched after it). */
-static void xchg_end(struct os_h1 *c, struct os_h1_xchg *x, int code, const char *err, int reuse,
+static void xchg_end(struct rku_h1 *c, struct rku_h1_xchg *x, int code, const char *err, int reuse,
                      int64_t now)
 {
     if (x->fd >= 0) {
@@ -566,17 +613,26 @@ static void xchg_end(struct os_h1 *c, struct os_h1_xchg *x, int code, const char
     x->next = x->prev = NULL;
     free(x->req);
     x->req = NULL;
-    os_h1_resp_reset(&x->resp);
+    rku_h1_resp_reset(&x->resp);
     pthread_mutex_lock(&c->mu);
     c->open--;
+    x->open = 0;
+    if (x->resume_queued) { /* a resume asked for before the end: nothing to do now */
+        struct rku_h1_xchg **pp = &c->resumes;
+        while (*pp && *pp != x)
+            pp = &(*pp)->rnext;
+        if (*pp)
+            *pp = x->rnext;
+        x->resume_queued = 0;
+    }
     pthread_mutex_unlock(&c->mu);
-    const struct os_h1_ops *ops = x->ops;
+    const struct rku_h1_ops *ops = x->ops;
     void *ctx = x->ctx;
     ops->on_done(ctx, code, err);
 }
 
 /** Describe a socket failure for x in its error text. */
-static void xchg_fail(struct os_h1 *c, struct os_h1_xchg *x, int code, const char *what, int err,
+static void xchg_fail(struct rku_h1 *c, struct rku_h1_xchg *x, int code, const char *what, int err,
                       int64_t now)
 {
     char msg[160], ip[INET6_ADDRSTRLEN] = "?";
@@ -597,31 +653,31 @@ static void xchg_fail(struct os_h1 *c, struct os_h1_xchg *x, int code, const cha
 }
 
 /** Watch x's socket for what its phase needs. */
-static int xchg_watch(struct os_h1 *c, struct os_h1_xchg *x, int op)
+static int xchg_watch(struct rku_h1 *c, struct rku_h1_xchg *x, int op)
 {
     struct epoll_event ev = {.events = EPOLLIN | (x->sent < x->req_len ? EPOLLOUT : 0),
                              .data.ptr = x};
     return epoll_ctl(c->epfd, op, x->fd, &ev);
 }
 
+static int xchg_send(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now);
+
 /** Open x's connection: a kept one unless x wants a fresh one or is being resent. */
-static void xchg_connect(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
+static void xchg_connect(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 {
     x->kind = H1_XCHG;
     x->sent = 0;
     x->got_bytes = 0;
     x->reused = 0;
     x->connecting = 0;
-    os_h1_resp_reset(&x->resp);
+    x->paused = 0;
+    rku_h1_resp_reset(&x->resp);
     int fd = (x->fresh || x->resent) ? -1 : idle_take(c, x);
     if (fd >= 0) {
         x->fd = fd;
         x->reused = 1;
-        if (xchg_watch(c, x, EPOLL_CTL_MOD) != 0) {
-            xchg_fail(c, x, CURLE_COULDNT_CONNECT, "Failed to watch connection to", errno, now);
-            return;
-        }
         note_deadline(c, x);
+        xchg_send(c, x, now); /* at once: a kept connection is writable (watched from there) */
         return;
     }
     int family = x->addr.sin6_family == AF_INET6 ? AF_INET6 : AF_INET;
@@ -651,7 +707,7 @@ static void xchg_connect(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
 }
 
 /** The request on a kept connection met its end before any answer: once more on a new one. */
-static int xchg_resend(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
+static int xchg_resend(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 {
     if (!x->reused || x->got_bytes || x->resent)
         return 0;
@@ -665,7 +721,7 @@ static int xchg_resend(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
 
 /** Send what is left of the request. 1 when x ended or started over (its state is no longer
  *  this attempt's), 0 otherwise. */
-static int xchg_send(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
+static int xchg_send(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 {
     while (x->sent < x->req_len) {
         ssize_t n = send(x->fd, x->req + x->sent, x->req_len - x->sent, MSG_NOSIGNAL);
@@ -676,7 +732,7 @@ static int xchg_send(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 0;
+            break;
         int err = errno;
         if (!xchg_resend(c, x, now))
             xchg_fail(c, x, CURLE_SEND_ERROR, "Failed to send the request to", err, now);
@@ -689,8 +745,10 @@ static int xchg_send(struct os_h1 *c, struct os_h1_xchg *x, int64_t now)
     return 0;
 }
 
+static void xchg_read(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now);
+
 /** Socket activity on x. */
-static void xchg_event(struct os_h1 *c, struct os_h1_xchg *x, uint32_t events, int64_t now)
+static void xchg_event(struct rku_h1 *c, struct rku_h1_xchg *x, uint32_t events, int64_t now)
 {
     if (x->connecting) {
         if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
@@ -707,16 +765,35 @@ static void xchg_event(struct os_h1 *c, struct os_h1_xchg *x, uint32_t events, i
     }
     if (x->sent < x->req_len && (events & EPOLLOUT) && xchg_send(c, x, now))
         return;
-    if (!(events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+    if (!(events & (EPOLLIN | EPOLLERR | EPOLLHUP)) || x->paused)
         return;
-    ssize_t n = recv(x->fd, c->buf, sizeof c->buf, 0);
+    xchg_read(c, x, now);
+}
+
+/** Read and parse what x's socket has, as far as x's reader has room. */
+static void xchg_read(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
+{
+    size_t want = sizeof c->buf;
+    if (x->ops->room) {
+        size_t room = x->ops->room(x->ctx);
+        if (room == 0) {
+            /* Until rku_h1_resume, out of the set: a socket that failed meanwhile would
+             * otherwise report its error in every pass. */
+            x->paused = 1;
+            epoll_ctl(c->epfd, EPOLL_CTL_DEL, x->fd, NULL);
+            return;
+        }
+        if (room < want)
+            want = room;
+    }
+    ssize_t n = recv(x->fd, c->buf, want, 0);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
     if (n <= 0) {
         int err = n < 0 ? errno : 0;
         if (xchg_resend(c, x, now))
             return;
-        if (n == 0 && os_h1_resp_eof(&x->resp) && x->resp.got_head)
+        if (n == 0 && rku_h1_resp_eof(&x->resp) && x->resp.got_head)
             xchg_end(c, x, CURLE_OK, NULL, 0, now);
         else if (!x->got_bytes)
             xchg_fail(c, x, err ? CURLE_RECV_ERROR : CURLE_GOT_NOTHING,
@@ -736,30 +813,32 @@ static void xchg_event(struct os_h1 *c, struct os_h1_xchg *x, uint32_t events, i
         }
     }
     size_t used = 0;
-    int r = os_h1_resp_feed(&x->resp, c->buf, (size_t)n, &used, x->ops, x->ctx);
-    if (r == OS_H1_MORE) {
+    int r = rku_h1_resp_feed(&x->resp, c->buf, (size_t)n, &used, x->ops, x->ctx);
+    if (r == RKU_H1_MORE) {
         note_deadline(c, x); /* the callbacks may have moved the deadline */
         return;
     }
-    if (r == OS_H1_DONE) {
+    if (r == RKU_H1_DONE) {
         /* Bytes beyond the answer, or a request not yet fully sent: the connection is not
          * in a state to be kept. */
         int reuse = x->resp.keep_alive && used == (size_t)n && x->sent == x->req_len;
         xchg_end(c, x, CURLE_OK, NULL, reuse, now);
-    } else if (r == OS_H1_STOP) {
+    } else if (r == RKU_H1_STOP) {
         xchg_end(c, x, CURLE_WRITE_ERROR, "the answer's reader stopped", 0, now);
+    } else if (x->resp.too_big) {
+        xchg_fail(c, x, CURLE_RECV_ERROR, "Response headers too large from", 0, now);
     } else {
         xchg_fail(c, x, CURLE_WEIRD_SERVER_REPLY, "Malformed HTTP answer from", 0, now);
     }
 }
 
 /** Every exchange's abort check (and the deadlines that passed); recomputes the earliest. */
-static void sweep(struct os_h1 *c, int64_t now, int full)
+static void sweep(struct rku_h1 *c, int64_t now, int full)
 {
     int64_t earliest = 0;
-    struct os_h1_xchg *x = c->active;
+    struct rku_h1_xchg *x = c->active;
     while (x) {
-        struct os_h1_xchg *next = x->next;
+        struct rku_h1_xchg *next = x->next;
         int64_t dl = xchg_deadline(x);
         if (x->connecting && x->connect_at > 0 && now >= x->connect_at) {
             xchg_fail(c, x, CURLE_OPERATION_TIMEDOUT, "Connection timed out to", 0, now);
@@ -774,33 +853,54 @@ static void sweep(struct os_h1 *c, int64_t now, int full)
         x = next;
     }
     c->earliest = earliest;
-    for (int i = 0; full && i < OS_H1_IDLE_MAX; i++) {
-        if (c->idle[i].fd >= 0 && now - c->idle[i].since_ms >= OS_H1_IDLE_MS)
+    for (int i = 0; full && i < c->idle_max; i++) {
+        if (c->idle[i].fd >= 0 && now - c->idle[i].since_ms >= H1_IDLE_MS)
             idle_close(c, &c->idle[i]);
     }
 }
 
-/** The loop's call (rku_loop_source.run): start what was submitted, act on socket events,
- *  check deadlines. Returns the ms until it must run again. */
-static int client_run(struct rku_loop_source *src, int64_t now)
+/** Read the paused exchanges whose readers asked for more (owner thread). */
+static void run_resumes(struct rku_h1 *c, int64_t now)
 {
-    struct os_h1 *c = (struct os_h1 *)((char *)src - offsetof(struct os_h1, src));
     pthread_mutex_lock(&c->mu);
-    struct os_h1_xchg *q = c->queue;
+    struct rku_h1_xchg *r = c->resumes;
+    c->resumes = NULL;
+    for (struct rku_h1_xchg *x = r; x; x = x->rnext)
+        x->resume_queued = 0;
+    pthread_mutex_unlock(&c->mu);
+    while (r) {
+        struct rku_h1_xchg *x = r;
+        r = r->rnext; /* x may end below */
+        if (!x->paused || x->fd < 0)
+            continue;
+        x->paused = 0;
+        if (xchg_watch(c, x, EPOLL_CTL_ADD) != 0) {
+            xchg_fail(c, x, CURLE_RECV_ERROR, "Failed to watch connection to", errno, now);
+            continue;
+        }
+        note_deadline(c, x);
+        xchg_read(c, x, now); /* what waits in the socket (a pause again when still no room) */
+    }
+}
+
+int rku_h1_run(struct rku_h1 *c, int64_t now)
+{
+    pthread_mutex_lock(&c->mu);
+    struct rku_h1_xchg *q = c->queue;
     c->queue = NULL;
     c->open += c->queued;
     c->queued = 0;
     pthread_mutex_unlock(&c->mu);
     /* The queue is newest first: start in submission order. */
-    struct os_h1_xchg *rev = NULL;
+    struct rku_h1_xchg *rev = NULL;
     while (q) {
-        struct os_h1_xchg *next = q->next;
+        struct rku_h1_xchg *next = q->next;
         q->next = rev;
         rev = q;
         q = next;
     }
     while (rev) {
-        struct os_h1_xchg *x = rev;
+        struct rku_h1_xchg *x = rev;
         rev = rev->next;
         x->prev = NULL;
         x->next = c->active;
@@ -809,8 +909,9 @@ static int client_run(struct rku_loop_source *src, int64_t now)
         c->active = x;
         xchg_connect(c, x, now);
     }
-    struct epoll_event evs[OS_H1_EVENTS];
-    int n = epoll_wait(c->epfd, evs, OS_H1_EVENTS, 0);
+    run_resumes(c, now);
+    struct epoll_event evs[H1_EVENTS];
+    int n = epoll_wait(c->epfd, evs, H1_EVENTS, 0);
     for (int i = 0; i < n; i++) {
         int kind = *(int *)evs[i].data.ptr;
         if (kind == H1_IDLE) {
@@ -819,24 +920,24 @@ static int client_run(struct rku_loop_source *src, int64_t now)
                 idle_close(c, e); /* closed by the server (or it sent what nobody asked for) */
             continue;
         }
-        xchg_event(c, (struct os_h1_xchg *)evs[i].data.ptr, evs[i].events, now);
+        xchg_event(c, (struct rku_h1_xchg *)evs[i].data.ptr, evs[i].events, now);
     }
     int full = now >= c->sweep_at;
-    /* A deadline pass walks every exchange: at most one per OS_H1_DEADLINE_STEP_MS, so that
+    /* A deadline pass walks every exchange: at most one per H1_DEADLINE_STEP_MS, so that
      * thousands of deadlines spread over time cost a bounded number of walks. */
     int64_t due = c->earliest;
-    if (due > 0 && due < c->swept_at + OS_H1_DEADLINE_STEP_MS)
-        due = c->swept_at + OS_H1_DEADLINE_STEP_MS;
+    if (due > 0 && due < c->swept_at + H1_DEADLINE_STEP_MS)
+        due = c->swept_at + H1_DEADLINE_STEP_MS;
     if (full || (due > 0 && now >= due)) {
         sweep(c, now, full);
         c->swept_at = now;
-        due = c->earliest > 0 && c->earliest < now + OS_H1_DEADLINE_STEP_MS
-                  ? now + OS_H1_DEADLINE_STEP_MS
+        due = c->earliest > 0 && c->earliest < now + H1_DEADLINE_STEP_MS
+                  ? now + H1_DEADLINE_STEP_MS
                   : c->earliest;
     }
     if (full)
-        c->sweep_at = now + OS_H1_SWEEP_MS;
-    if (n == OS_H1_EVENTS)
+        c->sweep_at = now + H1_SWEEP_MS;
+    if (n == H1_EVENTS)
         return 0; /* more events may wait */
     int64_t until = c->sweep_at;
     if (due > 0 && due < until)
@@ -844,51 +945,96 @@ static int client_run(struct rku_loop_source *src, int64_t now)
     return until > now ? (int)(until - now) : 0;
 }
 
-/** rku_loop_source.busy: exchanges queued or open. */
-static int client_busy(struct rku_loop_source *src)
+int rku_h1_busy(struct rku_h1 *c)
 {
-    struct os_h1 *c = (struct os_h1 *)((char *)src - offsetof(struct os_h1, src));
     pthread_mutex_lock(&c->mu);
     int busy = c->queued > 0 || c->open > 0;
     pthread_mutex_unlock(&c->mu);
     return busy;
 }
 
-struct os_h1 *os_h1_new(struct rku_curl_loop *cl)
+struct rku_h1 *rku_h1_new(int idle_max, int (*wake)(void *wake_ctx), void *wake_ctx)
 {
-    struct os_h1 *c = calloc(1, sizeof(*c));
+    struct rku_h1 *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
+    c->idle_max = idle_max > 0 ? idle_max : H1_IDLE_DEFAULT;
+    c->idle = calloc((size_t)c->idle_max, sizeof *c->idle);
     c->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (c->epfd < 0) {
+    if (!c->idle || c->epfd < 0) {
+        if (c->epfd >= 0)
+            close(c->epfd);
+        free(c->idle);
         free(c);
         return NULL;
     }
     pthread_mutex_init(&c->mu, NULL);
-    for (int i = 0; i < OS_H1_IDLE_MAX; i++)
+    for (int i = 0; i < c->idle_max; i++)
         c->idle[i].fd = -1;
+    c->wake = wake;
+    c->wake_ctx = wake_ctx;
+    return c;
+}
+
+/* rku_h1_new_on's glue: the curl loop runs the client as its event source. */
+static struct rku_h1 *of_src(struct rku_loop_source *src)
+{
+    return (struct rku_h1 *)((char *)src - offsetof(struct rku_h1, src));
+}
+
+static int src_run(struct rku_loop_source *src, int64_t now)
+{
+    return rku_h1_run(of_src(src), now);
+}
+
+static int src_busy(struct rku_loop_source *src)
+{
+    return rku_h1_busy(of_src(src));
+}
+
+static int src_wake(void *ctx)
+{
+    return rku_curl_loop_wake_source(ctx);
+}
+
+struct rku_h1 *rku_h1_new_on(struct rku_curl_loop *cl, int idle_max)
+{
+    struct rku_h1 *c = rku_h1_new(idle_max, src_wake, cl);
+    if (!c)
+        return NULL;
     c->cl = cl;
     c->src.fd = c->epfd;
-    c->src.run = client_run;
-    c->src.busy = client_busy;
+    c->src.run = src_run;
+    c->src.busy = src_busy;
     rku_curl_loop_set_source(cl, &c->src);
     return c;
 }
 
-int os_h1_submit(struct os_h1 *c, struct os_h1_xchg *x)
+int rku_h1_fd(const struct rku_h1 *c)
+{
+    return c->epfd;
+}
+
+int rku_h1_submit(struct rku_h1 *c, struct rku_h1_xchg *x)
 {
     if (!c)
         return -1;
     x->fd = -1;
     x->resent = 0;
     x->prev = NULL;
+    x->paused = 0;
+    x->resume_queued = 0;
+    size_t head_max = x->head_max;
     memset(&x->resp, 0, sizeof(x->resp));
-    /* Under mu: the loop's run (which takes mu) cannot miss x once the wake is in. */
+    x->resp.head_max = head_max;
+    x->resp.head_only = x->head_only;
+    /* Under mu: the owner's run (which takes mu) cannot miss x once the wake is in. */
     pthread_mutex_lock(&c->mu);
-    if (rku_curl_loop_wake_source(c->cl) != 0) {
+    if (c->wake(c->wake_ctx) != 0) {
         pthread_mutex_unlock(&c->mu);
         return -1;
     }
+    x->open = 1;
     x->next = c->queue;
     c->queue = x;
     c->queued++;
@@ -896,15 +1042,56 @@ int os_h1_submit(struct os_h1 *c, struct os_h1_xchg *x)
     return 0;
 }
 
-void os_h1_free(struct os_h1 *c)
+void rku_h1_resume(struct rku_h1 *c, struct rku_h1_xchg *x)
+{
+    pthread_mutex_lock(&c->mu);
+    if (x->open && !x->resume_queued && c->wake(c->wake_ctx) == 0) {
+        x->resume_queued = 1;
+        x->rnext = c->resumes;
+        c->resumes = x;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void rku_h1_abort_all(struct rku_h1 *c)
 {
     if (!c)
         return;
-    for (int i = 0; i < OS_H1_IDLE_MAX; i++) {
+    int64_t now = 0;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        struct rku_h1_xchg *q = c->queue;
+        c->queue = NULL;
+        c->open += c->queued;
+        c->queued = 0;
+        pthread_mutex_unlock(&c->mu);
+        while (q) { /* queued: into the active list, ended below */
+            struct rku_h1_xchg *x = q;
+            q = q->next;
+            x->kind = H1_XCHG;
+            x->prev = NULL;
+            x->next = c->active;
+            if (c->active)
+                c->active->prev = x;
+            c->active = x;
+        }
+        if (!c->active)
+            return;
+        while (c->active) /* on_done may submit again: the outer loop takes those too */
+            xchg_end(c, c->active, CURLE_ABORTED_BY_CALLBACK, NULL, 0, now);
+    }
+}
+
+void rku_h1_free(struct rku_h1 *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->idle_max; i++) {
         if (c->idle[i].fd >= 0)
             close(c->idle[i].fd);
     }
     close(c->epfd);
     pthread_mutex_destroy(&c->mu);
+    free(c->idle);
     free(c);
 }
