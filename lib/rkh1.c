@@ -48,13 +48,28 @@
 /** Socket events handled per run (more wait for the next pass, which comes at once). */
 #define H1_EVENTS 128
 
-/** What an epoll entry of the client points at. */
+/** A kept connection idle for longer than this is checked before reuse (a server's idle
+ *  timeout may have closed it, or it may have sent something unasked); one kept busy is used
+ *  at once: its close would have shown in the client's last pass. */
+#define H1_IDLE_CHECK_MS 1000
+
+/** What a socket's owner is. */
 enum h1_kind { H1_XCHG = 1, H1_IDLE };
+
+/** A socket's registration in the client's epoll set, indexed by descriptor: its owner now
+ *  (an exchange or an idle slot: a connection changes hands without an epoll_ctl) and the
+ *  generation its epoll entry carries (an event of a descriptor closed and reused within one
+ *  batch names an older generation and is dropped). */
+struct h1_reg {
+    void *owner;
+    uint32_t gen;
+    uint8_t kind; /**< what owner is (enum h1_kind) */
+    uint8_t out;  /**< EPOLLOUT is watched */
+};
 
 /** A kept connection. */
 struct h1_idle {
-    int kind; /**< H1_IDLE; the epoll entry points here */
-    int fd;   /**< -1: the slot is free */
+    int fd; /**< -1: the slot is free */
     struct sockaddr_in6 addr;
     socklen_t addr_len;
     int64_t since_ms;
@@ -74,9 +89,12 @@ struct rku_h1 {
     int64_t earliest;           /**< earliest deadline of an open exchange (0: none) */
     int64_t swept_at;           /**< when every exchange was last walked */
     int idle_max;
-    struct h1_idle *idle;          /**< idle_max slots */
-    struct rku_curl_loop *cl;      /**< rku_h1_new_on: the loop whose thread runs this client */
-    struct rku_loop_source src;    /**< ... and this client as its event source */
+    struct h1_idle *idle; /**< idle_max slots */
+    struct h1_reg *regs;  /**< by descriptor (owner thread only) */
+    size_t nregs;
+    uint32_t gen;               /**< the last registration's generation */
+    struct rku_curl_loop *cl;   /**< rku_h1_new_on: the loop whose thread runs this client */
+    struct rku_loop_source src; /**< ... and this client as its event source */
     char buf[H1_READ_BUF];
 };
 
@@ -299,7 +317,7 @@ static int feed_head(struct rku_h1_resp *r, const char *p, size_t n, size_t *use
 }
 
 int rku_h1_resp_feed(struct rku_h1_resp *r, const char *p, size_t n, size_t *used,
-                    const struct rku_h1_ops *ops, void *ctx)
+                     const struct rku_h1_ops *ops, void *ctx)
 {
     size_t i = 0;
     while (i < n && r->state != RS_DONE) {
@@ -440,7 +458,7 @@ int rku_h1_resp_eof(const struct rku_h1_resp *r)
 /* ------------------------------------------------------------------------ */
 
 int rku_h1_target(struct rku_h1_xchg *hx, const char *url, const char **host, size_t *host_len,
-                 const char **path)
+                  const char **path)
 {
     if (strncmp(url, "http://", 7) != 0)
         return 0;
@@ -506,6 +524,60 @@ int rku_h1_target(struct rku_h1_xchg *hx, const char *url, const char **host, si
 /* The client on the loop                                                    */
 /* ------------------------------------------------------------------------ */
 
+/** Register fd for owner (EPOLLIN, and EPOLLOUT when out). 0, or -1. */
+static int reg_add(struct rku_h1 *c, int fd, void *owner, int out)
+{
+    if ((size_t)fd >= c->nregs) {
+        size_t n = c->nregs ? c->nregs : 64;
+        while (n <= (size_t)fd)
+            n *= 2;
+        struct h1_reg *r = realloc(c->regs, n * sizeof *r);
+        if (!r)
+            return -1;
+        memset(r + c->nregs, 0, (n - c->nregs) * sizeof *r);
+        c->regs = r;
+        c->nregs = n;
+    }
+    if (++c->gen == 0)
+        c->gen = 1;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0),
+                             .data.u64 = (uint64_t)c->gen << 32 | (uint32_t)fd};
+    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        return -1;
+    c->regs[fd] = (struct h1_reg){.owner = owner, .gen = c->gen, .kind = H1_XCHG, .out = out};
+    return 0;
+}
+
+/** Watch fd (registered) for EPOLLOUT or not; an epoll_ctl only when that changes. */
+static int reg_out(struct rku_h1 *c, int fd, int out)
+{
+    struct h1_reg *r = &c->regs[fd];
+    if (r->out == (out != 0))
+        return 0;
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0),
+                             .data.u64 = (uint64_t)r->gen << 32 | (uint32_t)fd};
+    if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, fd, &ev) != 0)
+        return -1;
+    r->out = out != 0;
+    return 0;
+}
+
+/** Take fd out of the set (before it is closed, or while its reading is paused). */
+static void reg_del(struct rku_h1 *c, int fd)
+{
+    epoll_ctl(c->epfd, EPOLL_CTL_DEL, fd, NULL);
+    if ((size_t)fd < c->nregs)
+        c->regs[fd] = (struct h1_reg){0};
+}
+
+/** The registration an event names, or NULL for a stale one. */
+static const struct h1_reg *reg_of(const struct rku_h1 *c, uint64_t data)
+{
+    size_t fd = (uint32_t)data;
+    uint32_t gen = (uint32_t)(data >> 32);
+    return fd < c->nregs && c->regs[fd].gen == gen && c->regs[fd].owner ? &c->regs[fd] : NULL;
+}
+
 static int same_addr(const struct h1_idle *e, const struct rku_h1_xchg *x)
 {
     return e->addr_len == x->addr_len && memcmp(&e->addr, &x->addr, x->addr_len) == 0;
@@ -513,7 +585,7 @@ static int same_addr(const struct h1_idle *e, const struct rku_h1_xchg *x)
 
 static void idle_close(struct rku_h1 *c, struct h1_idle *e)
 {
-    epoll_ctl(c->epfd, EPOLL_CTL_DEL, e->fd, NULL);
+    reg_del(c, e->fd);
     close(e->fd);
     e->fd = -1;
 }
@@ -541,14 +613,14 @@ static void idle_put(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
     }
     if (slot->fd >= 0)
         idle_close(c, slot);
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = slot};
-    if (epoll_ctl(c->epfd, EPOLL_CTL_MOD, x->fd, &ev) != 0) {
-        epoll_ctl(c->epfd, EPOLL_CTL_DEL, x->fd, NULL);
+    if (reg_out(c, x->fd, 0) != 0) {
+        reg_del(c, x->fd);
         close(x->fd);
         x->fd = -1;
         return;
     }
-    slot->kind = H1_IDLE;
+    c->regs[x->fd].owner = slot;
+    c->regs[x->fd].kind = H1_IDLE;
     slot->fd = x->fd;
     slot->addr = x->addr;
     slot->addr_len = x->addr_len;
@@ -556,19 +628,21 @@ static void idle_put(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
     x->fd = -1;
 }
 
-/** A kept connection to x's origin, or -1. */
-static int idle_take(struct rku_h1 *c, const struct rku_h1_xchg *x)
+/** A kept connection to x's origin, now x's, or -1. */
+static int idle_take(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 {
     for (int i = 0; i < c->idle_max; i++) {
         struct h1_idle *e = &c->idle[i];
         if (e->fd < 0 || !same_addr(e, x))
             continue;
         int fd = e->fd;
-        if (!idle_alive(fd)) {
+        if (now - e->since_ms >= H1_IDLE_CHECK_MS && !idle_alive(fd)) {
             idle_close(c, e);
             continue;
         }
         e->fd = -1;
+        c->regs[fd].owner = x;
+        c->regs[fd].kind = H1_XCHG;
         return fd;
     }
     return -1;
@@ -599,7 +673,7 @@ static void xchg_end(struct rku_h1 *c, struct rku_h1_xchg *x, int code, const ch
         if (reuse && !x->fresh)
             idle_put(c, x, now);
         if (x->fd >= 0) {
-            epoll_ctl(c->epfd, EPOLL_CTL_DEL, x->fd, NULL);
+            reg_del(c, x->fd);
             close(x->fd);
             x->fd = -1;
         }
@@ -652,12 +726,11 @@ static void xchg_fail(struct rku_h1 *c, struct rku_h1_xchg *x, int code, const c
     xchg_end(c, x, code, msg, 0, now);
 }
 
-/** Watch x's socket for what its phase needs. */
-static int xchg_watch(struct rku_h1 *c, struct rku_h1_xchg *x, int op)
+/** Watch x's socket for what its phase needs: registered anew (add) or changed. */
+static int xchg_watch(struct rku_h1 *c, struct rku_h1_xchg *x, int add)
 {
-    struct epoll_event ev = {.events = EPOLLIN | (x->sent < x->req_len ? EPOLLOUT : 0),
-                             .data.ptr = x};
-    return epoll_ctl(c->epfd, op, x->fd, &ev);
+    int out = x->sent < x->req_len;
+    return add ? reg_add(c, x->fd, x, out) : reg_out(c, x->fd, out);
 }
 
 static int xchg_send(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now);
@@ -665,14 +738,13 @@ static int xchg_send(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now);
 /** Open x's connection: a kept one unless x wants a fresh one or is being resent. */
 static void xchg_connect(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 {
-    x->kind = H1_XCHG;
     x->sent = 0;
     x->got_bytes = 0;
     x->reused = 0;
     x->connecting = 0;
     x->paused = 0;
     rku_h1_resp_reset(&x->resp);
-    int fd = (x->fresh || x->resent) ? -1 : idle_take(c, x);
+    int fd = (x->fresh || x->resent) ? -1 : idle_take(c, x, now);
     if (fd >= 0) {
         x->fd = fd;
         x->reused = 1;
@@ -698,8 +770,7 @@ static void xchg_connect(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
         x->connecting = 1;
         x->connect_at = x->connect_ms > 0 ? now + x->connect_ms : 0;
     }
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = x};
-    if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (reg_add(c, fd, x, 1) != 0) {
         xchg_fail(c, x, CURLE_COULDNT_CONNECT, "Failed to watch connection to", errno, now);
         return;
     }
@@ -711,7 +782,7 @@ static int xchg_resend(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 {
     if (!x->reused || x->got_bytes || x->resent)
         return 0;
-    epoll_ctl(c->epfd, EPOLL_CTL_DEL, x->fd, NULL);
+    reg_del(c, x->fd);
     close(x->fd);
     x->fd = -1;
     x->resent = 1;
@@ -738,7 +809,7 @@ static int xchg_send(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
             xchg_fail(c, x, CURLE_SEND_ERROR, "Failed to send the request to", err, now);
         return 1;
     }
-    if (xchg_watch(c, x, EPOLL_CTL_MOD) != 0) {
+    if (xchg_watch(c, x, 0) != 0) {
         xchg_fail(c, x, CURLE_SEND_ERROR, "Failed to watch connection to", errno, now);
         return 1;
     }
@@ -780,7 +851,7 @@ static void xchg_read(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
             /* Until rku_h1_resume, out of the set: a socket that failed meanwhile would
              * otherwise report its error in every pass. */
             x->paused = 1;
-            epoll_ctl(c->epfd, EPOLL_CTL_DEL, x->fd, NULL);
+            reg_del(c, x->fd);
             return;
         }
         if (room < want)
@@ -874,7 +945,7 @@ static void run_resumes(struct rku_h1 *c, int64_t now)
         if (!x->paused || x->fd < 0)
             continue;
         x->paused = 0;
-        if (xchg_watch(c, x, EPOLL_CTL_ADD) != 0) {
+        if (xchg_watch(c, x, 1) != 0) {
             xchg_fail(c, x, CURLE_RECV_ERROR, "Failed to watch connection to", errno, now);
             continue;
         }
@@ -913,14 +984,16 @@ int rku_h1_run(struct rku_h1 *c, int64_t now)
     struct epoll_event evs[H1_EVENTS];
     int n = epoll_wait(c->epfd, evs, H1_EVENTS, 0);
     for (int i = 0; i < n; i++) {
-        int kind = *(int *)evs[i].data.ptr;
-        if (kind == H1_IDLE) {
-            struct h1_idle *e = evs[i].data.ptr;
+        const struct h1_reg *reg = reg_of(c, evs[i].data.u64);
+        if (!reg)
+            continue; /* a descriptor closed earlier in this batch */
+        if (reg->kind == H1_IDLE) {
+            struct h1_idle *e = reg->owner;
             if (e->fd >= 0 && !idle_alive(e->fd))
                 idle_close(c, e); /* closed by the server (or it sent what nobody asked for) */
             continue;
         }
-        xchg_event(c, (struct rku_h1_xchg *)evs[i].data.ptr, evs[i].events, now);
+        xchg_event(c, reg->owner, evs[i].events, now);
     }
     int full = now >= c->sweep_at;
     /* A deadline pass walks every exchange: at most one per H1_DEADLINE_STEP_MS, so that
@@ -931,9 +1004,8 @@ int rku_h1_run(struct rku_h1 *c, int64_t now)
     if (full || (due > 0 && now >= due)) {
         sweep(c, now, full);
         c->swept_at = now;
-        due = c->earliest > 0 && c->earliest < now + H1_DEADLINE_STEP_MS
-                  ? now + H1_DEADLINE_STEP_MS
-                  : c->earliest;
+        due = c->earliest > 0 && c->earliest < now + H1_DEADLINE_STEP_MS ? now + H1_DEADLINE_STEP_MS
+                                                                         : c->earliest;
     }
     if (full)
         c->sweep_at = now + H1_SWEEP_MS;
@@ -1068,7 +1140,6 @@ void rku_h1_abort_all(struct rku_h1 *c)
         while (q) { /* queued: into the active list, ended below */
             struct rku_h1_xchg *x = q;
             q = q->next;
-            x->kind = H1_XCHG;
             x->prev = NULL;
             x->next = c->active;
             if (c->active)
@@ -1092,6 +1163,7 @@ void rku_h1_free(struct rku_h1 *c)
     }
     close(c->epfd);
     pthread_mutex_destroy(&c->mu);
+    free(c->regs);
     free(c->idle);
     free(c);
 }

@@ -99,8 +99,7 @@ struct rku_h1_xchg {
     int64_t connect_ms; /**< connect bound (0: only the deadline) */
     const struct rku_h1_ops *ops;
     void *ctx;
-    /* client-private (the first member of the part an epoll entry points at is kind) */
-    int kind;
+    /* client-private */
     int fd;
     int connecting, reused, resent, got_bytes;
     int open;          /**< submitted and not ended (under the client's lock) */

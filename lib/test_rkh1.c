@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /**
  * @file test_rkh1.c
- * @brief The event loops' HTTP/1.1 client (rkh1.c): answer framing (chunked, Content-Length, close; split
- *        at every byte), malformed answers, which URLs it carries, and on real loopback sockets
+ * @brief The event loops' HTTP/1.1 client (rkh1.c): answer framing (chunked, Content-Length, close;
+ * split at every byte), malformed answers, which URLs it carries, and on real loopback sockets
  *        keep-alive reuse and the resend of a request whose kept connection died unanswered.
  */
 #include <setjmp.h>
@@ -202,8 +202,8 @@ struct hdrs {
 static void h_header(void *ctx, const char *n, size_t nl, const char *v, size_t vl)
 {
     struct hdrs *h = ctx;
-    int w = snprintf(h->text + h->len, sizeof h->text - h->len, "%.*s=%.*s;", (int)nl, n,
-                     (int)vl, v);
+    int w =
+        snprintf(h->text + h->len, sizeof h->text - h->len, "%.*s=%.*s;", (int)nl, n, (int)vl, v);
     assert_true(w > 0 && (size_t)w < sizeof h->text - h->len);
     h->len += (size_t)w;
 }
@@ -399,10 +399,10 @@ static void r_done(void *ctx, int code, const char *err)
 }
 
 static const struct rku_h1_ops run_ops = {.on_status = g_status,
-                                         .on_body = g_body,
-                                         .should_abort = r_abort,
-                                         .deadline = r_deadline,
-                                         .on_done = r_done};
+                                          .on_body = g_body,
+                                          .should_abort = r_abort,
+                                          .deadline = r_deadline,
+                                          .on_done = r_done};
 
 /** Send GET / to port through c and wait for the end; fresh: on a connection of its own. */
 static void run_req(struct rku_h1 *c, int port, struct run *r, int fresh)
@@ -579,8 +579,7 @@ static void *server_big_main(void *arg)
     if (a < 0 || !read_req(a))
         return NULL;
     char head[128];
-    int hl = snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n",
-                      BIG_BODY);
+    int hl = snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", BIG_BODY);
     static char body[BIG_BODY];
     for (size_t i = 0; i < sizeof body; i++)
         body[i] = (char)('a' + i % 26);
@@ -664,11 +663,11 @@ static void s_done(void *ctx, int code, const char *err)
 }
 
 static const struct rku_h1_ops slow_ops = {.on_status = s_status,
-                                          .on_body = s_body,
-                                          .room = s_room,
-                                          .should_abort = s_abort,
-                                          .deadline = s_deadline,
-                                          .on_done = s_done};
+                                           .on_body = s_body,
+                                           .room = s_room,
+                                           .should_abort = s_abort,
+                                           .deadline = s_deadline,
+                                           .on_done = s_done};
 
 /** A reader that takes 10,000 bytes at a time gets the whole answer, never more than it had
  *  room for, in order, pausing each time its room is spent and going on when another thread

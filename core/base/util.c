@@ -209,6 +209,16 @@ char *rk_xstrdup(const char *s)
     return d;
 }
 
+char *rk_xstrndup(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d)
+        abort();
+    memcpy(d, s, n);
+    d[n] = '\0';
+    return d;
+}
+
 /* ---- quoting --------------------------------------------------------------- */
 
 int rk_shell_quote(struct rk_buf *b, const char *s)

@@ -55,6 +55,8 @@ void rk_buf_free(struct rk_buf *b);
 char *rk_strdup_printf(const char *fmt, ...) RK_PRINTF(1, 2);
 /** strdup that aborts on OOM. */
 char *rk_xstrdup(const char *s);
+/** The first n bytes of s as a string (s need not be terminated); aborts on OOM. */
+char *rk_xstrndup(const char *s, size_t n);
 
 /** Append s to b as a POSIX-shell single-quoted word (shlex.quote rules). */
 int rk_shell_quote(struct rk_buf *b, const char *s);

@@ -103,7 +103,7 @@ static void px_reply_failed_null(struct rk_req *r, const char *error)
 
 /* Header collection context for the upstream request. */
 struct px_hdr_ctx {
-    struct curl_slist *list;
+    struct rk_buf *lines; /* "Name: value\r\n" each ("Name:\r\n" for an empty value) */
     const char *connection;
     const struct rk_proxy_target *pt;
     int has_accept;
@@ -111,16 +111,13 @@ struct px_hdr_ctx {
     const struct rk_req *r; /* for proxy_guard.c */
 };
 
-/* Append "Name: value" (or "Name;" for an empty value) to a curl list. */
-static int px_add_header(struct curl_slist **list, const char *name, const char *value)
+/* Append the header line "Name: value\r\n" ("Name:\r\n" for an empty value). */
+static int px_add_header(struct rk_buf *lines, const char *name, const char *value)
 {
-    char *line = value[0] ? rk_strdup_printf("%s: %s", name, value) : rk_strdup_printf("%s;", name);
-    struct curl_slist *n = curl_slist_append(*list, line);
-    free(line);
-    if (!n)
-        return -1;
-    *list = n;
-    return 0;
+    size_t vl = strlen(value);
+    return rk_buf_append(lines, name, strlen(name)) |
+           rk_buf_append(lines, vl ? ": " : ":", vl ? 2 : 1) | rk_buf_append(lines, value, vl) |
+           rk_buf_append(lines, "\r\n", 2);
 }
 
 /* Forward one client header unless filtered or overridden by the endpoint. */
@@ -137,7 +134,7 @@ static void px_client_header(void *ud, const char *name, const char *value)
         c->has_accept = 1;
     if (strpbrk(value, "\r\n"))
         return;
-    if (px_add_header(&c->list, name, value) != 0)
+    if (px_add_header(c->lines, name, value) != 0)
         c->failed = 1;
 }
 
@@ -293,7 +290,8 @@ static int px_resolve(struct rk_req *r, int port, enum rk_proxy_kind kind, enum 
     return 0;
 }
 
-static int px_setup_curl(struct px_http *px, struct rk_req *r);
+static int px_setup_curl(struct px_http *px, struct rk_req *r, const struct rk_buf *lines,
+                         int has_accept);
 
 /* Headers complete: choose the port, resolve the endpoint, start the transfer. */
 int rk_relay_http_begin(struct rk_req *r)
@@ -357,7 +355,8 @@ int rk_relay_http_begin(struct rk_req *r)
     }
 
     /* Headers: the client's (filtered), then the endpoint's, which win. */
-    struct px_hdr_ctx hc = {NULL, rk_req_header(r, "Connection"), &pt, 0, 0, r};
+    struct rk_buf lines = {0};
+    struct px_hdr_ctx hc = {&lines, rk_req_header(r, "Connection"), &pt, 0, 0, r};
     rk_req_header_each(r, px_client_header, &hc);
     for (size_t i = 0; i < pt.headers_len; i++) {
         const char *name = pt.headers[i].key;
@@ -366,21 +365,11 @@ int rk_relay_http_begin(struct rk_req *r)
             rk_strcaseeq(name, "host") || rk_strcaseeq(name, "content-length") ||
             strpbrk(value, "\r\n"))
             continue;
-        if (px_add_header(&hc.list, name, value) != 0)
+        if (px_add_header(&lines, name, value) != 0)
             hc.failed = 1;
     }
-    if (px_add_header(&hc.list, "X-Request-ID", r->request_id) != 0)
+    if (px_add_header(&lines, "X-Request-ID", r->request_id) != 0)
         hc.failed = 1;
-    /* "Name:" removes a header libcurl would add on its own. */
-    const char *removed[] = {"Expect:", hc.has_accept ? NULL : "Accept:"};
-    for (size_t i = 0; i < 2; i++) {
-        struct curl_slist *n = removed[i] ? curl_slist_append(hc.list, removed[i]) : hc.list;
-        if (!n)
-            hc.failed = 1;
-        else
-            hc.list = n;
-    }
-    px->hdrs = hc.list;
     px->connect_ms = app->cfg->proxy.connect_timeout_s * 1000;
     px->resp = rk_bytepipe_new(PX_PIPE_BYTES);
     long long body_len;
@@ -389,11 +378,14 @@ int rk_relay_http_begin(struct rk_req *r)
     /* Without a streamed body, to a plain-HTTP IP literal: the loop's own HTTP/1.1 client. */
     int on_h1 = hc.failed || !px->resp || (has_body && body_len != 0)
                     ? 0
-                    : rk_http_h1_prepare(px, r, has_body && !px->nobody);
-    if (hc.failed || !px->resp || on_h1 < 0 || (!on_h1 && px_setup_curl(px, r) != 0)) {
+                    : rk_http_h1_prepare(px, r, &lines, has_body && !px->nobody);
+    if (hc.failed || !px->resp || on_h1 < 0 ||
+        (!on_h1 && px_setup_curl(px, r, &lines, hc.has_accept) != 0)) {
+        rk_buf_free(&lines);
         rk_reply_error(r, RK_E_NOMEM, "out of memory");
         goto replied;
     }
+    rk_buf_free(&lines);
 
     px->refs++;
     rk_relay_enter();
@@ -414,10 +406,44 @@ replied:
     return 1;
 }
 
-/* The libcurl transfer of px (its handle from the pool, the options, the method and the body).
- * 0, or -1 out of memory. */
-static int px_setup_curl(struct px_http *px, struct rk_req *r)
+/* The header lines as libcurl's list: "Name: value", "Name;" for an empty value, then "Name:"
+ * for the headers libcurl would add on its own and must not (Expect, and Accept unless the
+ * client sent one). 0, or -1 out of memory. */
+static int px_curl_headers(struct px_http *px, const struct rk_buf *lines, int has_accept)
 {
+    const char *p = lines->data, *end = lines->data + lines->len;
+    while (p && p < end) {
+        const char *eol = memchr(p, '\r', (size_t)(end - p));
+        if (!eol)
+            break;
+        char *line = rk_xstrndup(p, (size_t)(eol - p));
+        size_t n = strlen(line);
+        if (n && line[n - 1] == ':')
+            line[n - 1] = ';'; /* an empty value */
+        struct curl_slist *l = curl_slist_append(px->hdrs, line);
+        free(line);
+        if (!l)
+            return -1;
+        px->hdrs = l;
+        p = eol + 2;
+    }
+    const char *removed[] = {"Expect:", has_accept ? NULL : "Accept:"};
+    for (size_t i = 0; i < 2; i++) {
+        struct curl_slist *l = removed[i] ? curl_slist_append(px->hdrs, removed[i]) : px->hdrs;
+        if (!l)
+            return -1;
+        px->hdrs = l;
+    }
+    return 0;
+}
+
+/* The libcurl transfer of px (its handle from the pool, the options, the headers, the method
+ * and the body). 0, or -1 out of memory. */
+static int px_setup_curl(struct px_http *px, struct rk_req *r, const struct rk_buf *lines,
+                         int has_accept)
+{
+    if (px_curl_headers(px, lines, has_accept) != 0)
+        return -1;
     px->curl = rk_relay_curl_get(px->url);
     if (!px->curl)
         return -1;
@@ -592,6 +618,11 @@ void rk_px_answer(struct rk_req *r, struct px_http *px)
         return;
     }
 
+    if (px->head_oom) {
+        r->outcome = "upstream_error";
+        rk_reply_detail(r, 500, "out of memory");
+        return;
+    }
     /* The transfer no longer touches the head once head_done is set. */
     const char *conn_hdr = NULL;
     long long clen = -1;

@@ -10,10 +10,9 @@
  * pipe), https and host names stay with libcurl (relay_http_loop.c).
  *
  * The request sent is the one libcurl would send: the request line with the
- * method and the path as given, Host from the URL, the header list relay_http.c
- * built for libcurl (client headers filtered, the endpoint's, X-Request-ID;
- * "Name;" is an empty value, "Name:" one libcurl would add and is removed), and
- * Content-Length: 0 for an empty body. The answer takes the same way as one
+ * method and the path as given, Host from the URL, the header lines relay_http.c
+ * built (client headers filtered, the endpoint's, X-Request-ID; no Accept or
+ * Expect of its own), and Content-Length: 0 for an empty body. The answer takes the same way as one
  * from libcurl: its head into px->h (rk_px_head_complete), its body into the
  * response pipe, whose room bounds every read (no room: the socket's reading
  * pauses until the content reader drained the pipe), the end through
@@ -42,28 +41,13 @@ static struct px_http *px_of(void *ctx)
     return ctx;
 }
 
-/* One header of the final answer: kept for rk_px_answer (bounded by the head's size limit). */
+/* One header of the final answer: kept for rk_px_answer (bounded by the head's size limit;
+ * one that cannot be kept makes the answer a 500, never a head with a header missing). */
 static void h1_header(void *ctx, const char *name, size_t nl, const char *value, size_t vl)
 {
     struct px_http *px = px_of(ctx);
-    if (px->nh == px->h_cap) {
-        size_t cap = px->h_cap ? px->h_cap * 2 : 16;
-        struct px_header *h = realloc(px->h, cap * sizeof *h);
-        if (!h)
-            return; /* out of memory: the header is dropped */
-        px->h = h;
-        px->h_cap = cap;
-    }
-    char *n = rk_strdup_printf("%.*s", (int)nl, name);
-    char *v = rk_strdup_printf("%.*s", (int)vl, value);
-    if (!n || !v) {
-        free(n);
-        free(v);
-        return;
-    }
-    px->h[px->nh].name = n;
-    px->h[px->nh].value = v;
-    px->nh++;
+    if (rk_px_head_add(px, name, nl, value, vl) != 0)
+        px->head_oom = 1;
 }
 
 static void h1_status(void *ctx, long status)
@@ -158,25 +142,8 @@ static const struct rku_h1_ops h1_ops = {
     .on_done = h1_done,
 };
 
-/* Append s (n bytes) to the request being built; -1 when it does not fit. */
-static int put(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n > *cap) {
-        size_t c = *cap * 2;
-        while (c < *len + n)
-            c *= 2;
-        char *b = realloc(*buf, c);
-        if (!b)
-            return -1;
-        *buf = b;
-        *cap = c;
-    }
-    memcpy(*buf + *len, s, n);
-    *len += n;
-    return 0;
-}
-
-int rk_http_h1_prepare(struct px_http *px, struct rk_req *r, int empty_body)
+int rk_http_h1_prepare(struct px_http *px, struct rk_req *r, const struct rk_buf *lines,
+                       int empty_body)
 {
     struct rku_h1 *h1 = rk_req_h1(r);
     const char *host, *path;
@@ -184,36 +151,21 @@ int rk_http_h1_prepare(struct px_http *px, struct rk_req *r, int empty_body)
     memset(&px->hx, 0, sizeof px->hx);
     if (!h1 || !rku_h1_target(&px->hx, px->url, &host, &host_len, &path))
         return 0;
-    size_t len = 0, cap = 512;
-    char *buf = malloc(cap);
-    if (!buf)
-        return -1;
-    int bad = put(&buf, &len, &cap, r->method, strlen(r->method)) | put(&buf, &len, &cap, " ", 1) |
-              put(&buf, &len, &cap, path, strlen(path)) |
-              put(&buf, &len, &cap, " HTTP/1.1\r\nHost: ", 17) |
-              put(&buf, &len, &cap, host, host_len) | put(&buf, &len, &cap, "\r\n", 2);
-    for (struct curl_slist *l = px->hdrs; l && !bad; l = l->next) {
-        size_t n = strlen(l->data);
-        if (n == 0)
-            continue;
-        if (l->data[n - 1] == ':' && !memchr(l->data, ' ', n))
-            continue; /* "Name:": a header libcurl would add, removed; this client adds none */
-        if (l->data[n - 1] == ';' && !strchr(l->data, ':')) {
-            bad |= put(&buf, &len, &cap, l->data, n - 1) | put(&buf, &len, &cap, ":\r\n", 3);
-            continue; /* "Name;": the header with an empty value */
-        }
-        bad |= put(&buf, &len, &cap, l->data, n) | put(&buf, &len, &cap, "\r\n", 2);
-    }
+    struct rk_buf req = {0};
+    int bad = rk_buf_append(&req, r->method, strlen(r->method)) | rk_buf_append(&req, " ", 1) |
+              rk_buf_append(&req, path, strlen(path)) |
+              rk_buf_append(&req, " HTTP/1.1\r\nHost: ", 17) | rk_buf_append(&req, host, host_len) |
+              rk_buf_append(&req, "\r\n", 2) | rk_buf_append(&req, lines->data, lines->len);
     if (empty_body)
-        bad |= put(&buf, &len, &cap, "Content-Length: 0\r\n", 19);
-    bad |= put(&buf, &len, &cap, "\r\n", 2);
+        bad |= rk_buf_append(&req, "Content-Length: 0\r\n", 19);
+    bad |= rk_buf_append(&req, "\r\n", 2);
     if (bad) {
-        free(buf);
+        rk_buf_free(&req);
         return -1;
     }
     px->h1 = h1;
-    px->hx.req = buf;
-    px->hx.req_len = len;
+    px->hx.req = req.data; /* the client frees it */
+    px->hx.req_len = req.len;
     px->hx.head_only = px->nobody;
     px->hx.head_max = PX_MAX_HEAD_BYTES;
     px->hx.connect_ms = px->connect_ms;

@@ -19,6 +19,7 @@
 #include "rkh1.h"
 
 struct rk_app;
+struct rk_buf;
 struct rk_req;
 
 /** Bounds of the two body pipes (their rings start small and grow to it). */
@@ -62,6 +63,7 @@ struct px_http {
     struct px_header *h;
     size_t nh, h_cap, head_bytes;
     int head_too_big;
+    int head_oom; /* a header of the final head could not be kept: answered 500 */
     int head_done;
     int whole;        /* a small answer of known length: answered once complete, in one buffer */
     size_t whole_len; /* ... and that length */
@@ -124,13 +126,17 @@ void rk_px_wake_waiter(struct px_http *px);
  *  the request waiting for it, unless the answer is small enough to be held whole. */
 void rk_px_head_complete(struct px_http *px);
 /** Make px's request for the HTTP/1.1 client of r's event loop when it can carry it (no
- *  streamed body: empty_body says whether an empty one is sent; a plain-HTTP IP literal).
- *  1 when prepared (relay_http_h1.c; px->url, px->hdrs and px->nobody set), 0 when libcurl
- *  must carry it, -1 out of memory. */
-int rk_http_h1_prepare(struct px_http *px, struct rk_req *r, int empty_body);
+ *  streamed body: empty_body says whether an empty one is sent; a plain-HTTP IP literal),
+ *  with the header lines ("Name: value\r\n" each). 1 when prepared (relay_http_h1.c; px->url
+ *  and px->nobody set), 0 when libcurl must carry it, -1 out of memory. */
+int rk_http_h1_prepare(struct px_http *px, struct rk_req *r, const struct rk_buf *lines,
+                       int empty_body);
 /** Submit the prepared exchange (takes over the references as rk_http_loop_submit does).
  *  0, or -1 when the loop stops. */
 int rk_http_h1_submit(struct px_http *px);
+/** Keep one header of the final response head (name and value in one block; the transfer
+ *  alone writes them until head_done). 0, or -1 out of memory. */
+int rk_px_head_add(struct px_http *px, const char *name, size_t nl, const char *value, size_t vl);
 /** Note upstream activity. */
 void rk_px_touch(struct px_http *px);
 /** Drop one reference; the last one frees everything. */

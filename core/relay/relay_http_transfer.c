@@ -55,10 +55,8 @@ void rk_px_unref(struct px_http *px)
         rk_bytepipe_free(px->req);
     if (px->resp)
         rk_bytepipe_free(px->resp);
-    for (size_t i = 0; i < px->nh; i++) {
-        free(px->h[i].name);
-        free(px->h[i].value);
-    }
+    for (size_t i = 0; i < px->nh; i++)
+        free(px->h[i].name); /* the value lives in the same block (rk_px_head_add) */
     free(px->h);
     free(px->prefix);
     free(px->base_path);
@@ -97,35 +95,46 @@ void rk_px_touch(struct px_http *px)
     pthread_mutex_unlock(&px->mu);
 }
 
-/* A header value as libcurl stored it, trimmed of line ends and blanks: curl 7.88 keeps the
- * CR of an empty value ("X-A:\r\n" gives "\r"; fixed in later versions). */
-static char *px_value_dup(const char *v)
+int rk_px_head_add(struct px_http *px, const char *name, size_t nl, const char *value, size_t vl)
 {
-    size_t n = strlen(v);
-    while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t'))
-        n--;
-    return rk_strdup_printf("%.*s", (int)n, v);
+    if (px->nh == px->h_cap) {
+        size_t cap = px->h_cap ? px->h_cap * 2 : 16;
+        struct px_header *h = realloc(px->h, cap * sizeof *h);
+        if (!h)
+            return -1;
+        px->h = h;
+        px->h_cap = cap;
+    }
+    char *block = malloc(nl + vl + 2);
+    if (!block)
+        return -1;
+    memcpy(block, name, nl);
+    block[nl] = '\0';
+    memcpy(block + nl + 1, value, vl);
+    block[nl + 1 + vl] = '\0';
+    px->h[px->nh].name = block;
+    px->h[px->nh].value = block + nl + 1;
+    px->nh++;
+    return 0;
 }
 
 /* The final response head is complete: copy its headers as libcurl parsed them (folded lines
- * joined, values trimmed; interim 1xx heads and trailers have other origins). Caller holds
- * px->mu. Returns 0, or -1 on OOM. */
+ * joined; interim 1xx heads and trailers have other origins), values trimmed of line ends and
+ * blanks (curl 7.88 keeps the CR of an empty value: "X-A:\r\n" gives "\r"; fixed in later
+ * versions). Caller holds px->mu. Returns 0, or -1 on OOM. */
 static int px_collect_head(struct px_http *px)
 {
-    size_t n = 0;
     struct curl_header *h = NULL;
-    while ((h = curl_easy_nextheader(px->curl, CURLH_HEADER, -1, h)))
-        n++;
-    px->h = n ? calloc(n, sizeof *px->h) : NULL;
-    if (n && !px->h)
-        return -1;
-    h = NULL;
-    while ((h = curl_easy_nextheader(px->curl, CURLH_HEADER, -1, h)) && px->nh < n) {
+    while ((h = curl_easy_nextheader(px->curl, CURLH_HEADER, -1, h))) {
         if (!h->name[0])
             continue; /* ": value" names nothing */
-        px->h[px->nh].name = rk_xstrdup(h->name);
-        px->h[px->nh].value = px_value_dup(h->value);
-        px->nh++;
+        const char *v = h->value;
+        size_t n = strlen(v);
+        while (n > 0 &&
+               (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' ' || v[n - 1] == '\t'))
+            n--;
+        if (rk_px_head_add(px, h->name, strlen(h->name), v, n) != 0)
+            return -1;
     }
     return 0;
 }

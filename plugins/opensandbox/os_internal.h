@@ -310,7 +310,7 @@ struct os_xfer {
     int64_t call_dl;        /**< the call's deadline when the exchange started (0 = none) */
     void (*done)(struct os_xfer *x, rk_status s); /**< os_xfer_start's completion */
     int on_h1;                                    /**< carried by the loop's HTTP/1.1 client */
-    struct rku_h1_xchg h1;                         /**< that client's view of this exchange */
+    struct rku_h1_xchg h1;                        /**< that client's view of this exchange */
     struct os_h1_wait *h1_wait; /**< os_xfer_perform's waiter while on the client */
 };
 

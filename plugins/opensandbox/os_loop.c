@@ -26,8 +26,8 @@
  * thread at all waits for an in-flight command. What such a completion has to do that may block
  * (resolving an endpoint again) goes to one helper thread (os_loop_defer), never to the loop.
  *
- * The same thread also runs the plugin's small HTTP/1.1 client (librkutil's rkh1.c), which carries the
- * execd exchanges on IP literals with far less memory per open stream than a libcurl transfer;
+ * The same thread also runs librkutil's small HTTP/1.1 client (lib/rkh1.c), which carries
+ * the execd exchanges on IP literals with far less memory per open stream than a libcurl transfer;
  * os_http.c chooses per exchange.
  *
  * Callbacks (write, progress) run on the loop thread. They must not block: the streams routed
@@ -52,7 +52,7 @@
 struct os_loop {
     pthread_mutex_t mu;       /**< the waiters' done flags and the helper's queue */
     struct rku_curl_loop *cl; /**< the transfer loop (its thread starts on first use) */
-    struct rku_h1 *h1;         /**< the small HTTP/1.1 client on the same thread, or NULL */
+    struct rku_h1 *h1;        /**< the small HTTP/1.1 client on the same thread, or NULL */
     /* the helper thread for blocking follow-ups (os_loop_defer), guarded by mu */
     pthread_t helper;
     int helper_started;

@@ -300,6 +300,54 @@ static void test_urls(void **state)
     rk_relay_url_parts_free(&p);
 }
 
+/* The plain endpoints the operators give (http, an IPv4 literal, a plain path) are split by
+ * hand; each must come out exactly as libcurl's parser splits it, which "HTTP://" (upper case:
+ * not the hand-split form) still takes. Near misses go to libcurl, which normalises them. */
+static void test_plain_urls_split_as_libcurl_does(void **state)
+{
+    (void)state;
+    static const char *const plain[] = {
+        "10.0.3.7:44772/a/b/",
+        "127.0.0.1",
+        "127.0.0.1:80",
+        "127.0.0.1:8080/",
+        "192.168.1.20:65535/x-y_z.~/s//",
+        "0.0.0.0:1/p",
+    };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        char *fast = rk_strdup_printf("http://%s", plain[i]);
+        char *slow = rk_strdup_printf("HTTP://%s", plain[i]);
+        const char *forms[] = {fast, plain[i]};
+        struct rk_url_parts b;
+        assert_int_equal(rk_relay_split_url(slow, &b), 0);
+        for (size_t f = 0; f < 2; f++) {
+            struct rk_url_parts a;
+            assert_int_equal(rk_relay_split_url(forms[f], &a), 0);
+            assert_int_equal(a.tls, b.tls);
+            assert_string_equal(a.host, b.host);
+            assert_int_equal(a.port, b.port);
+            assert_string_equal(a.hostport, b.hostport);
+            assert_string_equal(a.path, b.path);
+            assert_string_equal(a.query, b.query);
+            rk_relay_url_parts_free(&a);
+        }
+        rk_relay_url_parts_free(&b);
+        free(fast);
+        free(slow);
+    }
+    struct rk_url_parts p;
+    /* libcurl reads a leading zero as octal: "010.0.0.1" is 8.0.0.1, never 10.0.0.1. */
+    assert_int_equal(rk_relay_split_url("http://010.0.0.1:8080/", &p), 0);
+    assert_string_equal(p.host, "8.0.0.1");
+    rk_relay_url_parts_free(&p);
+    assert_int_equal(rk_relay_split_url("http://127.0.0.1:080/a%2Fb?q=1", &p), 0);
+    assert_int_equal(p.port, 80);
+    assert_string_equal(p.path, "/a%2Fb");
+    assert_string_equal(p.query, "q=1");
+    rk_relay_url_parts_free(&p);
+    assert_int_equal(rk_relay_split_url("http://127.0.0.1:70000/", &p), -1);
+}
+
 /* Redirects under the proxy prefix stay under it, /port/N included. */
 static void test_location(void **state)
 {
@@ -514,13 +562,21 @@ static void test_activity_touch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_port_sources),   cmocka_unit_test(test_parse_int),
-        cmocka_unit_test(test_port_ranges),    cmocka_unit_test(test_traversal),
-        cmocka_unit_test(test_raw_rest),       cmocka_unit_test(test_header_filters),
-        cmocka_unit_test(test_urls),           cmocka_unit_test(test_location),
-        cmocka_unit_test(test_ws_accept),      cmocka_unit_test(test_close_frame),
-        cmocka_unit_test(test_tracker),        cmocka_unit_test(test_bytepipe_timed),
-        cmocka_unit_test(test_endpoint_cache), cmocka_unit_test(test_activity_touch),
+        cmocka_unit_test(test_port_sources),
+        cmocka_unit_test(test_parse_int),
+        cmocka_unit_test(test_port_ranges),
+        cmocka_unit_test(test_traversal),
+        cmocka_unit_test(test_raw_rest),
+        cmocka_unit_test(test_header_filters),
+        cmocka_unit_test(test_urls),
+        cmocka_unit_test(test_plain_urls_split_as_libcurl_does),
+        cmocka_unit_test(test_location),
+        cmocka_unit_test(test_ws_accept),
+        cmocka_unit_test(test_close_frame),
+        cmocka_unit_test(test_tracker),
+        cmocka_unit_test(test_bytepipe_timed),
+        cmocka_unit_test(test_endpoint_cache),
+        cmocka_unit_test(test_activity_touch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
