@@ -44,7 +44,7 @@
 /** Deadlines are acted on at most this late (a walk of every exchange per step at most). */
 #define H1_DEADLINE_STEP_MS 10
 /** The read buffer, shared by every exchange (the loop thread only). */
-#define H1_READ_BUF (16 * 1024)
+#define H1_READ_BUF (64 * 1024)
 /** Socket events handled per run (more wait for the next pass, which comes at once). */
 #define H1_EVENTS 128
 

@@ -33,8 +33,11 @@
 
 #include "relay/relay_http_internal.h"
 
-/** Pause reading when the response pipe has less room than this (one read's worth). */
+/** Pause reading when the response pipe has less room than this (one read's worth), and read
+ *  again once the client took half the pipe (not at every block it takes: a pause and a
+ *  resume cost two epoll_ctl and a pass of the client). */
 #define H1_MIN_ROOM (16 * 1024)
+#define H1_RESUME_ROOM (PX_PIPE_BYTES / 2)
 
 static struct px_http *px_of(void *ctx)
 {
@@ -100,7 +103,7 @@ static size_t h1_room(void *ctx)
         rk_px_wake_waiter(px);
     /* The client is slower: pause until the content reader made room. */
     px->paused_recv = 1;
-    if (rk_bytepipe_notify_room(px->resp, H1_MIN_ROOM, h1_unpause_cb, px)) {
+    if (rk_bytepipe_notify_room(px->resp, H1_RESUME_ROOM, h1_unpause_cb, px)) {
         px->paused_recv = 0;
         return rk_bytepipe_room(px->resp);
     }
