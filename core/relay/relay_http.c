@@ -13,24 +13,26 @@
  *   /apis/envs/sandbox/v1/sandboxes/{id}/vnc[/{path}]
  *       the same relay to port 8006 without port selection
  *
- * Streaming design: begin() (on a worker: the gate and the endpoint
- * resolution may block) resolves the target and hands one libcurl transfer
- * to the relay transfer loop (relay_http_loop.c: one thread, one curl multi on
- * epoll for every relayed request). The client body goes event loop ->
- * bounded rk_bytepipe -> curl read callback; when the pipe is full, body()
- * keeps the rest and suspends the connection until the transfer drained it,
- * and when it is empty the transfer pauses until body() wrote (backpressure
- * both ways, nothing waits). The handler (on a
- * worker) answers as soon as the response head is there, or defers the
- * request and the transfer thread answers it when the head arrives. The
- * upstream answer goes curl write callback -> bounded rk_bytepipe -> the MHD
- * content reader of a MHD_SIZE_UNKNOWN (or Content-Length sized) response,
- * which never waits: with nothing to send it suspends the connection until
- * the transfer writes; with no room the transfer pauses until the reader
- * drained the pipe. Each chunk is handed to MHD as soon as it arrives, so
- * server-sent events are not delayed. Memory per request is two 256 KiB rings
- * whatever the body size. The shared state is reference counted (request,
- * transfer, response).
+ * Streaming design: begin() (on the event loop when the endpoint cache has
+ * the target, else on a worker: the gate and the endpoint resolution may
+ * block) resolves the target and starts one upstream exchange on the event
+ * loop that serves the connection: a request without a body to a plain-HTTP
+ * IP literal on the loop's own HTTP/1.1 client (relay_http_h1.c), any other
+ * as a libcurl transfer on the loop's curl multi (relay_http_loop.c). The
+ * client body goes event loop -> bounded rk_bytepipe -> curl read callback;
+ * when the pipe is full, body() keeps the rest and suspends the connection
+ * until the transfer drained it, and when it is empty the transfer pauses
+ * until body() wrote (backpressure both ways, nothing waits). The handler
+ * answers as soon as the response head is there, or defers the request and
+ * the transfer answers it when the head arrives. The upstream answer goes
+ * curl write callback (or the HTTP/1.1 client's body callback, whose reads
+ * the pipe's room bounds) -> bounded rk_bytepipe -> the MHD content reader of
+ * a MHD_SIZE_UNKNOWN (or Content-Length sized) response, which never waits:
+ * with nothing to send it suspends the connection until the transfer writes;
+ * with no room the transfer pauses until the reader drained the pipe. Each
+ * chunk is handed to MHD as soon as it arrives, so server-sent events are not
+ * delayed. Memory per request is two 256 KiB rings whatever the body size.
+ * The shared state is reference counted (request, transfer, response).
  *
  * Deadlines: proxy.connect_timeout_s for the connection, then
  * proxy.timeout_s of upstream inactivity (nothing sent or received) ends the
@@ -417,9 +419,9 @@ static int px_curl_headers(struct px_http *px, const struct rk_buf *lines, int h
         if (!eol)
             break;
         char *line = rk_xstrndup(p, (size_t)(eol - p));
-        size_t n = strlen(line);
-        if (n && line[n - 1] == ':')
-            line[n - 1] = ';'; /* an empty value */
+        char *colon = strchr(line, ':'); /* names hold no colon: the first ends the name */
+        if (colon && colon[1] == '\0')
+            *colon = ';'; /* "Name;": an empty value ("Name:" would remove the header) */
         struct curl_slist *l = curl_slist_append(px->hdrs, line);
         free(line);
         if (!l)

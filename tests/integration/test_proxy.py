@@ -646,6 +646,14 @@ def test_upstream_heads_and_kept_connections():
     assert st == 502 and "cannot reach the application" in js["detail"], (st, js)
     st, js = admin.request("GET", proxy_path(sid, "/port/%d/head?folded" % port))
     assert st == 502 and "cannot reach the application" in js["detail"], (st, js)
+    # Header values pass as they are, an empty one and one ending in a colon included, with a
+    # body (libcurl carries it) and without (the loop's HTTP/1.1 client).
+    odd = {"X-Colon": "a:", "X-Empty": "", "X-Port": str(port)}
+    for method, body in (("POST", b"x"), ("GET", None)):
+        st, js = admin.request(method, proxy_path(sid, "/echo"),
+                               body=body, headers=dict(odd, **{"X-ROCK-Target-Port": str(port)}))
+        assert st == 200 and js["headers"].get("x-colon") == "a:", (method, js)
+        assert js["headers"].get("x-empty") == "", (method, js)
     # Sequential requests on one client connection reuse one kept upstream connection.
     conn = http.client.HTTPConnection("127.0.0.1", admin.port, timeout=30)
     conn.request("GET", proxy_path(sid, "/port/%d/warm" % port))
