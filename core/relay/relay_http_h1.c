@@ -93,14 +93,7 @@ static size_t h1_room(void *ctx)
     size_t room = rk_bytepipe_room(px->resp);
     if (room >= H1_MIN_ROOM)
         return room;
-    /* An answer held to be sent whole is streamed after all (it cannot happen within its
-     * announced length, which the pipe holds). */
-    pthread_mutex_lock(&px->mu);
-    int release = px->whole;
-    px->whole = 0;
-    pthread_mutex_unlock(&px->mu);
-    if (release)
-        rk_px_wake_waiter(px);
+    rk_px_release_whole(px);
     /* The client is slower: pause until the content reader made room. */
     px->paused_recv = 1;
     if (rk_bytepipe_notify_room(px->resp, H1_RESUME_ROOM, h1_unpause_cb, px)) {

@@ -137,6 +137,9 @@ int rk_http_h1_submit(struct px_http *px);
 /** Keep one header of the final response head (name and value in one block; the transfer
  *  alone writes them until head_done). 0, or -1 out of memory. */
 int rk_px_head_add(struct px_http *px, const char *name, size_t nl, const char *value, size_t vl);
+/** The response pipe is full: an answer held to be sent whole is streamed after all (it cannot
+ *  happen within its announced length, which the pipe holds), so its waiter is answered. */
+void rk_px_release_whole(struct px_http *px);
 /** Note upstream activity. */
 void rk_px_touch(struct px_http *px);
 /** Drop one reference; the last one frees everything. */

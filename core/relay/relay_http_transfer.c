@@ -220,6 +220,16 @@ void rk_px_head_complete(struct px_http *px)
         rk_px_wake_waiter(px);
 }
 
+void rk_px_release_whole(struct px_http *px)
+{
+    pthread_mutex_lock(&px->mu);
+    int release = px->whole;
+    px->whole = 0;
+    pthread_mutex_unlock(&px->mu);
+    if (release)
+        rk_px_wake_waiter(px);
+}
+
 void rk_px_wake_waiter(struct px_http *px)
 {
     pthread_mutex_lock(&px->mu);
@@ -258,14 +268,7 @@ size_t rk_px_write_cb(char *data, size_t size, size_t n, void *ud)
     /* One writer: the room only grows until we write, so this never waits. */
     if (rk_bytepipe_room(px->resp) >= len || rk_bytepipe_aborted(px->resp))
         return rk_bytepipe_write(px->resp, data, len) == 0 ? len : 0;
-    /* No room: an answer held to be sent whole is streamed after all (it cannot happen within
-     * its announced length, which the pipe holds). */
-    pthread_mutex_lock(&px->mu);
-    int release = px->whole;
-    px->whole = 0;
-    pthread_mutex_unlock(&px->mu);
-    if (release)
-        rk_px_wake_waiter(px);
+    rk_px_release_whole(px);
     /* The client is slower: pause until the content reader made room. */
     px->paused_recv = 1;
     if (rk_bytepipe_notify_room(px->resp, len, px_unpause_cb, px))
