@@ -7,10 +7,10 @@
  *
  * The carrier is chosen when the exchange starts, in one place (xfer_begin): an exchange run on
  * the loop (command streams, session runs, readiness pings, interrupts) to a plain-HTTP IP
- * literal goes through os_h1.c, whose open stream costs a few hundred bytes where a libcurl
- * transfer costs about 11 KiB; everything else, and whatever asks for its easy handle
- * (os_xfer_curl: uploads, downloads), goes through libcurl. Both report libcurl's codes, so
- * xfer_result maps them once.
+ * literal goes through librkutil's HTTP/1.1 client (lib/rkh1.c), whose open stream costs a few
+ * hundred bytes where a libcurl transfer costs about 11 KiB; everything else, and whatever asks
+ * for its easy handle (os_xfer_curl: uploads, downloads), goes through libcurl. Both report
+ * libcurl's codes, so xfer_result maps them once.
  *
  * Connection reuse: every exchange borrows an easy handle from the instance's
  * pool (librkutil's rku_curl_pool, the same implementation as the core relay's;
