@@ -66,9 +66,11 @@ run_check() { # name, configure args...
     echo "==> [$name] make check${CHECK_TESTS:+ TESTS=$CHECK_TESTS}"
     if [ -n "${CHECK_TESTS:-}" ]; then
         # A TESTS subset names tests of tests/ only (TESTS would leak into
-        # every other directory's check), and the plugin's own unit tests.
+        # every other directory's check), then librkutil's and the plugin's
+        # own unit tests (all of them).
         if ${CHECK_WRAP:-} make -C "$dir/tests" -j"$jobs" check TESTS="$CHECK_TESTS" \
             >"$dir/check.out" 2>&1 &&
+            ${CHECK_WRAP:-} make -C "$dir/lib" -j"$jobs" check >>"$dir/check.out" 2>&1 &&
             ${CHECK_WRAP:-} make -C "$dir/plugins/opensandbox" -j"$jobs" check \
                 >>"$dir/check.out" 2>&1; then
             rc=0
@@ -78,7 +80,8 @@ run_check() { # name, configure args...
     else rc=1; fi
     grep -E '^(PASS|FAIL|ERROR|SKIP|XFAIL|XPASS):' "$dir/check.out" || true
     if [ $rc != 0 ]; then
-        for log in $(find "$dir/tests" -name '*.log' ! -name test-suite.log); do
+        for log in $(find "$dir/tests" "$dir/lib" "$dir/plugins" -name '*.log' \
+            ! -name test-suite.log ! -name config.log); do
             if grep -qE '^(FAIL|ERROR)' "${log%.log}.trs" 2>/dev/null; then
                 echo "---- $log"
                 tail -n 80 "$log"
@@ -122,7 +125,9 @@ summary="$summary; sanitizers: $sp passed, $sf failed"
 # test_engine (event loops, the worker pool, suspend/resume, the HTTP relay
 # loop), test_status_reads (status reads answered on the loops, handed to a
 # worker when the loop's Redis connection fails) and unit/test_relay_loop
-# (hand-over to the relay loops).
+# (hand-over to the relay loops); then librkutil's unit tests (the curl loop
+# and the HTTP/1.1 client: exchanges submitted and resumed from other threads)
+# and the plugin's.
 # Left out as single-threaded
 # API conformance: test_api, test_cli, test_abi. The harness fails a test when
 # the daemon's output has a ThreadSanitizer report.
