@@ -55,7 +55,7 @@ enum { TAG_MHD = 1, TAG_CURL = 2, TAG_WAKE = 3, TAG_STORE = 4, TAG_H1 = 5 };
 struct rk_evloop {
     struct MHD_Daemon *daemon;
     struct rku_curl_loop *curl;
-    struct rku_h1 *h1;              /* the relay's plain-HTTP upstreams (NULL: all on curl) */
+    struct rku_h1 *h1;              /* the relay's plain-HTTP upstreams at IP literals */
     int h1_due;                     /* a submission or resume from the loop's own thread */
     atomic_int h1_wake;             /* ... from another thread (then the eventfd is written) */
     atomic_int h1_closed;           /* rk_evloop_stop_transfers: no new exchanges */
