@@ -2,7 +2,7 @@
 """Cheap requests side by side: rock-admin against nginx, Redis and the OpenSandbox
 simulator on the same machine, in one run, with wrk (keep-alive, -t2 -c64), medians of three.
 
-  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N [--reused]|wsrelays N|startup] [--seconds S] [--strace]
+  python3 ../../bench/bench_cheap.py [all|status|proxy|download|execute|upload|inflight N [--reused]|wsrelays N|startup] [--seconds S] [--strace] [--shared-session]
 
 Run from a configured build directory with the environment described in docs/performance.md
 (ROCK_ADMIN_BIN, ROCK_TEST_PLUGIN_DIR, ROCK_OPENSANDBOX_PLUGIN_DIR, OPENSANDBOX_SIM).
@@ -12,7 +12,12 @@ context switches per request come from /proc when perf is missing). Not part of 
 Per-request figures: Redis commands from INFO commandstats (delta / requests), rock-admin CPU
 time from /proc/PID/stat (utime+stime delta / requests), context switches from perf stat when
 available, syscalls from `strace -c -f` on a separate short run (--strace; strace slows the
-process, so that run's throughput is not reported).
+process, so that run's throughput is not reported). The nginx proxy anchor's CPU time is its
+workers'.
+
+Every measured server (rock-admin, the nginx anchors) runs in a session of its own, the upstream
+app and wrk in the bench's; --shared-session runs them all in the bench's session (see nginx():
+the kernel's autogroup scheduling makes each session a scheduling group).
 
 inflight --reused sends each command on a keep-alive connection that has already served a
 request (GET /), as the SDKs' connection pools do: such a connection keeps libmicrohttpd's whole
@@ -31,6 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "lib"))
+import harness  # noqa: E402
 from harness import Admin, Redis, Sim, cleanup, free_port, wait_until  # noqa: E402
 
 PREFIX = "/apis/envs/sandbox/v1"
@@ -41,6 +47,9 @@ THREADS, CONNS = 2, 64
 RESULTS = []
 # extra server.* settings for the in-flight and WebSocket-relay scenarios, e.g. BENCH_SERVER='{"max_header_bytes": 8192}'
 SERVER_EXTRA = json.loads(os.environ.get("BENCH_SERVER", "{}"))
+# --shared-session: the measured servers (rock-admin and the nginx anchors) run in the bench's
+# session, with wrk and the upstream app, instead of one session each (see nginx()).
+SHARED_SESSION = False
 
 
 def log(*a):
@@ -61,9 +70,12 @@ def wrk(url, headers=None, seconds=None):
 
 
 def cpu_ticks(pid):
+    """utime + stime (clock ticks) of a process, or the sum over a list of them."""
+    if isinstance(pid, (list, tuple)):
+        return sum(cpu_ticks(p) for p in pid)
     with open("/proc/%d/stat" % pid) as f:
         parts = f.read().rsplit(")", 1)[1].split()
-    return int(parts[11]) + int(parts[12])  # utime + stime (clock ticks)
+    return int(parts[11]) + int(parts[12])
 
 
 def redis_calls(redis):
@@ -81,8 +93,9 @@ def perf_start(pid):
     if not shutil.which("perf"):
         return None
     out = tempfile.NamedTemporaryFile(prefix="rock-perf-", delete=False).name
+    pids = ",".join(str(p) for p in pid) if isinstance(pid, (list, tuple)) else str(pid)
     p = subprocess.Popen(["perf", "stat", "-x,", "-o", out, "-e", "context-switches,task-clock",
-                          "-p", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                          "-p", pids], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.3)
     return p, out
 
@@ -175,8 +188,15 @@ def strace_count(pid, url, headers=None):
 
 # ---- nginx ------------------------------------------------------------------------------
 
-def nginx(conf_body):
-    """Start nginx (2 workers, like the 2 cores) with the given http{} body; returns the Popen."""
+def nginx(conf_body, measured=False):
+    """Start nginx (2 workers, like the 2 cores) with the given http{} body; returns the Popen.
+
+    measured: an anchor compared with rock-admin. It then runs in a session of its own, as
+    rock-admin does (the harness starts it with start_new_session, and a packaged daemon has its
+    own session too): with the kernel's autogroup scheduling each session is a scheduling group,
+    and on two cores shared with wrk and the upstream app a server in a group of its own gets at
+    most one core when all are busy, while one in wrk's group competes thread by thread. The
+    helpers (the upstream app) stay in the bench's session with wrk."""
     d = tempfile.mkdtemp(prefix="rock-bench-nginx-")
     conf = os.path.join(d, "nginx.conf")
     with open(conf, "w") as f:
@@ -190,10 +210,17 @@ http {
 }
 """ % (d, d, d, d, d, d, d, conf_body))
     p = subprocess.Popen(["nginx", "-c", conf, "-p", d], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+                         stderr=subprocess.DEVNULL,
+                         start_new_session=measured and not SHARED_SESSION)
     time.sleep(0.5)
     assert p.poll() is None, open(os.path.join(d, "error.log")).read()
     return p, d
+
+
+def nginx_workers(p):
+    """The worker processes of an nginx master (for their CPU time)."""
+    with open("/proc/%d/task/%d/children" % (p.pid, p.pid)) as f:
+        return [int(x) for x in f.read().split()]
 
 
 def stop(p):
@@ -260,7 +287,8 @@ def scenario_status(do_strace):
     d = tempfile.mkdtemp(prefix="rock-bench-static-")
     with open(os.path.join(d, "status.json"), "wb") as f:
         f.write(payload)
-    p, _ = nginx("server { listen 127.0.0.1:%d; location / { root %s; } }" % (port, d))
+    p, _ = nginx("server { listen 127.0.0.1:%d; location / { root %s; } }" % (port, d),
+                 measured=True)
     try:
         measure("nginx static JSON (same %d bytes)" % len(payload),
                 "http://127.0.0.1:%d/status.json" % port)
@@ -293,7 +321,7 @@ def scenario_proxy(do_strace):
     px_port = free_port()
     px, _ = nginx("""upstream app { server 127.0.0.1:%d; keepalive 64; }
 server { listen 127.0.0.1:%d; location / { proxy_pass http://app; proxy_http_version 1.1;
-  proxy_set_header Connection ""; } }""" % (app_port, px_port))
+  proxy_set_header Connection ""; } }""" % (app_port, px_port), measured=True)
     redis = Redis()
     sim = Sim(api_key=API_KEY, ready_delay_ms=0)
     admin = os_admin(sim, redis)
@@ -301,7 +329,8 @@ server { listen 127.0.0.1:%d; location / { proxy_pass http://app; proxy_http_ver
                        "testop": {"proxy_base": "http://127.0.0.1:{port}"}})
     try:
         measure("direct to the app (nginx, 1 KiB file)", "http://127.0.0.1:%d/1k" % app_port)
-        nx = measure("nginx proxy_pass, upstream keepalive", "http://127.0.0.1:%d/1k" % px_port)
+        nx = measure("nginx proxy_pass, upstream keepalive", "http://127.0.0.1:%d/1k" % px_port,
+                     pid=nginx_workers(px))
         sid = admin.start_sandbox()
         url = "http://127.0.0.1:%d%s/sandboxes/%s/proxy/port/%d/1k" % (
             admin.port, PREFIX, sid, app_port)
@@ -750,8 +779,11 @@ def scenario_startup(runs=7):
 
 
 def main():
-    global SECONDS
+    global SECONDS, SHARED_SESSION
     args = sys.argv[1:]
+    if "--shared-session" in args:
+        SHARED_SESSION = True
+        harness.NEW_SESSION = False
     do_strace = "--strace" in args
     if "--seconds" in args:
         SECONDS = int(args[args.index("--seconds") + 1])

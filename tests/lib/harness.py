@@ -102,6 +102,11 @@ def wait_until(pred, timeout=10.0, interval=0.05, what="condition"):
     raise AssertionError("timed out waiting for %s (last=%r)" % (what, last))
 
 
+# Each server starts in a session of its own (its process group is killed whole). A benchmark
+# may turn it off to run servers in its own session (bench_cheap.py --shared-session).
+NEW_SESSION = True
+
+
 class Process:
     """A child process with its output captured in a file."""
 
@@ -113,7 +118,7 @@ class Process:
         if env is not None:
             full_env = env
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=full_env, start_new_session=True)
+                                     env=full_env, start_new_session=NEW_SESSION)
         _cleanups.append(self.kill)
         _procs.append(self)
 
