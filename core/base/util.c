@@ -14,11 +14,32 @@
 
 #include "rkutil.h"
 
-int64_t rk_now_ms(void)
+/* This thread's turn time (rk_now_ms_turn); only event loop threads set it. */
+static _Thread_local int64_t turn_ms;
+static _Thread_local int on_turn;
+
+static int64_t clock_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t rk_now_ms(void)
+{
+    return clock_ms();
+}
+
+int64_t rk_turn_ms(void)
+{
+    return on_turn ? turn_ms : clock_ms();
+}
+
+int64_t rk_now_ms_turn(void)
+{
+    turn_ms = clock_ms();
+    on_turn = 1;
+    return turn_ms;
 }
 
 int64_t rk_mono_ns(void)
@@ -132,6 +153,18 @@ int rk_buf_base64(struct rk_buf *b, const void *data, size_t len)
         if (rk_buf_append(b, q, 4) != 0)
             return -1;
     }
+    return 0;
+}
+
+int rk_buf_reserve(struct rk_buf *b, size_t len)
+{
+    if (b->len + len + 1 <= b->alloc)
+        return 0;
+    char *nd = realloc(b->data, b->len + len + 1);
+    if (!nd)
+        return -1;
+    b->data = nd;
+    b->alloc = b->len + len + 1;
     return 0;
 }
 
@@ -252,7 +285,9 @@ uint64_t rk_hash_str(const char *s)
 
 int rk_strcaseeq(const char *a, const char *b)
 {
-    return a && b && strcasecmp(a, b) == 0;
+    /* Most comparisons (header names against a list) differ in the first byte: settle those
+     * without the call (| 0x20 folds ASCII letters; anything else goes to strcasecmp). */
+    return a && b && (a[0] | 0x20) == (b[0] | 0x20) && strcasecmp(a, b) == 0;
 }
 
 int rk_parse_bool(const char *s)

@@ -12,6 +12,14 @@
 
 /** CLOCK_MONOTONIC in milliseconds. */
 int64_t rk_now_ms(void);
+/** Reads CLOCK_MONOTONIC, returns it in milliseconds and makes it this thread's rk_turn_ms until
+ *  the next call: an event loop calls it when a turn begins (and before it computes how long
+ *  to sleep), as nginx reads its clock once per loop iteration. */
+int64_t rk_now_ms_turn(void);
+/** On an event loop's thread, the time its current turn began (rk_now_ms_turn); elsewhere
+ *  rk_now_ms. For the per-request stamps (activity, phases, durations), which a turn (well under
+ *  a millisecond) does not move: never for a wait that must see time pass within one turn. */
+int64_t rk_turn_ms(void);
 /** CLOCK_MONOTONIC in nanoseconds (durations for metrics). */
 int64_t rk_mono_ns(void);
 /** The time ms milliseconds from now on clock (CLOCK_MONOTONIC for a condition variable set up
@@ -42,6 +50,9 @@ struct rk_buf {
 };
 /** Append bytes; returns -1 when the cap would be exceeded or on OOM. */
 int rk_buf_append(struct rk_buf *b, const void *data, size_t len);
+/** Makes room for len more bytes (and the NUL) in one allocation, so the appends that follow
+ *  do not grow the buffer step by step; -1 like rk_buf_append. */
+int rk_buf_reserve(struct rk_buf *b, size_t len);
 /** Append the standard base64 (with padding) of len bytes; -1 like rk_buf_append. */
 int rk_buf_base64(struct rk_buf *b, const void *data, size_t len);
 /** Append a formatted string. */
@@ -65,7 +76,7 @@ int rk_py_repr(struct rk_buf *b, const char *s, size_t len);
 /** Python str(float) of a number: 9 -> "9.0", 2.5 -> "2.5". */
 void rk_py_float(double v, char out[64]);
 
-/** Case-insensitive ASCII equality. */
+/** Case-insensitive ASCII equality (0 when either is NULL). */
 int rk_strcaseeq(const char *a, const char *b);
 /** FNV-1a (64-bit) of a NUL-terminated string: for hash tables and slots, not for security. */
 uint64_t rk_hash_str(const char *s);

@@ -49,41 +49,51 @@ void rk_ep_free(struct rk_ep *e)
 {
     if (!e)
         return;
-    free(e->base_url);
-    for (size_t i = 0; i < e->headers_len; i++) {
-        free((char *)e->headers[i].key);
-        free((char *)e->headers[i].value);
-    }
-    free(e->headers);
-    free(e->header_flags);
+    free(e->headers ? (void *)e->headers : (void *)e->base_url); /* the one block (ep_copy) */
     memset(e, 0, sizeof *e);
 }
 
 /* Deep copy of an endpoint, credential flags included (a hit must not turn a
- * backend credential into a routing header); 0 on success. */
+ * backend credential into a routing header), in one allocation: the header array first (so
+ * it is aligned), then the flags, then the strings. 0 on success. */
 static int ep_copy(struct rk_ep *dst, const char *base_url, const struct rk_kv *h, size_t n,
                    const uint32_t *flags, int64_t idle_minutes)
 {
     memset(dst, 0, sizeof *dst);
     dst->idle_minutes = idle_minutes;
-    dst->base_url = strdup(base_url);
-    dst->headers = n ? calloc(n, sizeof *dst->headers) : NULL;
-    dst->header_flags = n && flags ? malloc(n * sizeof *flags) : NULL;
-    if (!dst->base_url || (n && !dst->headers) || (n && flags && !dst->header_flags)) {
-        rk_ep_free(dst);
+    size_t size = n * sizeof *dst->headers + (flags ? n * sizeof *flags : 0) + strlen(base_url) + 1;
+    for (size_t i = 0; i < n; i++)
+        size += (h[i].key ? strlen(h[i].key) + 1 : 0) + (h[i].value ? strlen(h[i].value) + 1 : 0);
+    char *block = malloc(size);
+    if (!block)
         return -1;
+    char *p = block;
+    if (n) {
+        dst->headers = (struct rk_kv *)(void *)p;
+        p += n * sizeof *dst->headers;
     }
-    if (dst->header_flags)
-        memcpy(dst->header_flags, flags, n * sizeof *flags);
+    if (n && flags) {
+        dst->header_flags = (uint32_t *)(void *)p;
+        memcpy(p, flags, n * sizeof *flags);
+        p += n * sizeof *flags;
+    }
+    size_t l = strlen(base_url) + 1;
+    dst->base_url = memcpy(p, base_url, l);
+    p += l;
     for (size_t i = 0; i < n; i++) {
-        dst->headers[i].key = h[i].key ? strdup(h[i].key) : NULL;
-        dst->headers[i].value = h[i].value ? strdup(h[i].value) : NULL;
-        dst->headers_len = i + 1;
-        if ((h[i].key && !dst->headers[i].key) || (h[i].value && !dst->headers[i].value)) {
-            rk_ep_free(dst);
-            return -1;
+        dst->headers[i].key = dst->headers[i].value = NULL;
+        if (h[i].key) {
+            l = strlen(h[i].key) + 1;
+            dst->headers[i].key = memcpy(p, h[i].key, l);
+            p += l;
+        }
+        if (h[i].value) {
+            l = strlen(h[i].value) + 1;
+            dst->headers[i].value = memcpy(p, h[i].value, l);
+            p += l;
         }
     }
+    dst->headers_len = n;
     return 0;
 }
 

@@ -18,7 +18,7 @@
 /** One cached endpoint (a malloc'd copy). */
 struct rk_ep {
     char *base_url;
-    struct rk_kv *headers; /* keys and values malloc'd */
+    struct rk_kv *headers; /* all of it (strings, arrays) lives in one block: base_url's */
     size_t headers_len;
     uint32_t *header_flags; /* NULL or headers_len RK_PROXY_HEADER_* bits (ABI 1.1) */
     int64_t idle_minutes;   /* the sandbox's idle timeout (auto_clear_time) when resolved */

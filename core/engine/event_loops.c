@@ -134,16 +134,23 @@ static void *evloop_main(void *arg)
     struct epoll_event evs[5];
     while (!atomic_load(&el->stop)) {
         int wait = IDLE_WAIT_MS;
+        int64_t now = rk_now_ms_turn();
+        /* libmicrohttpd's own timeout: 0 when it has work without a new event (a connection
+         * with unprocessed input, a resumed one); -1 when it has nothing timed. */
+        int64_t mhd_at = -1;
         MHD_UNSIGNED_LONG_LONG mt;
-        if (MHD_get_timeout(el->daemon, &mt) == MHD_YES && mt < (MHD_UNSIGNED_LONG_LONG)wait)
-            wait = (int)mt;
-        int64_t now = rk_now_ms();
+        if (MHD_get_timeout(el->daemon, &mt) == MHD_YES) {
+            if (mt < (MHD_UNSIGNED_LONG_LONG)wait)
+                wait = (int)mt;
+            mhd_at = now + (mt < IDLE_WAIT_MS ? (int64_t)mt : IDLE_WAIT_MS);
+        }
         if (curl_at - now < wait)
             wait = curl_at > now ? (int)(curl_at - now) : 0;
         if (store_at >= 0 && store_at - now < wait)
             wait = store_at > now ? (int)(store_at - now) : 0;
         if (h1_at - now < wait)
             wait = h1_at > now ? (int)(h1_at - now) : 0;
+        int mhd_ready = el->mhd_due;
         if (el->mhd_due || el->h1_due) {
             el->mhd_due = 0;
             wait = 0;
@@ -151,6 +158,7 @@ static void *evloop_main(void *arg)
         if (rku_curl_loop_due(el->curl))
             wait = 0; /* a transfer started on this thread after the curl loop's pass */
         int n = epoll_wait(el->epfd, evs, 5, wait);
+        now = rk_now_ms_turn();
         int curl_ready = 0, store_ready = 0, h1_ready = 0;
         for (int i = 0; i < n; i++) {
             if (evs[i].data.u32 == TAG_CURL)
@@ -163,22 +171,26 @@ static void *evloop_main(void *arg)
                 uint64_t v;
                 ssize_t r = read(el->wakefd, &v, sizeof v); /* EAGAIN: drained already */
                 (void)r;
-            }
+                mhd_ready = 1; /* another thread resumed a connection or stopped the loop */
+            } else
+                mhd_ready = 1;
         }
         /* libmicrohttpd first: what it reads may start transfers and store reads; then the
          * transfers and the reads, whose answers resume connections (run on the next turn:
-         * their resumes set mhd_due instead of waking the loop through its eventfd). */
-        MHD_run(el->daemon);
-        if (curl_ready || rku_curl_loop_due(el->curl) || rk_now_ms() >= curl_at)
+         * their resumes set mhd_due instead of waking the loop through its eventfd). A turn
+         * with nothing for libmicrohttpd (only upstream answers arrived) skips it: its run
+         * costs an epoll_wait of its own. */
+        if (mhd_ready || (mhd_at >= 0 && now >= mhd_at))
+            MHD_run(el->daemon);
+        if (curl_ready || rku_curl_loop_due(el->curl) || now >= curl_at)
             curl_at = rk_now_ms() + rku_curl_loop_run(el->curl);
-        if (h1_ready || el->h1_due || atomic_exchange(&el->h1_wake, 0) || rk_now_ms() >= h1_at) {
+        if (h1_ready || el->h1_due || atomic_exchange(&el->h1_wake, 0) || now >= h1_at) {
             el->h1_due = 0;
-            int64_t t = rk_now_ms();
-            h1_at = t + rku_h1_run(el->h1, t);
+            h1_at = now + rku_h1_run(el->h1, now);
         }
-        if (el->reader && (store_ready || (store_at >= 0 && rk_now_ms() >= store_at))) {
+        if (el->reader && (store_ready || (store_at >= 0 && now >= store_at))) {
             int in = rk_store_reader_run(el->reader);
-            store_at = in < 0 ? -1 : rk_now_ms() + in;
+            store_at = in < 0 ? -1 : now + in;
         }
     }
     current = NULL;

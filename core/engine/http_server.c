@@ -210,7 +210,7 @@ static void *uri_log_cb(void *cls, const char *uri, struct MHD_Connection *conn)
     r->app = cls;
     r->loop = rk_evloop_current();
     r->raw_uri = strdup(uri ? uri : "/");
-    r->start_ms = rk_now_ms();
+    r->start_ms = rk_turn_ms();
     return r;
 }
 
@@ -506,7 +506,7 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     *con_cls = NULL;
     if (r->call) {
-        int64_t dur = rk_now_ms() - r->start_ms;
+        int64_t dur = rk_turn_ms() - r->start_ms;
         const char *route = r->route ? r->route->name : "unrouted";
         const char *outcome = r->outcome ? r->outcome : "unknown";
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->http_status != 101)

@@ -33,7 +33,7 @@ void rk_track_phase(struct http_state *hs, struct conn_track *t, enum conn_phase
         return;
     pthread_mutex_lock(&hs->mu);
     t->phase = ph;
-    t->phase_start_ms = rk_now_ms();
+    t->phase_start_ms = rk_turn_ms();
     t->busy_ms = 0;
     t->body_bytes = 0;
     pthread_mutex_unlock(&hs->mu);
@@ -46,7 +46,7 @@ void rk_track_busy(struct http_state *hs, struct conn_track *t, int busy, size_t
     if (!t)
         return;
     pthread_mutex_lock(&hs->mu);
-    int64_t now = rk_now_ms();
+    int64_t now = rk_turn_ms(); /* on a loop: its turn's time (a loop's handler is that short) */
     if (busy) {
         t->busy_since = now;
     } else if (t->busy_since) {

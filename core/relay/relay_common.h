@@ -128,6 +128,7 @@ struct rk_url_parts {
     char *hostport; /* host[:port] as curl parsed it (for Host:) */
     char *path;     /* "" or "/..." without a trailing '/' */
     char *query;    /* "" or the query without '?' */
+    char *block;    /* non-NULL: the four strings live in it (the plain fast path) */
 };
 
 /** Split base (scheme optional, "http" assumed). Returns 0 or -1. */

@@ -303,7 +303,7 @@ int rk_relay_http_begin(struct rk_req *r)
     memset(&cached, 0, sizeof cached);
     struct px_route_kind k = px_kind(r);
     const char *raw_full = rk_req_raw_path(r);
-    char *raw_path = rk_strdup_printf("%.*s", (int)strcspn(raw_full, "?"), raw_full);
+    char *raw_path = rk_xstrndup(raw_full, strcspn(raw_full, "?"));
     const char *fwd = "";
     int port = 0;
     if (px_route_port(r, k, &fwd, &port, raw_path) != 0)
@@ -332,14 +332,14 @@ int rk_relay_http_begin(struct rk_req *r)
     px->app = app;
     px->port = port;
     px->client_fd = rk_req_client_fd(r);
-    px->peer_checked_ms = rk_now_ms(); /* the client just sent this request: first check in 1 s */
+    px->peer_checked_ms = rk_turn_ms(); /* the client just sent this request: first check in 1 s */
     px->owner = r;
     px->timeout_ms = app->cfg->proxy.timeout_s * 1000;
     snprintf(px->sandbox_id, sizeof px->sandbox_id, "%s", r->params[0]);
     size_t plen = (size_t)(fwd - raw_path);
     while (plen > 0 && raw_path[plen - 1] == '/')
         plen--;
-    px->prefix = rk_strdup_printf("%.*s", (int)plen, raw_path);
+    px->prefix = rk_xstrndup(raw_path, plen);
     r->route_ctx = px;
     r->route_ctx_free = px_route_free;
 
@@ -358,6 +358,7 @@ int rk_relay_http_begin(struct rk_req *r)
 
     /* Headers: the client's (filtered), then the endpoint's, which win. */
     struct rk_buf lines = {0};
+    rk_buf_reserve(&lines, 1024); /* most requests' headers: one allocation (OOM: later) */
     struct px_hdr_ctx hc = {&lines, rk_req_header(r, "Connection"), &pt, 0, 0, r};
     rk_req_header_each(r, px_client_header, &hc);
     for (size_t i = 0; i < pt.headers_len; i++) {

@@ -148,10 +148,13 @@ int rk_http_h1_prepare(struct px_http *px, struct rk_req *r, const struct rk_buf
     if (!h1 || !rku_h1_target(&px->hx, px->url, &host, &host_len, &path))
         return 0;
     struct rk_buf req = {0};
-    int bad = rk_buf_append(&req, r->method, strlen(r->method)) | rk_buf_append(&req, " ", 1) |
-              rk_buf_append(&req, path, strlen(path)) |
-              rk_buf_append(&req, " HTTP/1.1\r\nHost: ", 17) | rk_buf_append(&req, host, host_len) |
-              rk_buf_append(&req, "\r\n", 2) | rk_buf_append(&req, lines->data, lines->len);
+    size_t path_len = strlen(path), method_len = strlen(r->method);
+    int bad = rk_buf_reserve(&req, method_len + 1 + path_len + 17 + host_len + 2 + lines->len +
+                                       (empty_body ? 19 : 0) + 2) |
+              rk_buf_append(&req, r->method, method_len) | rk_buf_append(&req, " ", 1) |
+              rk_buf_append(&req, path, path_len) | rk_buf_append(&req, " HTTP/1.1\r\nHost: ", 17) |
+              rk_buf_append(&req, host, host_len) | rk_buf_append(&req, "\r\n", 2) |
+              rk_buf_append(&req, lines->data, lines->len);
     if (empty_body)
         bad |= rk_buf_append(&req, "Content-Length: 0\r\n", 19);
     bad |= rk_buf_append(&req, "\r\n", 2);

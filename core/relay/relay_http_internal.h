@@ -32,11 +32,16 @@ struct rk_req;
 /** Upper bound of the upstream response head we keep. */
 #define PX_MAX_HEAD_BYTES (64 * 1024)
 
-/* One response header line from upstream. */
+/* One response header line from upstream: name and value point into px_http.hb. */
 struct px_header {
     char *name;
     char *value;
+    size_t off, voff; /* of the name and the value in px_http.hb */
 };
+
+/* Headers and header bytes an ordinary answer head fits in without an allocation. */
+#define PX_HEAD_INLINE 16
+#define PX_HEAD_INLINE_BYTES 1024
 
 /* State shared by the request (on the event loop and the workers), the transfer
  * thread and the MHD response. */
@@ -60,8 +65,12 @@ struct px_http {
     int port;
     /* response head (written by the worker until head_done) */
     long status;
-    struct px_header *h;
+    struct px_header *h; /* h_small, or allocated when more headers came */
     size_t nh, h_cap, head_bytes;
+    char *hb; /* the headers' text, "name\0value\0" each: hb_small or allocated */
+    size_t hb_len, hb_cap;
+    struct px_header h_small[PX_HEAD_INLINE];
+    char hb_small[PX_HEAD_INLINE_BYTES];
     int head_too_big;
     int head_oom; /* a header of the final head could not be kept: answered 500 */
     int head_done;

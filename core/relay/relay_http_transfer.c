@@ -55,9 +55,10 @@ void rk_px_unref(struct px_http *px)
         rk_bytepipe_free(px->req);
     if (px->resp)
         rk_bytepipe_free(px->resp);
-    for (size_t i = 0; i < px->nh; i++)
-        free(px->h[i].name); /* the value lives in the same block (rk_px_head_add) */
-    free(px->h);
+    if (px->h != px->h_small)
+        free(px->h);
+    if (px->hb != px->hb_small)
+        free(px->hb);
     free(px->prefix);
     free(px->base_path);
     pthread_mutex_destroy(&px->mu);
@@ -91,29 +92,65 @@ static int px_should_stop(struct px_http *px)
 void rk_px_touch(struct px_http *px)
 {
     pthread_mutex_lock(&px->mu);
-    px->last_io_ms = rk_now_ms();
+    px->last_io_ms = rk_turn_ms();
     pthread_mutex_unlock(&px->mu);
+}
+
+/* Makes room for need more bytes of px->hb (its first KiB inline); -1 on OOM. */
+static int px_hb_reserve(struct px_http *px, size_t need)
+{
+    if (!px->hb) {
+        px->hb = px->hb_small;
+        px->hb_cap = sizeof px->hb_small;
+    }
+    if (px->hb_cap - px->hb_len >= need)
+        return 0;
+    size_t cap = px->hb_cap * 2;
+    while (cap - px->hb_len < need)
+        cap *= 2;
+    char *nb = px->hb == px->hb_small ? malloc(cap) : realloc(px->hb, cap);
+    if (!nb)
+        return -1;
+    if (px->hb == px->hb_small)
+        memcpy(nb, px->hb_small, px->hb_len);
+    px->hb = nb;
+    px->hb_cap = cap;
+    for (size_t i = 0; i < px->nh; i++) { /* the text moved */
+        px->h[i].name = nb + px->h[i].off;
+        px->h[i].value = nb + px->h[i].voff;
+    }
+    return 0;
 }
 
 int rk_px_head_add(struct px_http *px, const char *name, size_t nl, const char *value, size_t vl)
 {
+    if (!px->h) {
+        px->h = px->h_small;
+        px->h_cap = PX_HEAD_INLINE;
+    }
     if (px->nh == px->h_cap) {
-        size_t cap = px->h_cap ? px->h_cap * 2 : 16;
-        struct px_header *h = realloc(px->h, cap * sizeof *h);
+        size_t cap = px->h_cap * 2;
+        struct px_header *h =
+            px->h == px->h_small ? malloc(cap * sizeof *h) : realloc(px->h, cap * sizeof *h);
         if (!h)
             return -1;
+        if (px->h == px->h_small)
+            memcpy(h, px->h_small, sizeof px->h_small);
         px->h = h;
         px->h_cap = cap;
     }
-    char *block = malloc(nl + vl + 2);
-    if (!block)
+    if (px_hb_reserve(px, nl + vl + 2) != 0)
         return -1;
+    char *block = px->hb + px->hb_len;
     memcpy(block, name, nl);
     block[nl] = '\0';
     memcpy(block + nl + 1, value, vl);
     block[nl + 1 + vl] = '\0';
     px->h[px->nh].name = block;
     px->h[px->nh].value = block + nl + 1;
+    px->h[px->nh].off = px->hb_len;
+    px->h[px->nh].voff = px->hb_len + nl + 1;
+    px->hb_len += nl + vl + 2;
     px->nh++;
     return 0;
 }

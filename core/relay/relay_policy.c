@@ -342,7 +342,7 @@ int rk_relay_is_hop_header(const char *name, const char *connection)
                                       "transfer-encoding", NULL};
     if (name_in(name, hop))
         return 1;
-    if (strncasecmp(name, "proxy-", 6) == 0)
+    if ((name[0] | 0x20) == 'p' && strncasecmp(name, "proxy-", 6) == 0)
         return 1;
     return listed_in_connection(name, connection);
 }

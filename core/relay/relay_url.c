@@ -70,11 +70,22 @@ static int split_plain(const char *base, struct rk_url_parts *out)
     size_t plen = strlen(p);
     while (plen > 0 && p[plen - 1] == '/')
         plen--;
-    out->host = rk_xstrndup(h, hl);
-    out->hostport = rk_xstrndup(h, (size_t)(hp_end - h));
+    size_t hpl = (size_t)(hp_end - h);
+    char *b = malloc(hl + 1 + hpl + 1 + plen + 1 + 1); /* one block for the four */
+    if (!b)
+        abort(); /* as rk_xstrndup */
+    out->block = b;
+    out->host = memcpy(b, h, hl);
+    b[hl] = '\0';
+    b += hl + 1;
+    out->hostport = memcpy(b, h, hpl);
+    b[hpl] = '\0';
+    b += hpl + 1;
+    out->path = memcpy(b, p, plen);
+    b[plen] = '\0';
+    out->query = b + plen + 1;
+    out->query[0] = '\0';
     out->port = port;
-    out->path = rk_xstrndup(p, plen);
-    out->query = rk_xstrdup("");
     return 1;
 }
 
@@ -152,6 +163,11 @@ out:
 /* Release the strings of a split URL. */
 void rk_relay_url_parts_free(struct rk_url_parts *u)
 {
+    if (u->block) {
+        free(u->block);
+        memset(u, 0, sizeof *u);
+        return;
+    }
     free(u->host);
     free(u->hostport);
     free(u->path);
@@ -166,9 +182,27 @@ char *rk_relay_build_url(const struct rk_url_parts *u, const char *fwd, const ch
 {
     int has_cq = client_query && client_query[0];
     int has_bq = u->query[0] != '\0';
-    return rk_strdup_printf("%s://%s%s/%s%s%s%s%s", u->tls ? "https" : "http", u->hostport, u->path,
-                            fwd, has_bq || has_cq ? "?" : "", u->query, has_bq && has_cq ? "&" : "",
-                            has_cq ? client_query : "");
+    const char *parts[] = {u->tls ? "https://" : "http://",
+                           u->hostport,
+                           u->path,
+                           "/",
+                           fwd,
+                           has_bq || has_cq ? "?" : "",
+                           u->query,
+                           has_bq && has_cq ? "&" : "",
+                           has_cq ? client_query : ""};
+    size_t n = sizeof parts / sizeof parts[0], lens[sizeof parts / sizeof parts[0]], total = 1;
+    for (size_t i = 0; i < n; i++)
+        total += lens[i] = strlen(parts[i]);
+    char *url = malloc(total), *p = url; /* one allocation, no format parsing: per request */
+    if (!url)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(p, parts[i], lens[i]);
+        p += lens[i];
+    }
+    *p = '\0';
+    return url;
 }
 
 /* Request-line target of the upstream handshake (no client query). */

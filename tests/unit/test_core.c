@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -96,6 +97,61 @@ static void test_shell_quote(void **state)
 }
 
 /* FNV-1a, 64-bit: the published test vectors. */
+/* The case-insensitive comparison's first-byte shortcut, and a reserved buffer. */
+static void test_strcaseeq_and_reserve(void **state)
+{
+    (void)state;
+    assert_true(rk_strcaseeq("Content-Length", "content-length"));
+    assert_true(rk_strcaseeq("", ""));
+    assert_false(rk_strcaseeq("@a", "`a")); /* equal under | 0x20, not letters */
+    assert_false(rk_strcaseeq("x-a", "x-b"));
+    assert_false(rk_strcaseeq("a", ""));
+    assert_false(rk_strcaseeq(NULL, "a"));
+    struct rk_buf b = {0};
+    assert_int_equal(rk_buf_reserve(&b, 1000), 0);
+    const char *data = b.data;
+    char chunk[100];
+    memset(chunk, 'x', sizeof chunk);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(rk_buf_append(&b, chunk, sizeof chunk), 0);
+    assert_ptr_equal(b.data, data); /* no growth on the way */
+    assert_int_equal(b.len, 1000);
+    assert_int_equal(b.data[1000], '\0');
+    assert_int_equal(rk_buf_append(&b, "y", 1), 0); /* beyond it: grows as before */
+    assert_int_equal(b.len, 1001);
+    rk_buf_free(&b);
+}
+
+/* rk_turn_ms: the clock on a thread that runs no loop; frozen between two turns on one that
+ * does, while rk_now_ms goes on. */
+static void *turn_clock_thread(void *arg)
+{
+    int64_t *out = arg;
+    struct timespec ms30 = {0, 30 * 1000000L};
+    out[0] = rk_turn_ms();
+    nanosleep(&ms30, NULL);
+    out[1] = rk_turn_ms();
+    int64_t t = rk_now_ms_turn();
+    nanosleep(&ms30, NULL);
+    out[2] = rk_turn_ms() - t;
+    out[3] = rk_now_ms() - t;
+    out[4] = rk_now_ms_turn() - t;
+    return NULL;
+}
+
+static void test_turn_clock(void **state)
+{
+    (void)state;
+    int64_t v[5];
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, turn_clock_thread, v), 0);
+    pthread_join(th, NULL);
+    assert_true(v[1] - v[0] >= 25); /* no turn: the clock */
+    assert_int_equal(v[2], 0);      /* within a turn: its start */
+    assert_true(v[3] >= 25);
+    assert_true(v[4] >= 25); /* the next turn reads the clock again */
+}
+
 static void test_hash_str(void **state)
 {
     (void)state;
@@ -693,6 +749,8 @@ int main(void)
         cmocka_unit_test(test_log_repeats_rate_limited),
         cmocka_unit_test(test_shell_quote),
         cmocka_unit_test(test_hash_str),
+        cmocka_unit_test(test_strcaseeq_and_reserve),
+        cmocka_unit_test(test_turn_clock),
         cmocka_unit_test(test_unique_hex),
         cmocka_unit_test(test_py_repr_and_float),
         cmocka_unit_test(test_memory_normalize),

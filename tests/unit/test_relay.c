@@ -518,6 +518,24 @@ static void test_endpoint_cache(void **state)
     rk_ep_free(&e);
     rk_ep_cache_forget_sandbox("sb-ep");
     assert_int_equal(rk_ep_cache_get("sb-ep", 9090, 0, 60000, &e), -1);
+    /* The copy is one block: without headers, and with a header without a value. */
+    struct rk_proxy_target bare = {.base_url = "http://10.0.0.2:80"};
+    rk_ep_cache_put("sb-ep", 80, 0, &bare, 0);
+    assert_int_equal(rk_ep_cache_get("sb-ep", 80, 0, 60000, &e), 0);
+    assert_string_equal(e.base_url, "http://10.0.0.2:80");
+    assert_null(e.headers);
+    assert_null(e.header_flags);
+    rk_ep_free(&e);
+    struct rk_kv novalue[1] = {{"X-Empty", NULL}};
+    bare.headers = novalue;
+    bare.headers_len = 1;
+    rk_ep_cache_put("sb-ep", 81, 0, &bare, 0);
+    assert_int_equal(rk_ep_cache_get("sb-ep", 81, 0, 60000, &e), 0);
+    assert_int_equal(e.headers_len, 1);
+    assert_string_equal(e.headers[0].key, "X-Empty");
+    assert_null(e.headers[0].value);
+    assert_null(e.header_flags);
+    rk_ep_free(&e);
     rk_ep_cache_clear();
 }
 
