@@ -155,6 +155,11 @@ class App(BaseHTTPRequestHandler):
             if query == "folded":
                 self.wfile.write(b"HTTP/1.1 200 OK\r\nX-A: a\r\n  b\r\nContent-Length: 0\r\n\r\n")
                 return
+            if query.startswith("many="):  # many headers: the relay's inline room is 16 and 1 KiB
+                n = int(query.split("=")[1])
+                self._send(200, b"{}", extra={"X-H-%02d" % i: "v%02d-" % i + "x" * 60
+                                              for i in range(n)})
+                return
             n = int(query.split("=")[1])
             self._send(200, b"{}", extra={"X-Big": "h" * n})
             return
@@ -646,6 +651,13 @@ def test_upstream_heads_and_kept_connections():
     assert st == 502 and "cannot reach the application" in js["detail"], (st, js)
     st, js = admin.request("GET", proxy_path(sid, "/port/%d/head?folded" % port))
     assert st == 502 and "cannot reach the application" in js["detail"], (st, js)
+    # 40 headers (some 2.7 KB of them) pass whole, in order, through both clients.
+    for method, body in (("GET", None), ("POST", b"x")):
+        st, raw, headers = admin.request(method, proxy_path(sid, "/port/%d/head?many=40" % port),
+                                         body=body, raw=True)
+        got = [(k, v) for k, v in headers.items() if k.startswith("X-H-")]
+        assert st == 200 and got == [("X-H-%02d" % i, "v%02d-" % i + "x" * 60)
+                                     for i in range(40)], (method, st, got[:3], len(got))
     # Header values pass as they are, an empty one and one ending in a colon included, with a
     # body (libcurl carries it) and without (the loop's HTTP/1.1 client).
     odd = {"X-Colon": "a:", "X-Empty": "", "X-Port": str(port)}
