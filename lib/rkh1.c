@@ -196,11 +196,12 @@ static int last_is_chunked(const char *v, size_t n)
 /** Read a complete head (r->head, ending in an empty line). 0, or -1 when it is not a valid
  *  HTTP/1.x response head. Sets status, framing and keep-alive; hands a final answer's
  *  headers to ops->on_header. */
-static int parse_head(struct rku_h1_resp *r, const struct rku_h1_ops *ops, void *ctx)
+/* Parse the complete head p[0..size) (it ends with its empty line; no NUL needed after it). */
+static int parse_head(struct rku_h1_resp *r, const char *p, size_t size,
+                      const struct rku_h1_ops *ops, void *ctx)
 {
-    const char *p = r->head.p, *end = r->head.p + r->head.len;
-    if (r->head.len < 12 || strncmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') ||
-        p[8] != ' ')
+    const char *end = p + size;
+    if (size < 13 || strncmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') || p[8] != ' ')
         return -1;
     int minor = p[7] - '0';
     long st = 0;
@@ -288,6 +289,19 @@ static int feed_head(struct rku_h1_resp *r, const char *p, size_t n, size_t *use
                      const struct rku_h1_ops *ops, void *ctx)
 {
     size_t max = r->head_max ? r->head_max : RKU_H1_HEAD_MAX;
+    if (r->head.len == 0) {
+        /* The usual case: the whole head came in this read. It is parsed where it lies,
+         * without the copy into the head buffer (which a head split over reads needs). */
+        size_t lim = n < max ? n : max;
+        for (const char *nl = memchr(p, '\n', lim); nl;
+             nl = memchr(nl + 1, '\n', lim - (size_t)(nl + 1 - p))) {
+            size_t i = (size_t)(nl - p);
+            if ((i >= 1 && p[i - 1] == '\n') || (i >= 2 && p[i - 1] == '\r' && p[i - 2] == '\n')) {
+                *used = i + 1;
+                return parse_head(r, p, i + 1, ops, ctx) == 0 ? 1 : -1;
+            }
+        }
+    }
     size_t room = max - r->head.len;
     size_t take = n < room ? n : room;
     /* Look for the empty line from where the last feed stopped (3 bytes back). */
@@ -306,7 +320,7 @@ static int feed_head(struct rku_h1_resp *r, const char *p, size_t n, size_t *use
         *used = take - (r->head.len - head_end);
         r->head.len = head_end;
         h[head_end] = '\0';
-        return parse_head(r, ops, ctx) == 0 ? 1 : -1;
+        return parse_head(r, r->head.p, r->head.len, ops, ctx) == 0 ? 1 : -1;
     }
     *used = take;
     if (take < n || r->head.len >= max) {

@@ -22,7 +22,8 @@ struct notify {
  * Allocating the whole 256 KiB or 1 MiB bound for every request made glibc serve these rings
  * from its per-thread arenas (its mmap threshold rises after the first large free) and left
  * the arenas' freed pages resident: RSS crept up by ~120 KiB per 1,000 requests under a mixed
- * soak (bench/bench_soak.py). */
+ * soak (bench/bench_soak.py). The ring is allocated by the first write: a pipe nothing is
+ * written to (a proxied answer the relay takes whole in its own buffer) costs none. */
 #define RING_INITIAL (16 * 1024)
 
 /* A ring buffer guarded by one mutex and two condition variables. */
@@ -59,13 +60,7 @@ struct rk_bytepipe *rk_bytepipe_new(size_t capacity)
     struct rk_bytepipe *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
-    p->size = capacity < RING_INITIAL ? capacity : RING_INITIAL;
-    p->ring = malloc(p->size ? p->size : 1);
-    if (!p->ring) {
-        free(p);
-        return NULL;
-    }
-    p->cap = capacity;
+    p->cap = capacity; /* ring and size: 0 until the first write (grow_ring) */
     pthread_mutex_init(&p->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -91,7 +86,7 @@ void rk_bytepipe_free(struct rk_bytepipe *p)
  * to cap, moving the held bytes to its start. 0 on success, -1 when out of memory. */
 static int grow_ring(struct rk_bytepipe *p, size_t want)
 {
-    size_t size = p->size ? p->size : 1;
+    size_t size = p->size ? p->size : p->cap < RING_INITIAL ? p->cap : RING_INITIAL;
     while (size < p->len + want && size < p->cap)
         size = size > p->cap / 2 ? p->cap : size * 2;
     char *ring = malloc(size);

@@ -582,6 +582,14 @@ void rk_relay_http_handler(struct rk_req *r)
 static int px_take_whole(struct px_http *px, char **out, size_t *len)
 {
     size_t want = px->whole_len;
+    if (px->whole_buf) { /* written in place by the HTTP/1.1 client */
+        if (px->whole_got != want)
+            return -2;
+        *out = px->whole_buf;
+        *len = want;
+        px->whole_buf = NULL;
+        return 0;
+    }
     char *buf = malloc(want + 1); /* +1: never malloc(0) */
     if (!buf)
         return -1;

@@ -70,8 +70,22 @@ static int h1_body(void *ctx, const char *p, size_t n)
     pthread_mutex_lock(&px->mu);
     int stop = px->cancel;
     pthread_mutex_unlock(&px->mu);
+    if (stop)
+        return 1;
+    /* A small answer of known length (rk_px_head_complete decided it on this thread, before
+     * the first byte of the body) goes into its own buffer, handed whole to the reply. */
+    if (px->whole && !px->whole_buf && px->whole_got == 0 &&
+        !(px->whole_buf = malloc(px->whole_len + 1)))
+        return 1;
+    if (px->whole_buf) {
+        if (n > px->whole_len - px->whole_got)
+            return 1; /* more than its Content-Length */
+        memcpy(px->whole_buf + px->whole_got, p, n);
+        px->whole_got += n;
+        return 0;
+    }
     /* Never more than room said (rkh1.h), so this never waits. */
-    return stop || rk_bytepipe_write(px->resp, p, n) != 0;
+    return rk_bytepipe_write(px->resp, p, n) != 0;
 }
 
 /* The content reader made room (any thread): read the socket again. */

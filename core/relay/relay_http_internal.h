@@ -76,6 +76,8 @@ struct px_http {
     int head_done;
     int whole;        /* a small answer of known length: answered once complete, in one buffer */
     size_t whole_len; /* ... and that length */
+    char *whole_buf;  /* the HTTP/1.1 client writes such an answer here, not into the pipe */
+    size_t whole_got; /* ... this much of it so far (more than whole_len: a defect, refused) */
     int nobody;       /* a HEAD request: the answer has no body */
     /* progress */
     int finished;

@@ -59,6 +59,7 @@ void rk_px_unref(struct px_http *px)
         free(px->h);
     if (px->hb != px->hb_small)
         free(px->hb);
+    free(px->whole_buf);
     free(px->prefix);
     free(px->base_path);
     pthread_mutex_destroy(&px->mu);

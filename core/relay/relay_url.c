@@ -4,7 +4,6 @@
  * URL API), building the proxied URL and the WebSocket request target, and
  * rewriting redirect Locations to stay under the proxy prefix.
  */
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <curl/curl.h>
 #include <stdlib.h>
@@ -30,6 +29,28 @@ static char *url_part(CURLU *u, CURLUPart what)
  * characters and slashes only: what the operators resolve sandboxes to, parsed for every
  * relayed request. The parts are the ones libcurl's parser gives for such a URL (test_relay.c
  * holds both forms to the same answers); anything else goes to libcurl. 1 when it applied. */
+/* 1 if s[0..n) is an IPv4 address in its canonical dotted-decimal form (four parts of 0-255,
+ * no leading zeros: what inet_pton accepts and inet_ntop prints back the same). */
+static int ipv4_canonical(const char *s, size_t n)
+{
+    int parts = 0;
+    size_t i = 0;
+    while (i < n) {
+        size_t start = i;
+        int v = 0;
+        while (i < n && isdigit((unsigned char)s[i]) && i - start < 3)
+            v = v * 10 + (s[i++] - '0');
+        if (i == start || v > 255 || (s[start] == '0' && i - start > 1))
+            return 0;
+        if (++parts == 4)
+            return i == n;
+        if (i >= n || s[i] != '.')
+            return 0;
+        i++;
+    }
+    return 0;
+}
+
 static int split_plain(const char *base, struct rk_url_parts *out)
 {
     const char *p = base;
@@ -41,14 +62,7 @@ static int split_plain(const char *base, struct rk_url_parts *out)
     while (isdigit((unsigned char)*p) || *p == '.')
         p++;
     size_t hl = (size_t)(p - h);
-    char ip[INET_ADDRSTRLEN], canon[INET_ADDRSTRLEN];
-    struct in_addr a;
-    if (hl == 0 || hl >= sizeof ip)
-        return 0;
-    memcpy(ip, h, hl);
-    ip[hl] = '\0';
-    if (inet_pton(AF_INET, ip, &a) != 1 || !inet_ntop(AF_INET, &a, canon, sizeof canon) ||
-        strcmp(ip, canon) != 0)
+    if (!ipv4_canonical(h, hl))
         return 0;
     int port = 80;
     if (*p == ':') {

@@ -346,6 +346,16 @@ static void test_plain_urls_split_as_libcurl_does(void **state)
     assert_string_equal(p.query, "q=1");
     rk_relay_url_parts_free(&p);
     assert_int_equal(rk_relay_split_url("http://127.0.0.1:70000/", &p), -1);
+    /* Not canonical dotted quads: libcurl's reading, never the hand split's. */
+    assert_int_equal(rk_relay_split_url("http://1.2.3:80/", &p), 0);
+    assert_string_equal(p.host, "1.2.0.3");
+    rk_relay_url_parts_free(&p);
+    assert_int_equal(rk_relay_split_url("http://1.2.3.04/", &p), 0);
+    assert_string_equal(p.host, "1.2.3.4");
+    rk_relay_url_parts_free(&p);
+    assert_int_equal(rk_relay_split_url("http://1.2.3.4.5/", &p), 0);
+    assert_string_equal(p.host, "1.2.3.4.5"); /* a host name */
+    rk_relay_url_parts_free(&p);
 }
 
 /* Redirects under the proxy prefix stay under it, /port/N included. */
