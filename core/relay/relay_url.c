@@ -24,11 +24,6 @@ static char *url_part(CURLU *u, CURLUPart what)
     return copy;
 }
 
-/* The common endpoint, split by hand: "http://" (or no scheme), a dotted-quad IPv4 address in
- * its canonical form, an optional port without leading zeros and a path of unreserved
- * characters and slashes only: what the operators resolve sandboxes to, parsed for every
- * relayed request. The parts are the ones libcurl's parser gives for such a URL (test_relay.c
- * holds both forms to the same answers); anything else goes to libcurl. 1 when it applied. */
 /* 1 if s[0..n) is an IPv4 address in its canonical dotted-decimal form (four parts of 0-255,
  * no leading zeros: what inet_pton accepts and inet_ntop prints back the same). */
 static int ipv4_canonical(const char *s, size_t n)
@@ -51,6 +46,11 @@ static int ipv4_canonical(const char *s, size_t n)
     return 0;
 }
 
+/* The common endpoint, split by hand: "http://" (or no scheme), a dotted-quad IPv4 address in
+ * its canonical form, an optional port without leading zeros and a path of unreserved
+ * characters and slashes only: what the operators resolve sandboxes to, parsed for every
+ * relayed request. The parts are the ones libcurl's parser gives for such a URL (test_relay.c
+ * holds both forms to the same answers); anything else goes to libcurl. 1 when it applied. */
 static int split_plain(const char *base, struct rk_url_parts *out)
 {
     const char *p = base;
