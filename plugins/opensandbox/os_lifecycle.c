@@ -457,20 +457,77 @@ rk_status os_lc_destroy(struct os_inst *inst, struct rk_call *call,
     return s;
 }
 
+/** The sandboxes of a list pass whose readiness check was queued, reported after its last page. */
+struct held_one {
+    const char *osid, *since; /* within the same block, after rock_id */
+    char rock_id[];
+};
+struct held {
+    struct held_one **v;
+    size_t n, cap;
+};
+
+/** Hold a sandbox back (copied: the page it came from is freed); -1 when out of memory (the
+ *  caller reports it pending at once). */
+static int held_add(struct held *hd, const char *rock_id, const char *osid, const char *since)
+{
+    if (hd->n == hd->cap) {
+        size_t cap = hd->cap ? hd->cap * 2 : 64;
+        struct held_one **v = realloc(hd->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        hd->v = v;
+        hd->cap = cap;
+    }
+    size_t lr = strlen(rock_id) + 1, lo = strlen(osid) + 1, ls = since ? strlen(since) + 1 : 0;
+    struct held_one *e = malloc(sizeof *e + lr + lo + ls);
+    if (!e)
+        return -1;
+    memcpy(e->rock_id, rock_id, lr);
+    e->osid = memcpy(e->rock_id + lr, osid, lo);
+    e->since = since ? memcpy(e->rock_id + lr + lo, since, ls) : NULL;
+    hd->v[hd->n++] = e;
+    return 0;
+}
+
+/** Report the held sandboxes: running once their execd answered, pending until then. */
+static void held_report(struct os_inst *inst, const struct held *hd, rk_list_fn fn, void *ctx)
+{
+    for (size_t i = 0; i < hd->n; i++) {
+        const struct held_one *e = hd->v[i];
+        struct rk_status_info info = {0};
+        info.state =
+            os_ep_ready_known(inst, e->osid, e->since) ? RK_STATE_RUNNING : RK_STATE_PENDING;
+        info.upstream_id = e->osid;
+        fn(ctx, e->rock_id, &info);
+    }
+}
+
+/** Release the held sandboxes (reported or not). */
+static void held_free(struct held *hd)
+{
+    for (size_t i = 0; i < hd->n; i++)
+        free(hd->v[i]);
+    free(hd->v);
+}
+
 /**
  * ops.list: every sandbox this deployment created (those carrying the rock id in
  * metadata["rock_sandbox_id"], set at create), all pages of GET /sandboxes with
  * pageSize 200 (the maximum the server's list route accepts). RK_OK only after a
  * complete pass; a truncated pass (more than OS_RECONCILE_MAX_PAGES pages) is an error
  * so the reconciler never takes a partial list as "the others vanished". A sandbox that
- * turned Running recently and whose execd was not heard from yet is reported pending, and its
- * readiness check is queued (os_ready.c): the pass does not wait for it, a later pass reports
- * it running once its execd answered.
+ * turned Running recently and whose execd was not heard from yet has its readiness check queued
+ * (os_ready.c) and is reported after the last page (held_report): running if its check answered
+ * while the later pages were read (the checks run on the instance's loop meanwhile), pending
+ * otherwise, and a later pass reports it running once its execd answered. The pass never waits
+ * for a check.
  */
 rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx)
 {
     const struct rk_host *h = inst->host;
     struct os_sb sb = {0};
+    struct held held = {0};
     rk_status rs = RK_OK;
     for (int page = 1; page <= OS_RECONCILE_MAX_PAGES; page++) {
         os_sb_printf(&sb, "/sandboxes?page=%d&pageSize=200", page);
@@ -522,6 +579,8 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             }
             if (check) { /* not ready for commands until its execd answers */
                 inst->execd_check(inst, id, since);
+                if (held_add(&held, rock_id, id, since) == 0)
+                    continue; /* reported after the last page */
                 info.state = RK_STATE_PENDING;
             }
             info.upstream_id = id;
@@ -532,11 +591,14 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             json_object_object_get_ex(pg, "hasNextPage", &v))
             more = json_object_get_boolean(v);
         json_object_put(o);
-        if (!more)
+        if (!more) {
+            held_report(inst, &held, fn, ctx);
             goto out;
+        }
     }
     rs = h->set_error(call, RK_E_UPSTREAM, "opensandbox list failed: more than %d pages",
                       OS_RECONCILE_MAX_PAGES);
 out:
+    held_free(&held);
     return rs;
 }

@@ -145,6 +145,12 @@ struct sim_global {
     struct sim_sandbox *sandboxes, *oldest;    /* newest first; oldest = its last element */
     struct sim_sandbox *by_id[SIM_ID_BUCKETS]; /* the same sandboxes hashed by id */
     int nsandboxes;
+    /* Where the last unfiltered list page ended (the sandbox at position page_at_i counted from
+     * the oldest), so that the next page starts there instead of walking from the oldest: a
+     * full listing is O(n), not O(n^2 / page size). Dropped whenever a sandbox is unlinked
+     * (positions move); linking adds at the newest end and moves none. */
+    struct sim_sandbox *page_at;
+    long page_at_i;
     struct sim_snapshot *snapshots; /* newest first; protected by mu */
     int64_t seq;
     _Atomic int shutting_down;

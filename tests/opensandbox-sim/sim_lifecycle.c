@@ -66,6 +66,7 @@ void sim_unlink_locked(struct sim_sandbox *sb)
     else
         g_sim.oldest = sb->prev;
     sb->next = sb->prev = NULL;
+    g_sim.page_at = NULL;
     struct sim_sandbox **pp = &g_sim.by_id[sim_id_bucket(sb->id)];
     while (*pp && *pp != sb)
         pp = &(*pp)->hnext;
@@ -157,7 +158,7 @@ void sim_free_all(void)
 {
     pthread_mutex_lock(&g_sim.mu);
     struct sim_sandbox *sb = g_sim.sandboxes;
-    g_sim.sandboxes = g_sim.oldest = NULL;
+    g_sim.sandboxes = g_sim.oldest = g_sim.page_at = NULL;
     memset(g_sim.by_id, 0, sizeof g_sim.by_id);
     g_sim.nsandboxes = 0;
     pthread_mutex_unlock(&g_sim.mu);
@@ -751,10 +752,17 @@ static enum MHD_Result sim_list(struct MHD_Connection *c)
          * whenever a sandbox is shown, and the janitor applies expiry. */
         n = g_sim.nsandboxes;
         struct sim_sandbox *sb = g_sim.oldest;
-        for (long i = 0; sb && i < start; i++)
+        long i = 0;
+        if (g_sim.page_at && g_sim.page_at_i <= start) {
+            sb = g_sim.page_at;
+            i = g_sim.page_at_i;
+        }
+        for (; sb && i < start; i++)
             sb = sb->prev;
-        for (long i = 0; sb && i < page_size; i++, sb = sb->prev)
+        for (long k = 0; sb && k < page_size; k++, i++, sb = sb->prev)
             json_object_array_add(items, sim_sandbox_json(sb, now));
+        g_sim.page_at = sb;
+        g_sim.page_at_i = i;
         pthread_mutex_unlock(&g_sim.mu);
         goto reply;
     }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
@@ -79,6 +80,28 @@ static void handler(const struct fake_req *rq, struct fake_resp *r)
         r->stall_ms = 1500;
     } else if (strcmp(rq->method, "DELETE") == 0 && strcmp(t, "/proxy/44772/session/s1") == 0) {
         r->body = "{}";
+    } else if (strcmp(t, "/v1/sandboxes?page=1&pageSize=200") == 0 ||
+               strcmp(t, "/v1/sandboxes?page=2&pageSize=200") == 0) {
+        /* A listing of two pages: osb-new turned Running a moment ago (its readiness is checked),
+         * osb-old long ago (trusted as it is), osb-slow a moment ago too. */
+        char now[32];
+        time_t tt = time(NULL);
+        strftime(now, sizeof now, "%Y-%m-%dT%H:%M:%S.000Z", gmtime(&tt));
+        if (t[19] == '1')
+            snprintf(buf, sizeof buf,
+                     "{\"items\":[{\"id\":\"osb-new\",\"metadata\":{\"rock_sandbox_id\":"
+                     "\"sbx-new\"},\"status\":{\"state\":\"Running\",\"lastTransitionAt\":"
+                     "\"%s\"}},{\"id\":\"osb-old\",\"metadata\":{\"rock_sandbox_id\":\"sbx-old\"},"
+                     "\"status\":{\"state\":\"Running\",\"lastTransitionAt\":"
+                     "\"2020-01-01T00:00:00.000Z\"}}],\"pagination\":{\"hasNextPage\":true}}",
+                     now);
+        else
+            snprintf(buf, sizeof buf,
+                     "{\"items\":[{\"id\":\"osb-slow\",\"metadata\":{\"rock_sandbox_id\":"
+                     "\"sbx-slow\"},\"status\":{\"state\":\"Running\",\"lastTransitionAt\":"
+                     "\"%s\"}}],\"pagination\":{\"hasNextPage\":false}}",
+                     now);
+        r->body = buf;
     } else if (strncmp(t, "/proxy/44772/files/info?path=", 29) == 0) {
         r->status = 404;
         r->body = "{\"code\":\"FILE_NOT_FOUND\",\"message\":\"file not found\"}";
@@ -356,7 +379,6 @@ static void test_proxy_target(void **state)
     stop(inst);
 }
 
-/** Run the suite. */
 /** A session's init that runs out of the call's deadline (set by the core) reports the init
  *  timeout, and the half-opened session is still deleted after the deadline. */
 static void test_session_init_deadline(void **state)
@@ -381,6 +403,60 @@ static void test_session_init_deadline(void **state)
     stop(inst);
 }
 
+/** What a list pass reported: one entry per sandbox, in the order reported. */
+struct listed {
+    char rock_id[16], upstream_id[16];
+    enum rk_state state;
+};
+static struct listed listed[8];
+static int nlisted;
+
+static void collect_listed(void *ctx, const char *rock_id, const struct rk_status_info *info)
+{
+    (void)ctx;
+    assert_true(nlisted < 8);
+    snprintf(listed[nlisted].rock_id, sizeof listed[nlisted].rock_id, "%s", rock_id);
+    snprintf(listed[nlisted].upstream_id, sizeof listed[nlisted].upstream_id, "%s",
+             info->upstream_id);
+    listed[nlisted++].state = info->state;
+}
+
+/** A readiness check the test answers at once for osb-new (the check ran while the later pages
+ *  were read) and never for the others. */
+static void check_answers_new(struct os_inst *inst, const char *osid, const char *since)
+{
+    if (strcmp(osid, "osb-new") == 0)
+        os_ep_ready_note(inst, osid, since);
+}
+
+/** list: a sandbox that turned Running a moment ago is reported after the last page, running
+ *  when its readiness check answered during the pass and pending when it did not; one that turned
+ *  Running long ago is reported as it is, in page order. */
+static void test_list_reports_checked_after_last_page(void **state)
+{
+    (void)state;
+    struct os_inst *inst = start("false");
+    inst->execd_check = check_answers_new;
+    nlisted = 0;
+    assert_int_equal(os_lc_list(inst, mock_call(), collect_listed, NULL), RK_OK);
+    assert_int_equal(nlisted, 3);
+    assert_string_equal(listed[0].rock_id, "sbx-old");
+    assert_int_equal(listed[0].state, RK_STATE_RUNNING);
+    assert_string_equal(listed[1].rock_id, "sbx-new");
+    assert_string_equal(listed[1].upstream_id, "osb-new");
+    assert_int_equal(listed[1].state, RK_STATE_RUNNING);
+    assert_string_equal(listed[2].rock_id, "sbx-slow");
+    assert_string_equal(listed[2].upstream_id, "osb-slow");
+    assert_int_equal(listed[2].state, RK_STATE_PENDING);
+    /* The next pass: osb-new is known to answer, so it is reported in page order. */
+    nlisted = 0;
+    assert_int_equal(os_lc_list(inst, mock_call(), collect_listed, NULL), RK_OK);
+    assert_string_equal(listed[0].rock_id, "sbx-new");
+    assert_int_equal(listed[0].state, RK_STATE_RUNNING);
+    stop(inst);
+}
+
+/** Run the suite. */
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -394,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_exec_start),
         cmocka_unit_test(test_proxy_target),
         cmocka_unit_test(test_session_init_deadline),
+        cmocka_unit_test(test_list_reports_checked_after_last_page),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
