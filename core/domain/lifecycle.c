@@ -312,6 +312,25 @@ static void gone_sessions(struct rk_app *app, const char *id, int touch)
         clear_sessions(app, id);
 }
 
+/* patch_record for apply_backend_state. A client's read (touch) gets the record as stored: it
+ * becomes the answer. The reconciler's pass only looks at its copy to decide what else to patch
+ * and whether anything changed, so its copy gets the same patch (the store checked expect
+ * against the stored record) instead of a second copy of the stored record: with the in-process
+ * store that copy was a third of a pass's apply time in a create burst. */
+static rk_store_rc state_patch(struct rk_app *app, const char *id, struct patch *p,
+                               json_object **rec_io, int touch)
+{
+    if (touch)
+        return patch_record(app, id, p, rec_io);
+    rk_store_rc rc = patch_record(app, id, p, NULL);
+    if (rc == RK_STORE_OK && *rec_io) {
+        struct patch mine = *p; /* p keeps what the store's application found (seen, adopted) */
+        mine.expect = 0;
+        apply_patch(*rec_io, &mine);
+    }
+    return rc;
+}
+
 /* Apply what the backend said about a sandbox (status() or a list pass) to its record.
  * info == NULL with st == RK_E_NOT_FOUND: the backend has no such sandbox. touch: refresh the
  * idle deadline when active (a client asked; the reconciler never touches). */
@@ -366,7 +385,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
                                          "no sandbox for this id",
                               .create_failed = 1,
                               .create_done = 1};
-            if (patch_record(app, id, &p, rec_io) == RK_STORE_OK) {
+            if (state_patch(app, id, &p, rec_io, touch) == RK_STORE_OK) {
                 gone_sessions(app, id, touch);
                 *shown = RK_STATE_DELETED;
             }
@@ -374,7 +393,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
         }
         /* The backend no longer knows it: it is gone for good. */
         struct patch p = {.to = RK_STATE_DELETED, .event = "vanished"};
-        patch_record(app, id, &p, rec_io);
+        state_patch(app, id, &p, rec_io, touch);
         gone_sessions(app, id, touch);
         *shown = RK_STATE_DELETED;
         return RK_OK;
@@ -397,7 +416,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
                           .upstream_id = info.upstream_id,
                           .host_name = info.upstream_id,
                           .create_done = 1};
-        patch_record(app, id, &p, rec_io);
+        state_patch(app, id, &p, rec_io, touch);
     }
     /* Reconciler (touch == 0): a non-active backend state the record cannot express (e.g. a
      * failed sandbox shows as stopped) is kept in "backend_state" for store-only reads. */
@@ -412,10 +431,10 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
                               .to = RK_STATE_RUNNING,
                               .event = "alive",
                               .clear_observed = has_observed};
-            patch_record(app, id, &p, rec_io);
+            state_patch(app, id, &p, rec_io, touch);
         } else if (has_observed) {
             struct patch p = {.clear_observed = 1};
-            patch_record(app, id, &p, rec_io);
+            state_patch(app, id, &p, rec_io, touch);
         }
         if (touch)
             rk_dispatch_touch_rec(app, *rec_io);
@@ -427,7 +446,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
         break;
     case RK_STATE_DELETED: {
         struct patch p = {.to = RK_STATE_DELETED, .event = "terminated"};
-        patch_record(app, id, &p, rec_io);
+        state_patch(app, id, &p, rec_io, touch);
         gone_sessions(app, id, touch);
         *shown = RK_STATE_DELETED;
         break;
@@ -439,7 +458,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
             if (!json_object_object_get_ex(*rec_io, "failure", &f) || !f) {
                 struct patch p = {.tag = tag,
                                   .failure = info.reason ? info.reason : "backend reports failure"};
-                patch_record(app, id, &p, rec_io);
+                state_patch(app, id, &p, rec_io, touch);
             }
         }
         if (!touch && info.state && info.state != stored) {
@@ -447,7 +466,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
             const char *had = has_observed ? json_object_get_string(obs) : NULL;
             if (name && (!had || strcmp(had, name) != 0)) {
                 struct patch p = {.observed = name};
-                patch_record(app, id, &p, rec_io);
+                state_patch(app, id, &p, rec_io, touch);
             }
         }
         break;
