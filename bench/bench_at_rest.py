@@ -51,7 +51,7 @@ def main():
 
         async def fill():
             cs, sent, accepted, refused, _ = await burst.burst([admin.port], n, 256)
-            alive, _ = await burst.poll_alive(cs, sent, 600)
+            alive, _ = await burst.poll_alive(cs, sent, 600, not_before=0)  # ready_delay_ms=0
             for c in cs:
                 c.close()
             return len(accepted), len(alive)
