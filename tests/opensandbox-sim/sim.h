@@ -146,11 +146,13 @@ struct sim_global {
     struct sim_sandbox *by_id[SIM_ID_BUCKETS]; /* the same sandboxes hashed by id */
     int nsandboxes;
     /* Where the last unfiltered list page ended (the sandbox at position page_at_i counted from
-     * the oldest), so that the next page starts there instead of walking from the oldest: a
-     * full listing is O(n), not O(n^2 / page size). Dropped whenever a sandbox is unlinked
-     * (positions move); linking adds at the newest end and moves none. */
+     * the newest when page_at_linked sandboxes had been linked), so that the next page starts
+     * there instead of walking from the newest: a full listing is O(n), not O(n^2 / page size).
+     * Linking adds at the newest end and moves every position one back (linked counts them);
+     * unlinking drops the cursor. */
     struct sim_sandbox *page_at;
     long page_at_i;
+    unsigned long page_at_linked, linked;
     struct sim_snapshot *snapshots; /* newest first; protected by mu */
     int64_t seq;
     _Atomic int shutting_down;

@@ -52,6 +52,7 @@ void sim_link_locked(struct sim_sandbox *sb)
     sb->hnext = g_sim.by_id[b];
     g_sim.by_id[b] = sb;
     g_sim.nsandboxes++;
+    g_sim.linked++;
 }
 
 /* Take a sandbox out of the list and the id index (O(1) + its bucket); caller holds g_sim.mu. */
@@ -711,7 +712,9 @@ static bool sim_meta_match(struct sim_sandbox *sb, const struct sim_meta_filter 
     return ok;
 }
 
-/* GET /sandboxes: state/metadata filters and paging. */
+/* GET /sandboxes: state/metadata filters and paging, newest first as both of the server's
+ * runtimes sort (created_at descending: services/docker/docker_service.py list_sandboxes,
+ * services/k8s/list_helpers.py _build_list_sandboxes_response). */
 static enum MHD_Result sim_list(struct MHD_Connection *c)
 {
     struct sim_list_args a;
@@ -746,23 +749,28 @@ static enum MHD_Result sim_list(struct MHD_Connection *c)
     json_object *items = json_object_new_array();
     long start = (page - 1) * page_size;
     if (a.nstates == 0 && !(a.metadata && *a.metadata)) {
-        /* No filter: every sandbox matches, so only the page is visited (oldest first), not
-         * every sandbox per page (a full listing would cost O(n^2)). The states of the others
-         * are not needed: Pending -> Running and expiry are computed from their own times
-         * whenever a sandbox is shown, and the janitor applies expiry. */
+        /* No filter: every sandbox matches, so only the page is visited, not every sandbox per
+         * page (a full listing would cost O(n^2)). The states of the others are not needed:
+         * Pending -> Running and expiry are computed from their own times whenever a sandbox is
+         * shown, and the janitor applies expiry. */
         n = g_sim.nsandboxes;
-        struct sim_sandbox *sb = g_sim.oldest;
+        struct sim_sandbox *sb = g_sim.sandboxes;
         long i = 0;
-        if (g_sim.page_at && g_sim.page_at_i <= start) {
-            sb = g_sim.page_at;
-            i = g_sim.page_at_i;
+        if (g_sim.page_at) {
+            /* each sandbox linked since moved the cursor's sandbox one place back */
+            long at = g_sim.page_at_i + (long)(g_sim.linked - g_sim.page_at_linked);
+            if (at <= start) {
+                sb = g_sim.page_at;
+                i = at;
+            }
         }
         for (; sb && i < start; i++)
-            sb = sb->prev;
-        for (long k = 0; sb && k < page_size; k++, i++, sb = sb->prev)
+            sb = sb->next;
+        for (long k = 0; sb && k < page_size; k++, i++, sb = sb->next)
             json_object_array_add(items, sim_sandbox_json(sb, now));
         g_sim.page_at = sb;
         g_sim.page_at_i = i;
+        g_sim.page_at_linked = g_sim.linked;
         pthread_mutex_unlock(&g_sim.mu);
         goto reply;
     }
@@ -777,9 +785,8 @@ static enum MHD_Result sim_list(struct MHD_Connection *c)
         if (ok)
             match[n++] = sb;
     }
-    /* Oldest first: the list is kept newest-first, so walk it backwards. */
     for (long i = start; i < n && i < start + page_size; i++)
-        json_object_array_add(items, sim_sandbox_json(match[n - 1 - i], now));
+        json_object_array_add(items, sim_sandbox_json(match[i], now));
     pthread_mutex_unlock(&g_sim.mu);
     free(match);
 reply:

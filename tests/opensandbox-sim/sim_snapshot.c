@@ -427,7 +427,8 @@ static bool sim_snap_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
-/* GET /snapshots: sandboxId and state filters, paging; oldest first. */
+/* GET /snapshots: sandboxId and state filters, paging; newest first (the server's SQLite
+ * repository: ORDER BY created_at DESC, id DESC, repositories/snapshots/sqlite.py). */
 static enum MHD_Result sim_snap_list(struct MHD_Connection *c)
 {
     struct sim_snap_list_args a;
@@ -457,7 +458,7 @@ static enum MHD_Result sim_snap_list(struct MHD_Connection *c)
     json_object *items = json_object_new_array();
     long start = (page - 1) * page_size;
     for (long i = start; i < n && i < start + page_size; i++)
-        json_object_array_add(items, sim_snap_json(match[n - 1 - i]));
+        json_object_array_add(items, sim_snap_json(match[i]));
     pthread_mutex_unlock(&g_sim.mu);
     free(match);
     long pages = (n + page_size - 1) / page_size;

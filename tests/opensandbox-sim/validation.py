@@ -429,9 +429,46 @@ def execd_issue12_checks():
     check(not lost, "60 back-to-back session runs keep cd and export", f"(lost at {lost})")
 
 
+def list_order_checks():
+    """Pages list the newest first, as both of the server's runtimes sort them (created_at
+    descending: services/docker/docker_service.py, services/k8s/list_helpers.py); the pages
+    read one after another equal one full page, also when a sandbox was created or deleted
+    between two of them (the positions then move, as the server's slices do)."""
+    def ids(q):
+        st, js = lc("GET", "/sandboxes?" + q)
+        return [s["id"] for s in js["items"]] if st == 200 else None
+
+    def created():
+        st, js = lc("POST", "/sandboxes", body(metadata={"test": "order"}))
+        return js["id"] if st == 202 else None
+
+    mine = [created() for _ in range(5)]
+    full = ids("pageSize=200")
+    check(full is not None and [i for i in full if i in mine] == mine[::-1],
+          "list: newest first", f"(got {full})")
+    paged = []
+    for page in range(1, (len(full) + 1) // 2 + 2):
+        paged += ids(f"page={page}&pageSize=2") or []
+    check(paged == full, "list: pages one after another equal the full list",
+          f"(got {paged}, full {full})")
+    first = ids("page=1&pageSize=2")
+    newest = created()
+    full = ids("pageSize=200")
+    check(full[0] == newest and ids("page=2&pageSize=2") == full[2:4],
+          "list: a sandbox created between pages moves the later ones back", f"(full {full})")
+    lc("DELETE", f"/sandboxes/{full[1]}")
+    full = ids("pageSize=200")
+    check(ids("page=2&pageSize=2") == full[2:4] and first is not None,
+          "list: a sandbox deleted between pages moves the later ones forward", f"(full {full})")
+    st, js = lc("GET", "/sandboxes?metadata=test%3Dorder&pageSize=2")
+    check(st == 200 and [s["id"] for s in js["items"]] == [newest, mine[-2]],  # mine[-1] deleted
+          "list with a filter: newest first", f"(got {st} {js})")
+
+
 def main():
     lifecycle_checks()
     lifecycle_issue12_checks()
+    list_order_checks()
     execd_checks()
     execd_issue12_checks()
     finish()
