@@ -126,7 +126,7 @@ async def poll_alive(cs, sent, timeout, not_before=READY_DELAY_MS / 1000.0):
     answer "not alive" while taking CPU from the creates the run measures (on 2 cores a round
     of 16,000 polls costs the client and the admin about 2 CPU-seconds)."""
     alive = {}
-    polls = [0]
+    polls = 0
     left = sorted(sent, key=sent.get)  # stays sorted: rounds only drop ids
     deadline = time.monotonic() + timeout
     while left and time.monotonic() < deadline:
@@ -140,9 +140,10 @@ async def poll_alive(cs, sent, timeout, not_before=READY_DELAY_MS / 1000.0):
             queue.put_nowait(sid)
 
         async def worker(c):
+            nonlocal polls
             while not queue.empty():
                 sid = queue.get_nowait()
-                polls[0] += 1
+                polls += 1
                 st, body = await c.call("GET", PREFIX + "/get_status?sandbox_id=" + sid)
                 if st == 200 and MAYBE_ALIVE.search(body) and is_alive(body):
                     alive.setdefault(sid, time.monotonic())
@@ -151,7 +152,7 @@ async def poll_alive(cs, sent, timeout, not_before=READY_DELAY_MS / 1000.0):
         left = [s for s in left if s not in alive]
         if left and time.monotonic() - t < 0.5:
             await asyncio.sleep(0.5 - (time.monotonic() - t))
-    return alive, polls[0]
+    return alive, polls
 
 
 def cpu_seconds(pid):
