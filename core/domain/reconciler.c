@@ -45,6 +45,7 @@
 #include "base/app.h"
 #include "config/config.h"
 #include "host/host.h"
+#include "domain/create_queue.h"
 #include "domain/lifecycle.h"
 #include "obs/log.h"
 #include "obs/metrics.h"
@@ -435,6 +436,33 @@ static void snapshot_free(struct snapshot *sn, size_t n)
     free(sn->kept);
 }
 
+/* A record the listing did not show is asked about once more before the pass records it gone.
+ * A lifecycle list is paged by offset (OpenSandbox's server slices its sorted list), so a
+ * sandbox deleted from a page already read moves the next page forward by one and a pass never
+ * sees one sandbox that exists. The plugin's status() answers for that one sandbox: RK_OK with
+ * *info filled (it exists: applied as if listed), RK_E_NOT_FOUND (gone), anything else (the
+ * backend did not say: the record is left as it is to the next pass). A record whose create
+ * waits in the queue or runs is not asked about: the pass changes nothing for it. */
+static rk_status confirm_unlisted(struct rk_app *app, struct rk_call *call, const char *id,
+                                  const struct rk_rec_glance *g, struct rk_status_info *info)
+{
+    if (!g->upstream && rk_create_queue_pending(app, id))
+        return RK_E_NOT_FOUND; /* apply_backend_state leaves it to the queue */
+    const struct rk_plugin *pl = app->plugin;
+    struct rk_sandbox_ref ref = {id, g->upstream, pl->desc->backend_tag, g->state};
+    rk_status st;
+    RK_UPSTREAM(st, pl, status, call, &ref, info);
+    if (st == RK_OK && !info->upstream_id && g->upstream)
+        info->upstream_id = g->upstream; /* status() names it only when it looked it up */
+    if (st == RK_OK)
+        rk_debug("reconciler: sandbox %s was not listed but exists upstream (%s)", id,
+                 rk_state_name(info->state));
+    else if (st != RK_E_NOT_FOUND)
+        rk_debug("reconciler: sandbox %s was not listed and its status failed: %s", id,
+                 rk_call_error_text(call));
+    return st;
+}
+
 /* Apply what the backend listed (e, NULL: not listed) to record id, glanced as g in the
  * snapshot, whose copy *kept the snapshot may hold. A record without a copy that the pass would
  * change (a settled one that stopped, failed or vanished upstream; with the in-process store any
@@ -452,7 +480,8 @@ static int apply_one(struct rk_app *app, struct rk_call *call, const char *id,
         info.reason = e->reason;
         info.upstream_id = e->upstream_id;
     }
-    if (!rk_lifecycle_glance_needs(g, e ? &info : NULL))
+    const struct rk_status_info *seen = e ? &info : NULL; /* NULL: the backend has it not */
+    if (!rk_lifecycle_glance_needs(g, seen))
         return 0;
     *acted = 1; /* read again next pass, whatever happens here */
     json_object *rec = *kept;
@@ -470,10 +499,22 @@ static int apply_one(struct rk_app *app, struct rk_call *call, const char *id,
             return 0;
         }
     }
+    if (!e) {
+        rk_status cst = confirm_unlisted(app, call, id, g, &info);
+        if (cst != RK_OK && cst != RK_E_NOT_FOUND) {
+            rk_call_clear_error(call);
+            json_object_put(rec);
+            return 0;
+        }
+        if (cst == RK_OK)
+            seen = &info;
+        else
+            rk_call_clear_error(call);
+    }
     enum rk_state before = rk_rec_state(rec);
     json_object *cf0;
     int failed_before = json_object_object_get_ex(rec, "failure", &cf0) && cf0;
-    if (rk_lifecycle_reconcile(app, call, &rec, e ? &info : NULL) != RK_OK)
+    if (rk_lifecycle_reconcile(app, call, &rec, seen) != RK_OK)
         rk_call_clear_error(call);
     json_object *cf1;
     int failed_after = rec && json_object_object_get_ex(rec, "failure", &cf1) && cf1;

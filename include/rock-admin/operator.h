@@ -709,9 +709,11 @@ struct rk_operator_ops {
     /* ---- ABI 1.1 ---- */
 
     /** RK_CAP_LIST (since 1.1). Call fn once per sandbox this deployment created
-     *  (all pages), with the same state mapping as status(). A sandbox the
-     *  backend does not report is gone. Returns RK_OK only after a complete
-     *  pass (a partial list must not be taken as "the others vanished"). */
+     *  (all pages), with the same state mapping as status(). Returns RK_OK only
+     *  after a complete pass (a partial list must not be taken as "the others
+     *  vanished"). The core asks status() about each active sandbox a complete
+     *  pass did not report before it records the sandbox gone: a listing paged by
+     *  offset misses a sandbox that moved between pages while it was read. */
     rk_status (*list)(void *inst, struct rk_call *call, rk_list_fn fn, void *ctx);
 
     /** RK_CAP_CONFIGURED (since 1.1). Capabilities the configured instance

@@ -28,7 +28,7 @@ import time
 import urllib.parse
 
 from harness import (Admin, Redis, Sim, bridge_only, os_api_key, real_opensandbox, run,
-                     test, tmpdir, wait_until)
+                     sim_only, test, tmpdir, wait_until)
 
 # The admin must get its key from the config only (tests of the absent key).
 os.environ.pop("OPEN_SANDBOX_API_KEY", None)
@@ -1067,6 +1067,67 @@ def reconciler_elected_once():
     leader, other = (admin, admin2) if both[0] is admin else (admin2, admin)
     leader.stop()
     wait_until(lambda: "is now the reconciler" in other.output(), 30, 0.2, "lease taken over")
+
+
+@test
+def a_sandbox_moved_between_list_pages_is_not_taken_for_vanished():
+    """OpenSandbox's list is paged by offset over a newest-first list, so a sandbox deleted
+    from a page the reconciler has already read moves the next page forward by one during
+    its pass, and one sandbox that still exists is on no page the pass reads. That sandbox
+    stays running (the reconciler asks the backend about a sandbox it did not see listed
+    before it records it gone); the deleted one reads deleted."""
+    sim_only("a fault switch that holds the later pages of a listing")
+    admin, sim, redis, _ = setup(sim_extra=["--max-sandboxes", "256"],
+                                 admin_cfg={"runtime": {"reconcile_interval_ms": 300}})
+    # 201 sandboxes: the plugin reads pages of 200, so the oldest is alone on page 2
+    sids = []
+    for _ in range(201):
+        st, js = admin.api("POST", "/start_async", START_BODY)
+        assert st == 200 and js["status"] == "Success", js
+        sids.append(js["result"]["sandbox_id"])
+    for sid in sids:
+        admin.wait_alive(sid, timeout=60)
+
+    def page(n):
+        st, js = sim.request("GET", "/v1/sandboxes?page=%d&pageSize=200" % n)
+        assert st == 200, (st, js)
+        return js["items"]
+    first, second = page(1), page(2)
+    assert len(first) == 200 and len(second) == 1, (len(first), len(second))
+    oldest = second[0]["metadata"]["rock_sandbox_id"]
+    newest_osid = first[0]["id"]
+    newest = first[0]["metadata"]["rock_sandbox_id"]
+    assert oldest in sids and newest in sids and oldest != newest
+
+    # hold the reconciler's pass between its two pages, then delete the newest sandbox
+    # upstream (as another client of OpenSandbox would): page 2 is then empty
+    faults(sim, {"list_later_pages_latency_ms": 1500})
+
+    def waiting():
+        st, js = sim.request("GET", "/_sim/stats")
+        assert st == 200, st
+        return js["list_pages_waiting"] >= 1
+    wait_until(waiting, 20, 0.02, "a reconciler pass between its list pages")
+    st, _ = sim.request("DELETE", "/v1/sandboxes/" + newest_osid)
+    assert st == 204, st
+    assert len(page(1)) == 200 and page(2) == [], "the pages did not move"
+
+    def deleted():
+        st, js = status(admin, newest, all_states=True)
+        assert st == 200 and js["status"] == "Success", js
+        return js["result"]["state"] == "deleted" and js["result"]
+    wait_until(deleted, 30, 0.2, "the deleted sandbox reconciled")
+    faults(sim)
+    time.sleep(1.0)  # a few more passes, now without the held page
+    st, js = status(admin, oldest, all_states=True)
+    assert st == 200 and js["status"] == "Success", js
+    r = js["result"]
+    assert r["state"] == "running" and r["is_alive"] is True, r
+    assert [(h["from_state"], h["to_state"]) for h in r["state_history"]] == \
+        [("pending", "running")], r
+    assert "sandbox %s: running -> deleted" % oldest not in admin.output()
+    assert "sandbox %s: running -> deleted" % newest in admin.output()
+    assert run_ok(admin, oldest, "echo still-here")["stdout"] == "still-here\n"
 
 
 @test

@@ -224,6 +224,32 @@ def main():
     (st, _), t = timed(lambda: lc("GET", f"/sandboxes/{sid}"))
     check(st == 200 and t < 0.4, f"execd latency does not delay lifecycle ({t:.2f}s)")
 
+    # 2b. A later list page waits (page 1 does not), and is read after the wait: a sandbox
+    # created meanwhile moves the pages as the server's offset slices do.
+    faults(list_later_pages_latency_ms=600)
+    (st, js), t = timed(lambda: lc("GET", "/sandboxes?page=1&pageSize=1"))
+    check(st == 200 and t < 0.4 and js["items"][0]["id"] == sid,
+          f"list_later_pages_latency_ms leaves page 1 alone ({t:.2f}s)")
+    got = {}
+
+    def page2():
+        got["r"] = timed(lambda: lc("GET", "/sandboxes?page=2&pageSize=1"))
+    th = threading.Thread(target=page2)
+    th.start()
+    waiting = wait_for(lambda: json.loads(request("GET", "/_sim/stats")[2])
+                       ["list_pages_waiting"] == 1, 0.5)
+    newer = create()["id"]
+    th.join()
+    (st, js), t = got["r"]
+    check(waiting and st == 200 and t >= 0.6 and [i["id"] for i in js["items"]] == [sid],
+          f"list_later_pages_latency_ms holds page 2, read after the wait ({t:.2f}s, "
+          f"{[i['id'] for i in js.get('items', [])]})")
+    st, _, data = request("GET", "/_sim/stats")
+    check(st == 200 and json.loads(data)["list_pages_waiting"] == 0,
+          "list_pages_waiting back to 0")
+    faults()
+    lc("DELETE", f"/sandboxes/{newer}")
+
     # 3. Lifecycle answers 503 for the next two calls, then recovers.
     faults(lifecycle_status=503, status_count=2)
     s1, j1 = lc("GET", f"/sandboxes/{sid}")

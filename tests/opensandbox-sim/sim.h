@@ -156,6 +156,7 @@ struct sim_global {
     struct sim_snapshot *snapshots; /* newest first; protected by mu */
     int64_t seq;
     _Atomic int shutting_down;
+    _Atomic int list_pages_waiting; /* list requests in list_later_pages_latency_ms now */
     pthread_mutex_t threads_mu;
     pthread_cond_t threads_cv;
     int nthreads;
@@ -176,6 +177,7 @@ struct sim_req {
 /* Fault configuration (see sim_faults.c and README). */
 struct sim_faults {
     int64_t lifecycle_latency_ms, execd_latency_ms;
+    int64_t list_later_pages_latency_ms; /* list requests for page 2 on wait this long first */
     int lifecycle_status, execd_status;
     int64_t status_count; /* -1 = unlimited */
     bool drop_lifecycle, drop_execd;
@@ -283,7 +285,8 @@ int sim_remove_all(const char *path);
 /* sim_faults.c */
 void sim_faults_get(struct sim_faults *out);
 enum MHD_Result sim_faults_handle(struct MHD_Connection *c, struct sim_req *r, const char *path);
-/* GET /_sim/stats: create counters (creates_in_flight, creates_in_flight_max, creates_total). */
+/* GET /_sim/stats: create counters (creates_in_flight, creates_in_flight_max, creates_total)
+ * and list_pages_waiting. */
 enum MHD_Result sim_stats_handle(struct MHD_Connection *c);
 bool sim_fault_take_status(bool execd, int *status);
 bool sim_fault_take_drop(bool execd);

@@ -106,6 +106,8 @@ static json_object *sim_faults_json(void)
     json_object_object_add(o, "lifecycle_latency_ms",
                            json_object_new_int64(f.lifecycle_latency_ms));
     json_object_object_add(o, "execd_latency_ms", json_object_new_int64(f.execd_latency_ms));
+    json_object_object_add(o, "list_later_pages_latency_ms",
+                           json_object_new_int64(f.list_later_pages_latency_ms));
     json_object_object_add(o, "lifecycle_status", json_object_new_int(f.lifecycle_status));
     json_object_object_add(o, "execd_status", json_object_new_int(f.execd_status));
     json_object_object_add(o, "status_count", json_object_new_int64(f.status_count));
@@ -147,6 +149,7 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
     int64_t lst, est, refuse, dcr;
     bool ok = sim_get_int(o, "lifecycle_latency_ms", 0, &f.lifecycle_latency_ms) &&
               sim_get_int(o, "execd_latency_ms", 0, &f.execd_latency_ms) &&
+              sim_get_int(o, "list_later_pages_latency_ms", 0, &f.list_later_pages_latency_ms) &&
               sim_get_int(o, "lifecycle_status", 0, &lst) &&
               sim_get_int(o, "execd_status", 0, &est) &&
               sim_get_int(o, "status_count", -1, &f.status_count) &&
@@ -179,7 +182,7 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
             "pause_unsupported",    "pause_fail",         "resume_fail",
             "pause_delay_ms",       "resume_delay_ms",    "paused_execd_refuse",
             "snapshot_unsupported", "snapshot_fail",      "snapshot_delay_ms",
-            "restore_fail",         "image_pull_fail"};
+            "restore_fail",         "image_pull_fail",    "list_later_pages_latency_ms"};
         bool found = false;
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             found = found || strcmp(known[i], key) == 0;
@@ -188,7 +191,8 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
     }
     json_object_put(o);
     if (!ok || (lst && (lst < 100 || lst > 599)) || (est && (est < 100 || est > 599)) ||
-        f.pause_delay_ms < 0 || f.resume_delay_ms < 0 || f.snapshot_delay_ms < 0)
+        f.pause_delay_ms < 0 || f.resume_delay_ms < 0 || f.snapshot_delay_ms < 0 ||
+        f.list_later_pages_latency_ms < 0)
         return sim_reply_error(c, 400, "INVALID_REQUEST_BODY", "unknown key or wrong type");
     f.lifecycle_status = (int)lst;
     f.execd_status = (int)est;

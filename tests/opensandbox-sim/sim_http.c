@@ -174,6 +174,7 @@ enum MHD_Result sim_stats_handle(struct MHD_Connection *c)
     json_object_object_add(o, "creates_in_flight", json_object_new_int(sim_creates_now));
     json_object_object_add(o, "creates_in_flight_max", json_object_new_int(sim_creates_max));
     json_object_object_add(o, "creates_total", json_object_new_int64(sim_creates_total));
+    json_object_object_add(o, "list_pages_waiting", json_object_new_int(g_sim.list_pages_waiting));
     return sim_reply_json(c, 200, o);
 }
 

@@ -740,6 +740,17 @@ static enum MHD_Result sim_list(struct MHD_Connection *c)
             return sim_reply_error(c, 400, "INVALID_METADATA_FORMAT",
                                    "metadata filter must look like k1=v1&k2=v2");
     }
+    if (page >= 2) {
+        /* list_later_pages_latency_ms: a later page waits before it is read, so a test can
+         * change the list between the pages of one client's walk (the offset pages move). */
+        struct sim_faults f;
+        sim_faults_get(&f);
+        if (f.list_later_pages_latency_ms > 0) {
+            g_sim.list_pages_waiting++;
+            sim_sleep_ms(f.list_later_pages_latency_ms);
+            g_sim.list_pages_waiting--;
+        }
+    }
     struct sim_meta_filter mf = {0};
     if (a.metadata && *a.metadata)
         sim_meta_filter_parse(&mf, a.metadata);
