@@ -283,6 +283,8 @@ static size_t rc_nsettled;
 static unsigned rc_pass_no;
 /* For /metrics (read by the scraping thread). */
 static _Atomic unsigned long long rc_passes_total, rc_read_total;
+/* confirm_unlisted's answers: the sandbox exists, is gone, or the backend did not say. */
+static _Atomic unsigned long long rc_unlisted_exists, rc_unlisted_gone, rc_unlisted_failed;
 static _Atomic size_t rc_remembered;
 
 /* Forget every settled record (a pass did not complete, or the lease moved). */
@@ -370,6 +372,15 @@ static void metrics_collect(void *arg, struct rk_buf *out)
     rk_metrics_family(out, "rock_admin_reconciler_settled_remembered", "gauge",
                       "Settled records the next pass takes from memory instead of the store.");
     rk_buf_printf(out, "rock_admin_reconciler_settled_remembered %zu\n", (size_t)rc_remembered);
+    rk_metrics_family(out, "rock_admin_reconciler_unlisted_checks_total", "counter",
+                      "Active sandboxes a complete listing did not show, asked about with a status "
+                      "call, by answer (exists: it had moved between list pages).");
+    rk_buf_printf(out,
+                  "rock_admin_reconciler_unlisted_checks_total{result=\"exists\"} %llu\n"
+                  "rock_admin_reconciler_unlisted_checks_total{result=\"gone\"} %llu\n"
+                  "rock_admin_reconciler_unlisted_checks_total{result=\"failed\"} %llu\n",
+                  (unsigned long long)rc_unlisted_exists, (unsigned long long)rc_unlisted_gone,
+                  (unsigned long long)rc_unlisted_failed);
 }
 
 /** Records read from the store between two progress beats. */
@@ -454,12 +465,17 @@ static rk_status confirm_unlisted(struct rk_app *app, struct rk_call *call, cons
     RK_UPSTREAM(st, pl, status, call, &ref, info);
     if (st == RK_OK && !info->upstream_id && g->upstream)
         info->upstream_id = g->upstream; /* status() names it only when it looked it up */
-    if (st == RK_OK)
+    if (st == RK_OK) {
+        rc_unlisted_exists++;
         rk_debug("reconciler: sandbox %s was not listed but exists upstream (%s)", id,
                  rk_state_name(info->state));
-    else if (st != RK_E_NOT_FOUND)
+    } else if (st == RK_E_NOT_FOUND) {
+        rc_unlisted_gone++;
+    } else {
+        rc_unlisted_failed++;
         rk_debug("reconciler: sandbox %s was not listed and its status failed: %s", id,
                  rk_call_error_text(call));
+    }
     return st;
 }
 

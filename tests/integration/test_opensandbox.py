@@ -1128,6 +1128,11 @@ def a_sandbox_moved_between_list_pages_is_not_taken_for_vanished():
     assert "sandbox %s: running -> deleted" % oldest not in admin.output()
     assert "sandbox %s: running -> deleted" % newest in admin.output()
     assert run_ok(admin, oldest, "echo still-here")["stdout"] == "still-here\n"
+    st, body, _ = admin.request("GET", "/metrics", raw=True)
+    assert st == 200, st
+    checks = dict(re.findall(r'^rock_admin_reconciler_unlisted_checks_total\{result="(\w+)"\} (\d+)$',
+                             body.decode(), re.M))
+    assert int(checks["exists"]) >= 1 and int(checks["gone"]) >= 1, checks
 
 
 @test
