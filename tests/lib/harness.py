@@ -74,8 +74,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def tmpdir(prefix="rock-test-"):
-    d = tempfile.mkdtemp(prefix=prefix)
+def tmpdir(prefix="rock-test-", parent=None):
+    d = tempfile.mkdtemp(prefix=prefix, dir=parent)
     _cleanups.append(lambda: shutil.rmtree(d, ignore_errors=True))
     return d
 
@@ -266,11 +266,12 @@ class Sim(Process):
 
     def __new__(cls, *a, **kw):
         if REAL_OS_URL:
-            return RealOpenSandbox(*a, **{k: v for k, v in kw.items() if k != "ready_delay_ms"})
+            return RealOpenSandbox(*a, **{k: v for k, v in kw.items()
+                                          if k not in ("ready_delay_ms", "root_parent")})
         return super().__new__(cls)
 
-    def __init__(self, api_key=None, extra=None, ready_delay_ms=200):
-        self.root = tmpdir("rock-sim-")
+    def __init__(self, api_key=None, extra=None, ready_delay_ms=200, root_parent=None):
+        self.root = tmpdir("rock-sim-", root_parent)  # its sandboxes' directories
         argv = [SIM_BIN, "--listen", "127.0.0.1:0", "--root", self.root,
                 "--ready-delay-ms", str(ready_delay_ms)]
         if api_key:
