@@ -30,6 +30,7 @@
 #include "domain/create_queue.h"
 #include "domain/lifecycle.h"
 #include "domain/reconciler.h"
+#include "domain/state_report.h"
 #include "domain/endpoint_cache.h"
 #include "relay/relay_loop.h"
 #include "relay/relay_pool.h"
@@ -398,6 +399,7 @@ int main(int argc, char **argv)
     rk_router_use(rk_e2b_routes);
     rk_metrics_set_operator(pl->desc->name, pl->desc->version);
     rk_metrics_collector_add("store", rk_store_metrics_collect, app.store);
+    rk_metrics_collector_add("lifecycle", rk_lifecycle_metrics_collect, NULL);
     rk_access_install();
     if (rk_relay_touch_start(&app) != 0 || rk_relay_loops_start(&app, relay_threads(cfg)) != 0)
         goto out;
@@ -411,10 +413,14 @@ int main(int argc, char **argv)
         rk_warn("cannot start the background thread (idle sweep, job take-over)");
     if (rk_reconciler_start(&app) != 0)
         rk_warn("cannot start the reconciler; status reads ask the backend");
+    if (rk_state_reports_start(&app) != 0)
+        rk_warn("cannot start the thread that applies the plugin's state reports; list passes "
+                "bring the same news later");
     rk_notice("rock-admin ready on %s://%s:%d%s", rk_tls_enabled() ? "https" : "http",
               cfg->server.host, rk_http_port(&app),
               rk_auth_enabled() ? " (bearer-token authentication on)" : "");
     wait_and_drain(&app, &set);
+    rk_state_reports_stop();
     rk_reconciler_stop(&app);
     rk_sweeper_stop(&app);
     rc = 0;

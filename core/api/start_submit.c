@@ -118,6 +118,7 @@ rk_status rk_start_submit(struct rk_req *r, const struct rk_start_req *s, const 
         .has_gpus = s->has_gpus,
         .num_gpus = s->num_gpus,
         .now_s = now,
+        .accepted_ms = rk_epoch_ms(),
         .auto_clear_minutes = acm,
         .create_deadline_s =
             now + (int64_t)(s->has_startup_timeout ? s->startup_timeout_s : 600.0) + 120,

@@ -68,6 +68,13 @@ int64_t rk_epoch_s(void)
     return (int64_t)time(NULL);
 }
 
+int64_t rk_epoch_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void rk_time_init(void)
 {
     /* ROCK formats timestamps in ROCK_TIME_ZONE (else TZ, else Asia/Shanghai). */

@@ -30,6 +30,8 @@ struct timespec rk_time_after_ms(clockid_t clock, int64_t ms);
 void rk_ring_copy(void *dst, const char *ring, size_t size, size_t head, size_t n);
 /** Wall clock, epoch seconds. */
 int64_t rk_epoch_s(void);
+/** Wall clock, epoch milliseconds (times shared between admins through the store). */
+int64_t rk_epoch_ms(void);
 /** Select the zone used by rk_iso_time (ROCK_TIME_ZONE, else TZ, else Asia/Shanghai). */
 void rk_time_init(void);
 /** Format epoch seconds as ISO-8601 with the zone offset, e.g. 2026-01-21T19:38:00+08:00. */

@@ -102,14 +102,6 @@ static void observe_wait(double s)
     pthread_mutex_unlock(&wait_mu);
 }
 
-/* Wall clock in epoch milliseconds (queue times are shared between admins). */
-static int64_t epoch_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void *worker_main(void *arg);
 
 /* Append a claimed create to the local list (taking its record) and make sure a worker takes
@@ -171,7 +163,7 @@ static void *feeder_main(void *arg)
         struct rk_createq_item *items = NULL;
         if (want > 0) {
             struct rk_createq_claim c = {.owner = q.owner,
-                                         .now_ms = epoch_ms(),
+                                         .now_ms = rk_epoch_ms(),
                                          .lease_ms = LEASE_MS,
                                          .want = want,
                                          .concurrency = cfg->runtime.create_concurrency,
@@ -194,7 +186,7 @@ static void *feeder_main(void *arg)
             }
         }
         if (busy && rk_now_ms() >= next_renew) {
-            if (rk_createq_renew(app->store, q.owner, epoch_ms() + LEASE_MS, NULL, err,
+            if (rk_createq_renew(app->store, q.owner, rk_epoch_ms() + LEASE_MS, NULL, err,
                                  sizeof err) != RK_STORE_OK)
                 rk_warn("create queue: cannot renew the claims of this admin: %s", err);
             next_renew = rk_now_ms() + RENEW_MS;
@@ -247,7 +239,7 @@ static void *worker_main(void *arg)
         rk_create_run_fn run = q.run;
         pthread_mutex_unlock(&q.mu);
 
-        observe_wait((double)(epoch_ms() - j->enqueued_ms) / 1000.0);
+        observe_wait((double)(rk_epoch_ms() - j->enqueued_ms) / 1000.0);
         atomic_fetch_add(&started_total, 1);
         run(app, j->id, j->rec, j->retaken);
         char err[RK_STORE_ERRLEN];
@@ -424,7 +416,7 @@ rk_status rk_create_queue_submit(struct rk_app *app, struct rk_call *call, const
     char err[RK_STORE_ERRLEN];
     long long max = (long long)app->cfg->runtime.create_queue_max;
     rk_store_rc rc =
-        rk_createq_push(app->store, id, queue_owner(), epoch_ms(), max, err, sizeof err);
+        rk_createq_push(app->store, id, queue_owner(), rk_epoch_ms(), max, err, sizeof err);
     submitted(call, rc, max);
     if (rc == RK_STORE_FULL)
         return RK_E_UNAVAILABLE;
@@ -438,8 +430,8 @@ rk_store_rc rk_create_queue_submit_new(struct rk_app *app, struct rk_call *call,
                                        size_t errlen)
 {
     long long max = (long long)app->cfg->runtime.create_queue_max;
-    rk_store_rc rc = rk_createq_create(app->store, id, rec, expire_time, queue_owner(), epoch_ms(),
-                                       max, err, errlen);
+    rk_store_rc rc = rk_createq_create(app->store, id, rec, expire_time, queue_owner(),
+                                       rk_epoch_ms(), max, err, errlen);
     submitted(call, rc, max);
     return rc;
 }

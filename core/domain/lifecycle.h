@@ -128,4 +128,8 @@ void rk_lifecycle_vanished(struct rk_app *app, const char *id, enum rk_state fro
  *  mappings of the sandboxes that status reads found gone. */
 void rk_lifecycle_run_deferred(struct rk_app *app);
 
+/** /metrics collector: rock_admin_sandbox_start_seconds (start_async accepted -> recorded
+ *  running for the first time, by this admin). */
+void rk_lifecycle_metrics_collect(void *arg, struct rk_buf *out);
+
 #endif /* RK_LIFECYCLE_H */

@@ -185,15 +185,6 @@ static const struct listed *find_listed(const struct listing *l, const char *roc
     return lo;
 }
 
-/* Wall clock in epoch milliseconds (the mark is shared between admins; whole seconds would
- * make a pass look up to a second older than it is). */
-static int64_t epoch_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Staleness bound of store-only reads, ms: three intervals, at least 3 s. */
 static int64_t fresh_ms(const struct rk_app *app)
 {
@@ -210,7 +201,7 @@ int rk_reconciler_mark_fresh(const struct rk_app *app, const char *mark)
     int busy = 0;
     if (!mark || sscanf(mark, "%lld %lld %d", &ok_ms, &at_ms, &busy) < 1 || ok_ms <= 0)
         return 0;
-    int64_t now = epoch_ms(), bound = fresh_ms(app);
+    int64_t now = rk_epoch_ms(), bound = fresh_ms(app);
     if (now - ok_ms < bound)
         return 1;
     /* A pass in progress that beat recently vouches for what the previous one stored, for
@@ -225,7 +216,7 @@ enum mark_kind { MARK_DONE, MARK_FAILED, MARK_PROGRESS };
 static void put_mark(struct rk_app *app, enum mark_kind kind, const char *error)
 {
     static long long last_ok_ms;
-    long long now = (long long)epoch_ms();
+    long long now = (long long)rk_epoch_ms();
     if (kind == MARK_DONE)
         last_ok_ms = now;
     if (kind == MARK_PROGRESS && last_ok_ms == 0)
@@ -479,6 +470,26 @@ static rk_status confirm_unlisted(struct rk_app *app, struct rk_call *call, cons
     return st;
 }
 
+/* What apply_one's still_same compares a record with. */
+struct recheck {
+    const struct rk_rec_glance *was;
+    const char *tag;
+};
+
+/* rk_store_view_each_fn: keep (copy) the record only while it is what the snapshot saw. */
+static int still_same(void *ctx, size_t i, json_object *rec)
+{
+    (void)i;
+    const struct recheck *rc = ctx;
+    if (!rec)
+        return 0;
+    struct rk_rec_glance now;
+    int same =
+        rk_lifecycle_glance(rec, rc->tag, &now) == 0 && rk_lifecycle_glance_same(rc->was, &now);
+    rk_lifecycle_glance_free(&now);
+    return same;
+}
+
 /* Apply what the backend listed (e, NULL: not listed) to record id, glanced as g in the
  * snapshot, whose copy *kept the snapshot may hold. A record without a copy that the pass would
  * change (a settled one that stopped, failed or vanished upstream; with the in-process store any
@@ -503,17 +514,17 @@ static int apply_one(struct rk_app *app, struct rk_call *call, const char *id,
     json_object *rec = *kept;
     *kept = NULL;
     if (!rec) {
+        /* Looked at in place first, copied only while it is what the snapshot saw: in a create
+         * burst most such records were changed meanwhile (the create worker recorded its reply,
+         * a state report turned it running), and a copy of each cost more than the pass's
+         * other work on them. */
         char err[RK_STORE_ERRLEN];
-        if (rk_store_get(app->store, id, &rec, err, sizeof err) != RK_STORE_OK)
-            return 0; /* gone meanwhile, or the store failed (the next pass sees it) */
-        struct rk_rec_glance now;
-        int same = rk_lifecycle_glance(rec, app->plugin->desc->backend_tag, &now) == 0 &&
-                   rk_lifecycle_glance_same(g, &now);
-        rk_lifecycle_glance_free(&now);
-        if (!same) {
-            json_object_put(rec);
-            return 0;
-        }
+        struct recheck rc = {.was = g, .tag = app->plugin->desc->backend_tag};
+        const char *one = id;
+        if (rk_store_view_many(app->store, &one, 1, still_same, &rc, &rec, err, sizeof err) !=
+                RK_STORE_OK ||
+            !rec)
+            return 0; /* changed or gone meanwhile, or the store failed (the next pass sees it) */
     }
     if (!e) {
         rk_status cst = confirm_unlisted(app, call, id, g, &info);

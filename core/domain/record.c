@@ -320,6 +320,8 @@ json_object *rk_rec_new_pending(const struct rk_rec_start *s)
     if (s->envd_token_digest)
         rk_rec_set_str(rec, "envd_token_sha256", s->envd_token_digest);
     rk_rec_set_str(rec, "create_time", iso);
+    if (s->accepted_ms > 0) /* the start of rock_admin_sandbox_start_seconds */
+        json_object_object_add(rec, "create_accepted_ms", json_object_new_int64(s->accepted_ms));
     json_object_object_add(rec, "auto_clear_time", json_object_new_int64(s->auto_clear_minutes));
     json_object_object_add(rec, "state_history", json_object_new_array());
     rk_rec_set_backend(rec, s->backend_tag, NULL);

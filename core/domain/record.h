@@ -57,6 +57,7 @@ struct rk_rec_start {
     int has_gpus;
     double num_gpus;
     int64_t now_s;                 /* creation time (epoch seconds) */
+    int64_t accepted_ms;           /* when start_async accepted it (epoch ms; 0: unknown) */
     int64_t auto_clear_minutes;    /* idle timeout */
     int64_t create_deadline_s;     /* until then a missing backend sandbox is "still creating" */
     int64_t startup_timeout_s;     /* the create's startup timeout (the queued create reads it) */

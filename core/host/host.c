@@ -187,6 +187,23 @@ void rk_call_done(struct rk_call *call, rk_status st)
     fn(ctx, st);
 }
 
+/* ---- state reports (ABI 1.3) ---------------------------------------------------- */
+
+static _Atomic(rk_state_report_fn) state_report_fn; /* set by the domain layer's receiver */
+
+void rk_host_on_state_report(rk_state_report_fn fn)
+{
+    state_report_fn = fn;
+}
+
+/* host->state_report: hand a plugin's report to the receiver, if there is one. */
+static void host_state_report(const char *sandbox_id, const struct rk_status_info *info)
+{
+    rk_state_report_fn fn = state_report_fn;
+    if (fn && sandbox_id && info)
+        fn(sandbox_id, info);
+}
+
 /* ---- errors ---------------------------------------------------------------- */
 
 static rk_status call_set_errorv(struct rk_call *call, rk_status code, const char *fmt, va_list ap)
@@ -374,4 +391,5 @@ const struct rk_host rk_host_table = {
     .cfg_problem = host_cfg_problem,
     .log_call = host_log_call,
     .call_done = rk_call_done,
+    .state_report = host_state_report,
 };

@@ -39,6 +39,12 @@ void rk_call_on_done(struct rk_call *call, rk_call_done_fn fn, void *ctx);
  *  what the core calls itself when a start entry point refused to start. */
 void rk_call_done(struct rk_call *call, rk_status st);
 
+/** Receiver of the plugin's state reports (ABI 1.3 host->state_report): runs on the
+ *  reporting thread (the plugin's loop) and must not block. */
+typedef void (*rk_state_report_fn)(const char *sandbox_id, const struct rk_status_info *info);
+/** Route the plugin's state reports to fn (NULL: ignore them, the default). */
+void rk_host_on_state_report(rk_state_report_fn fn);
+
 /** Allocate n zeroed bytes in the call's arena; NULL on failure or when the
  *  size cannot be rounded without overflow (the ABI's arena_alloc). */
 void *rk_arena_try_alloc(struct rk_call *call, size_t n);

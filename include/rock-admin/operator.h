@@ -124,6 +124,13 @@
  *   RK_E_TIMEOUT, RK_E_COMMAND, RK_E_CANCELLED -> Failed with a null result
  *
  * ABI changelog (newest first):
+ *   1.3 (2026-12-07)  State reports outside calls:
+ *                     - appended to rk_host: state_report(sandbox_id, info),
+ *                       what the plugin learnt about one sandbox on its own
+ *                       (a background readiness check of a list pass that
+ *                       answered): the core applies it to the sandbox's
+ *                       record at once instead of at the next list pass.
+ *                       Callable from any thread; never blocks.
  *   1.2 (2026-12-02)  Asynchronous command forms (see "Threading"):
  *                     - appended to rk_operator_ops: exec_start and
  *                       session_run_start, optional asynchronous forms of
@@ -197,7 +204,7 @@ extern "C" {
 /** Major version of the operator ABI this header describes. */
 #define RK_OPERATOR_ABI_MAJOR 1
 /** Minor version of the operator ABI this header describes. */
-#define RK_OPERATOR_ABI_MINOR 2
+#define RK_OPERATOR_ABI_MINOR 3
 /** First field of every descriptor: ASCII "RKOP". */
 #define RK_OPERATOR_MAGIC 0x524b4f50u
 /** Name of the symbol the loader looks up in a plugin. */
@@ -615,6 +622,23 @@ struct rk_host {
      * must not touch them any more (see "Threading" above).
      */
     void (*call_done)(struct rk_call *call, rk_status st);
+
+    /* ---- ABI 1.3 (test with RK_HOST_HAS(host, member)) ---- */
+
+    /**
+     * Report what the plugin learnt about one sandbox outside any call (since
+     * 1.3): sandbox_id is the ROCK id, info as status() or list() would fill
+     * it, info->upstream_id set. Meant for checks a plugin runs in the
+     * background after a list pass (a sandbox reported pending because its
+     * service did not answer yet, and now it does): the core applies the
+     * report to the record as the next pass would, without waiting for it.
+     * The core takes only reports that move a pending sandbox to running, and
+     * only for the upstream id its record carries; anything else is ignored.
+     * From any thread; copies what it needs and never blocks (a report that
+     * does not fit the core's bounded queue is dropped: the next list pass
+     * brings the same news).
+     */
+    void (*state_report)(const char *sandbox_id, const struct rk_status_info *info);
 };
 
 /** True if the host table has member `field` and it is set. */

@@ -242,7 +242,8 @@ struct os_inst {
     int (*execd_ping)(struct os_inst *inst, struct rk_call *call, const char *osid,
                       int64_t timeout_ms);
     /** os_execd_check, set by os_config.c: a list pass queues a background readiness check. */
-    void (*execd_check)(struct os_inst *inst, const char *osid, const char *since);
+    void (*execd_check)(struct os_inst *inst, const char *rock_id, const char *osid,
+                        const char *since);
     /** os_ready.c: the queue of background readiness checks. */
     struct os_ready_queue *ready;
     /* os_http.c */
@@ -521,10 +522,11 @@ rk_status os_exec_start(struct os_inst *inst, struct rk_call *call,
 /** 1 if the sandbox's execd answers GET /ping with 200 within timeout_ms (0 on any failure;
  *  the call may carry the failure's detail). */
 int os_execd_ping(struct os_inst *inst, struct rk_call *call, const char *osid, int64_t timeout_ms);
-/** Queue a background check of whether the execd of osid (Running since since) answers; the
- *  answer is noted (os_ep_ready_note) when it does. Returns at once; a sandbox already queued,
+/** Queue a background check of whether the execd of osid (Running since since; rock_id its ROCK
+ *  id) answers; the answer is noted (os_ep_ready_note) and reported to the core
+ *  (host->state_report) when it does. Returns at once; a sandbox already queued,
  *  or a full queue, is left for a later call. */
-void os_execd_check(struct os_inst *inst, const char *osid, const char *since);
+void os_execd_check(struct os_inst *inst, const char *rock_id, const char *osid, const char *since);
 /** Set up the instance's check queue; 0, or -1 when out of memory. */
 int os_ready_init(struct os_inst *inst);
 /** Drop the checks that have not started (before the loop stops). */

@@ -578,7 +578,7 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
                 goto out;
             }
             if (check) { /* not ready for commands until its execd answers */
-                inst->execd_check(inst, id, since);
+                inst->execd_check(inst, rock_id, id, since);
                 if (held_add(&held, rock_id, id, since) == 0)
                     continue; /* reported after the last page */
                 info.state = RK_STATE_PENDING;

@@ -12,7 +12,9 @@
  * queues its check (os_execd_check); the checks run in the background on the instance's loop,
  * OS_READY_PARALLEL at a time, each a two-step exchange (the endpoint lookup, then the ping)
  * driven by completion callbacks and bounded by OS_READY_STEP_MS per step, and one that
- * answers is noted (os_ep_ready_note), so the next pass reports the sandbox running. After a
+ * answers is noted (os_ep_ready_note), so the next pass reports the sandbox running, and is
+ * reported to the core at once (host->state_report, ABI 1.3), which then records the sandbox
+ * running without waiting for that pass. After a
  * burst of thousands of new sandboxes, passes waiting for their checks (one at a time, later
  * within a time budget) left most of them pending pass after pass; now a pass costs the same
  * whatever the checks take, and the checks keep the loop busy between passes.
@@ -59,6 +61,7 @@ struct os_ready_check {
     struct os_ready_check *hnext; /**< same hash bucket */
     struct os_ready_check *qnext; /**< next queued (not started) */
     char *since;                  /**< status.lastTransitionAt the answer is noted with */
+    char *rock_id;                /**< the ROCK id (after osid in the same block) */
     int pinging;                  /**< 0: the endpoint lookup is running; 1: the ping */
     char osid[];
 };
@@ -122,14 +125,27 @@ static void start_all(struct os_ready_queue *q, struct os_ready_check *c)
     }
 }
 
+/** Tell the core at once that a sandbox the list pass reported pending now runs (ABI 1.3
+ *  host->state_report), rather than leaving the news to the next pass. */
+static void report_running(struct os_inst *inst, const struct os_ready_check *c)
+{
+    const struct rk_host *h = inst->host;
+    if (!RK_HOST_HAS(h, state_report))
+        return; /* a core before 1.3: the next pass reports it */
+    struct rk_status_info info = {.state = RK_STATE_RUNNING, .upstream_id = c->osid};
+    h->state_report(c->rock_id, &info);
+}
+
 /** A running check ended (ready or not): note the answer and free it; with pump, start the
  *  queued checks that may run now. */
 static void check_end(struct os_ready_check *c, int ready, int pump)
 {
     struct os_inst *inst = c->inst;
     struct os_ready_queue *q = inst->ready;
-    if (ready)
+    if (ready) {
         os_ep_ready_note(inst, c->osid, c->since);
+        report_running(inst, c);
+    }
     pthread_mutex_lock(&q->mu);
     struct os_ready_check **pp = &q->tab[check_bucket(c->osid)];
     while (*pp && *pp != c)
@@ -201,12 +217,12 @@ static int check_start(struct os_ready_check *c)
     return -1;
 }
 
-void os_execd_check(struct os_inst *inst, const char *osid, const char *since)
+void os_execd_check(struct os_inst *inst, const char *rock_id, const char *osid, const char *since)
 {
     struct os_ready_queue *q = inst->ready;
-    if (!q || !osid)
+    if (!q || !osid || !rock_id)
         return;
-    size_t len = strlen(osid);
+    size_t len = strlen(osid), rlen = strlen(rock_id);
     pthread_mutex_lock(&q->mu);
     size_t b = check_bucket(osid);
     struct os_ready_check *c = q->tab[b];
@@ -216,7 +232,7 @@ void os_execd_check(struct os_inst *inst, const char *osid, const char *since)
         pthread_mutex_unlock(&q->mu); /* queued already, or full: a later pass asks again */
         return;
     }
-    c = calloc(1, sizeof(*c) + len + 1);
+    c = calloc(1, sizeof(*c) + len + 1 + rlen + 1);
     char *sc = since ? strdup(since) : NULL;
     if (!c || (since && !sc)) {
         pthread_mutex_unlock(&q->mu);
@@ -227,6 +243,7 @@ void os_execd_check(struct os_inst *inst, const char *osid, const char *since)
     c->inst = inst;
     c->since = sc;
     memcpy(c->osid, osid, len + 1);
+    c->rock_id = memcpy(c->osid + len + 1, rock_id, rlen + 1);
     c->hnext = q->tab[b];
     q->tab[b] = c;
     if (q->tail)

@@ -1135,6 +1135,66 @@ def a_sandbox_moved_between_list_pages_is_not_taken_for_vanished():
     assert int(checks["exists"]) >= 1 and int(checks["gone"]) >= 1, checks
 
 
+def metric_values(admin, family):
+    """{labels or "": value} of one metric family in the admin's /metrics."""
+    st, body, _ = admin.request("GET", "/metrics", raw=True)
+    assert st == 200, st
+    return {m.group(1) or "": float(m.group(2)) for m in re.finditer(
+        r"^%s(\{[^}]*\})? (\S+)$" % re.escape(family), body.decode(), re.M)}
+
+
+@test
+def a_sandbox_is_alive_as_soon_as_its_execd_answers():
+    """A list pass that sees a sandbox freshly Running reports it pending until its execd has
+    answered a readiness check (alive means commands work); the check runs in the background.
+    When it answers, the plugin reports it (operator ABI 1.3 host->state_report) and the sandbox
+    turns alive at once, not one reconciler interval later at the next pass (in a burst of
+    16,000 creates that was a pass of a second or more for every sandbox)."""
+    sim_only("reads the simulator's sandbox state between the admin's passes")
+    interval_s = 4.0
+    admin, sim, redis, _ = setup(
+        admin_cfg={"runtime": {"reconcile_interval_ms": int(interval_s * 1000)}})
+
+    def passes():
+        return metric_values(admin, "rock_admin_reconciler_passes_total").get("", 0)
+    st, js = admin.api("POST", "/start_async", START_BODY)
+    assert st == 200 and js["status"] == "Success", js
+    sid = js["result"]["sandbox_id"]
+    # the number of complete passes when the backend first shows the sandbox Running: the next
+    # pass to complete is the one whose listing sees it Running and queues its check
+    p_run = None
+    deadline = time.time() + 30
+    while p_run is None:
+        assert time.time() < deadline, "the simulator never showed the sandbox Running"
+        p = passes()
+        items = sim_list_by_rock_id(sim, sid)
+        if items and items[0]["status"]["state"] == "Running":
+            p_run = p
+        else:
+            time.sleep(0.01)
+    listed_at = alive_at = None
+    while alive_at is None:
+        assert time.time() < deadline, "the sandbox never turned alive"
+        if listed_at is None and passes() > p_run:
+            listed_at = time.time()
+        st, js = status(admin, sid)
+        assert st == 200 and js["status"] == "Success", js
+        if js["result"]["is_alive"]:
+            alive_at = time.time()
+        else:
+            time.sleep(0.01)
+    assert listed_at is not None, "alive before a pass listed it Running"
+    after = alive_at - listed_at
+    # one interval later (the next pass) without the report; a few ms with it
+    assert after < interval_s / 2, "alive %.2f s after the pass that listed it Running" % after
+    reports = metric_values(admin, "rock_admin_state_reports_total")
+    assert reports['{outcome="applied"}'] == 1, reports
+    assert "sandbox %s: pending -> running (reported by the plugin)" % sid in admin.output()
+    assert run_ok(admin, sid, "echo ready")["stdout"] == "ready\n"
+    starts = metric_values(admin, "rock_admin_sandbox_start_seconds_count")
+    assert starts[""] == 1, starts
+
+
 @test
 def upstream_lifetime_lapsed():
     """OpenSandbox ends the sandbox itself (its timeout lapses → Terminated):

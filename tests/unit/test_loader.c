@@ -265,7 +265,8 @@ static void test_element_size_rules(void **state)
 
 /* ABI 1.2: the asynchronous forms are optional, need their capability, and
  * are not read from a plugin built for an older minor; a 1.1 plugin binary
- * (testop_v11) and a 1.0 one load with none, the current testop has both. */
+ * (testop_v11) and a 1.0 one load with none, the current testop and one built for 1.2
+ * (testop_v12) have both. */
 static void test_async_entry_points(void **state)
 {
     (void)state;
@@ -299,16 +300,21 @@ static void test_async_entry_points(void **state)
     rk_plugin_desc_free(&adopted);
     rk_plugin_unload(pl);
     rk_problems_free(&p);
-    const char *old[] = {"testop_v10", "testop_v11"};
-    for (size_t i = 0; i < 2; i++) {
+    const char *old[] = {"testop_v10", "testop_v11", "testop_v12"};
+    for (size_t i = 0; i < 3; i++) {
         struct rk_problems q = {0};
         struct rk_plugin *o = rk_plugin_load(plugin_dir(), old[i], &q);
         if (!o)
             fail_msg("%s refused: %s", old[i], q.n ? q.lines[0] : "?");
         assert_int_equal(o->desc->abi_minor, i);
         assert_non_null(o->ops.exec);
-        assert_null(o->ops.exec_start);
-        assert_null(o->ops.session_run_start);
+        if (i < 2) { /* the asynchronous forms came with 1.2 */
+            assert_null(o->ops.exec_start);
+            assert_null(o->ops.session_run_start);
+        } else {
+            assert_non_null(o->ops.exec_start);
+            assert_non_null(o->ops.session_run_start);
+        }
         rk_plugin_unload(o);
         rk_problems_free(&q);
     }

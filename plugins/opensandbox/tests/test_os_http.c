@@ -423,8 +423,13 @@ static void collect_listed(void *ctx, const char *rock_id, const struct rk_statu
 
 /** A readiness check the test answers at once for osb-new (the check ran while the later pages
  *  were read) and never for the others. */
-static void check_answers_new(struct os_inst *inst, const char *osid, const char *since)
+static void check_answers_new(struct os_inst *inst, const char *rock_id, const char *osid,
+                              const char *since)
 {
+    /* The check carries the sandbox's ROCK id: its answer is reported to the core by it. */
+    assert_string_equal(rock_id, strcmp(osid, "osb-new") == 0    ? "sbx-new"
+                                 : strcmp(osid, "osb-slow") == 0 ? "sbx-slow"
+                                                                 : "?");
     if (strcmp(osid, "osb-new") == 0)
         os_ep_ready_note(inst, osid, since);
 }
