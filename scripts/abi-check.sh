@@ -28,7 +28,9 @@
 #                points, descriptor fields) must fail although the 1.0
 #                baseline alone lets them pass, and so must the two 1.2
 #                asynchronous entry points swapped (the 1.1 baseline alone
-#                lets that pass) and the 1.2 host function call_done removed.
+#                lets that pass) and the 1.2 host function call_done removed,
+#                and the 1.3 host function state_report removed (the 1.2
+#                baseline alone lets that pass).
 #   --record     write the baseline of include-dir's version (a new release:
 #                a new minor or major); refuses to overwrite an existing one,
 #                since a released ABI never changes.
@@ -268,6 +270,20 @@ sys.stdout.write(s2)'
     variant removed-1.2-host-function "$drop_done" fail all
 elif [ "$major" = 1 ]; then
     echo "abi-check self-test: FAIL: abi/operator-1.2.abi is missing"
+    status=1
+fi
+if [ "$major" = 1 ] && [ -e "$top/abi/operator-1.3.abi" ]; then
+    # The 1.3 host function removed again: only the 1.3 baseline sees it, and it must.
+    drop_report='import re, sys
+s = sys.stdin.read()
+s2 = re.sub(r"\n    void \(\*state_report\)\(const char \*sandbox_id, const struct rk_status_info \*info\);",
+            "", s, 1)
+assert s2 != s, "state_report not found"
+sys.stdout.write(s2)'
+    variant removed-1.3-host-function "$drop_report" pass "$top/abi/operator-1.2.abi"
+    variant removed-1.3-host-function "$drop_report" fail all
+elif [ "$major" = 1 ]; then
+    echo "abi-check self-test: FAIL: abi/operator-1.3.abi is missing"
     status=1
 fi
 exit $status

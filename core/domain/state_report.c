@@ -87,29 +87,40 @@ static void receive(const char *sandbox_id, const struct rk_status_info *info)
     pthread_mutex_unlock(&sr_mu);
 }
 
+/* What fits() compares a record with. */
+struct fit_ctx {
+    const struct report *r;
+    const char *tag;
+};
+
+/* rk_store_view_each_fn: keep (copy) the record only when the report is about it as it is now:
+ * pending under the reported backend id. */
+static int fits(void *ctx, size_t i, json_object *rec)
+{
+    (void)i;
+    const struct fit_ctx *f = ctx;
+    struct rk_rec_glance g;
+    int yes = rec && rk_lifecycle_glance(rec, f->tag, &g) == 0 && g.present &&
+              g.state == RK_STATE_PENDING && g.upstream && strcmp(g.upstream, f->r->upstream) == 0;
+    if (rec)
+        rk_lifecycle_glance_free(&g);
+    return yes;
+}
+
 /* Apply one report to its record, if the record is still pending under the reported id. */
 static void apply(struct rk_app *app, struct rk_call *call, const struct report *r)
 {
-    const char *tag = app->plugin->desc->backend_tag;
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
-    rk_store_rc rc = rk_store_get(app->store, r->id, &rec, err, sizeof err);
-    if (rc != RK_STORE_OK) {
-        if (rc == RK_STORE_NOT_FOUND) {
-            sr_ignored++;
-        } else {
-            sr_failed++; /* the next pass brings the news again */
-            rk_debug("state report for sandbox %s: %s", r->id, err);
-        }
+    struct fit_ctx f = {.r = r, .tag = app->plugin->desc->backend_tag};
+    const char *one = r->id;
+    if (rk_store_view_many(app->store, &one, 1, fits, &f, &rec, err, sizeof err) != RK_STORE_OK) {
+        sr_failed++; /* the next pass brings the news again */
+        rk_debug("state report for sandbox %s: %s", r->id, err);
         return;
     }
-    struct rk_rec_glance g;
-    int fits = rk_lifecycle_glance(rec, tag, &g) == 0 && g.present && g.state == RK_STATE_PENDING &&
-               g.upstream && strcmp(g.upstream, r->upstream) == 0;
-    rk_lifecycle_glance_free(&g);
-    if (!fits) {
-        sr_ignored++;
-        json_object_put(rec);
+    if (!rec) {
+        sr_ignored++; /* gone, or no longer pending under that backend id */
         return;
     }
     struct rk_status_info info = {.state = RK_STATE_RUNNING, .upstream_id = r->upstream};

@@ -104,8 +104,10 @@ rk_store_rc rk_store_create(struct rk_store *st, const char *id, json_object *re
                             int64_t expire_time, char *err, size_t errlen);
 
 /** Callback of rk_store_update: modify rec in place. Return 0 to write it,
- *  1 to leave the record unchanged (RK_STORE_ABORTED), -1 on error. May be
- *  called several times (optimistic retries); keep it free of side effects. */
+ *  1 to leave the record unchanged (RK_STORE_ABORTED), -1 on error; decide
+ *  1 or -1 before changing anything (the in-process store hands over the
+ *  stored record itself). May be called several times (optimistic retries);
+ *  keep it free of side effects. */
 typedef int (*rk_store_update_fn)(json_object *rec, void *ctx);
 
 /** Atomic read-modify-write of an existing record (RK_STORE_NOT_FOUND if

