@@ -84,23 +84,8 @@ static atomic_ullong refused_total, takeover_total, started_total;
 /* Wait-time histogram (enqueue -> backend call), seconds. */
 static const double wait_bounds[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1,   2.5,
                                      5,    10,   30,  60,   120, 300, 600};
-#define NWAIT (sizeof wait_bounds / sizeof wait_bounds[0])
-static pthread_mutex_t wait_mu = PTHREAD_MUTEX_INITIALIZER;
-static unsigned long long wait_bucket[NWAIT + 1];
-static double wait_sum;
-
-static void observe_wait(double s)
-{
-    if (s < 0)
-        s = 0;
-    size_t b = 0;
-    while (b < NWAIT && s > wait_bounds[b])
-        b++;
-    pthread_mutex_lock(&wait_mu);
-    wait_bucket[b]++;
-    wait_sum += s;
-    pthread_mutex_unlock(&wait_mu);
-}
+static unsigned long long wait_counts[sizeof wait_bounds / sizeof wait_bounds[0] + 1];
+static struct rk_histogram wait_hist = RK_HISTOGRAM_INIT(wait_bounds, wait_counts);
 
 static void *worker_main(void *arg);
 
@@ -239,7 +224,7 @@ static void *worker_main(void *arg)
         rk_create_run_fn run = q.run;
         pthread_mutex_unlock(&q.mu);
 
-        observe_wait((double)(rk_epoch_ms() - j->enqueued_ms) / 1000.0);
+        rk_histogram_observe(&wait_hist, (double)(rk_epoch_ms() - j->enqueued_ms) / 1000.0);
         atomic_fetch_add(&started_total, 1);
         run(app, j->id, j->rec, j->retaken);
         char err[RK_STORE_ERRLEN];
@@ -299,22 +284,8 @@ static void collect(void *arg, struct rk_buf *out)
                       "renewing the claim.");
     rk_buf_printf(out, "rock_admin_create_queue_takeovers_total %llu\n",
                   (unsigned long long)atomic_load(&takeover_total));
-    rk_metrics_family(out, "rock_admin_create_wait_seconds", "histogram",
-                      "Time from start_async queuing a create to this admin starting it.");
-    pthread_mutex_lock(&wait_mu);
-    unsigned long long cum = 0;
-    for (size_t b = 0; b < NWAIT; b++) {
-        cum += wait_bucket[b];
-        rk_buf_printf(out, "rock_admin_create_wait_seconds_bucket{le=\"%g\"} %llu\n",
-                      wait_bounds[b], cum);
-    }
-    cum += wait_bucket[NWAIT];
-    rk_buf_printf(out,
-                  "rock_admin_create_wait_seconds_bucket{le=\"+Inf\"} %llu\n"
-                  "rock_admin_create_wait_seconds_sum %.6f\n"
-                  "rock_admin_create_wait_seconds_count %llu\n",
-                  cum, wait_sum, cum);
-    pthread_mutex_unlock(&wait_mu);
+    rk_histogram_render(&wait_hist, out, "rock_admin_create_wait_seconds",
+                        "Time from start_async queuing a create to this admin starting it.");
 }
 
 int rk_create_queue_start(struct rk_app *app, rk_create_run_fn run)

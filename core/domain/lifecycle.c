@@ -305,10 +305,8 @@ done:
 /* Histogram of rock_admin_sandbox_start_seconds: start_async accepted -> recorded running. */
 static const double start_bounds[] = {0.5, 1,  2,  3,  4,  5,   6,   7,  8,
                                       10,  15, 20, 30, 60, 120, 300, 600};
-#define NSTART (sizeof start_bounds / sizeof start_bounds[0])
-static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
-static unsigned long long start_bucket[NSTART + 1];
-static double start_sum;
+static unsigned long long start_counts[sizeof start_bounds / sizeof start_bounds[0] + 1];
+static struct rk_histogram start_hist = RK_HISTOGRAM_INIT(start_bounds, start_counts);
 
 /* When start_async accepted a record that never ran yet (epoch ms), else 0: the start of a
  * sandbox's first pending -> running, the one the histogram measures. */
@@ -321,42 +319,13 @@ static int64_t first_start_accepted_ms(json_object *rec)
     return json_object_get_int64(v);
 }
 
-/* Count one sandbox that was recorded running for the first time (accepted: epoch ms). */
-static void observe_start(int64_t accepted_ms)
-{
-    double s = (double)(rk_epoch_ms() - accepted_ms) / 1000.0;
-    if (s < 0)
-        s = 0; /* another admin's clock runs ahead */
-    size_t b = 0;
-    while (b < NSTART && s > start_bounds[b])
-        b++;
-    pthread_mutex_lock(&start_mu);
-    start_bucket[b]++;
-    start_sum += s;
-    pthread_mutex_unlock(&start_mu);
-}
-
 void rk_lifecycle_metrics_collect(void *arg, struct rk_buf *out)
 {
     (void)arg;
-    rk_metrics_family(out, "rock_admin_sandbox_start_seconds", "histogram",
-                      "From start_async accepting a sandbox to this admin recording it running "
-                      "(alive) for the first time: the create queue, the backend's start and the "
-                      "admin's detection of it.");
-    pthread_mutex_lock(&start_mu);
-    unsigned long long cum = 0;
-    for (size_t b = 0; b < NSTART; b++) {
-        cum += start_bucket[b];
-        rk_buf_printf(out, "rock_admin_sandbox_start_seconds_bucket{le=\"%g\"} %llu\n",
-                      start_bounds[b], cum);
-    }
-    cum += start_bucket[NSTART];
-    rk_buf_printf(out,
-                  "rock_admin_sandbox_start_seconds_bucket{le=\"+Inf\"} %llu\n"
-                  "rock_admin_sandbox_start_seconds_sum %.6f\n"
-                  "rock_admin_sandbox_start_seconds_count %llu\n",
-                  cum, start_sum, cum);
-    pthread_mutex_unlock(&start_mu);
+    rk_histogram_render(&start_hist, out, "rock_admin_sandbox_start_seconds",
+                        "From start_async accepting a sandbox to this admin recording it running "
+                        "(alive) for the first time: the create queue, the backend's start and the "
+                        "admin's detection of it.");
 }
 
 /* ---- status refresh ----------------------------------------------------------- */
@@ -492,7 +461,7 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
                               .event = "alive",
                               .clear_observed = has_observed};
             if (state_patch(app, id, &p, rec_io, touch) == RK_STORE_OK && accepted > 0)
-                observe_start(accepted);
+                rk_histogram_observe(&start_hist, (double)(rk_epoch_ms() - accepted) / 1000.0);
         } else if (has_observed) {
             struct patch p = {.clear_observed = 1};
             state_patch(app, id, &p, rec_io, touch);

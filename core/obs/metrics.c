@@ -375,3 +375,32 @@ void rk_metrics_render(struct rk_app *app, struct rk_buf *out)
     for (int i = 0; i < n; i++)
         collectors[i].fn(collectors[i].arg, out);
 }
+
+void rk_histogram_observe(struct rk_histogram *h, double seconds)
+{
+    if (seconds < 0)
+        seconds = 0;
+    size_t b = 0;
+    while (b < h->n && seconds > h->bounds[b])
+        b++;
+    pthread_mutex_lock(&h->mu);
+    h->counts[b]++;
+    h->sum += seconds;
+    pthread_mutex_unlock(&h->mu);
+}
+
+void rk_histogram_render(struct rk_histogram *h, struct rk_buf *out, const char *name,
+                         const char *help)
+{
+    rk_metrics_family(out, name, "histogram", help);
+    pthread_mutex_lock(&h->mu);
+    unsigned long long cum = 0;
+    for (size_t b = 0; b < h->n; b++) {
+        cum += h->counts[b];
+        rk_buf_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[b], cum);
+    }
+    cum += h->counts[h->n];
+    rk_buf_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, cum, name,
+                  h->sum, name, cum);
+    pthread_mutex_unlock(&h->mu);
+}

@@ -9,6 +9,8 @@
 #ifndef RK_METRICS_H
 #define RK_METRICS_H
 
+#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rock-admin/operator.h"
@@ -53,6 +55,26 @@ void rk_metrics_collectors_reset(void);
 void rk_metrics_set_operator(const char *name, const char *version);
 /** Append the "# HELP" and "# TYPE" lines of one family. */
 void rk_metrics_family(struct rk_buf *out, const char *name, const char *type, const char *help);
+/** An unlabelled histogram of seconds with fixed bucket bounds, owned by the layer that
+ *  observes it and rendered by its collector (e.g. a queue's wait). Define one with
+ *  RK_HISTOGRAM_INIT over a static array of bounds and one of n + 1 counts. */
+struct rk_histogram {
+    pthread_mutex_t mu;
+    const double *bounds;       /**< ascending upper bounds (le) */
+    size_t n;                   /**< number of bounds */
+    unsigned long long *counts; /**< n + 1 (the last: above every bound) */
+    double sum;
+};
+#define RK_HISTOGRAM_INIT(bounds, counts)                                                          \
+    {                                                                                              \
+        PTHREAD_MUTEX_INITIALIZER, (bounds), sizeof(bounds) / sizeof((bounds)[0]), (counts), 0     \
+    }
+/** Observe one value (seconds; a negative one counts as 0). */
+void rk_histogram_observe(struct rk_histogram *h, double seconds);
+/** Append the family (HELP/TYPE, cumulative buckets, +Inf, _sum, _count). */
+void rk_histogram_render(struct rk_histogram *h, struct rk_buf *out, const char *name,
+                         const char *help);
+
 /** Render the exposition text: the core's families, then every collector's. */
 void rk_metrics_render(struct rk_app *app, struct rk_buf *out);
 
