@@ -39,8 +39,9 @@ struct report {
 static pthread_mutex_t sr_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sr_cv = PTHREAD_COND_INITIALIZER;
 static struct report *sr_head, *sr_tail;
-static size_t sr_count;
-static int sr_taking; /* 1 while reports are queued (start .. stop) */
+static size_t sr_count;    /* queued */
+static size_t sr_applying; /* taken by the applying thread, not finished */
+static int sr_taking;      /* 1 while reports are queued (start .. stop) */
 static int sr_stop;
 static pthread_t sr_thread;
 static struct rk_app *sr_app;
@@ -60,7 +61,7 @@ static void receive(const char *sandbox_id, const struct rk_status_info *info)
         return;
     }
     pthread_mutex_lock(&sr_mu);
-    if (!sr_taking || sr_count >= RK_STATE_REPORTS_MAX) {
+    if (!sr_taking || sr_count + sr_applying >= RK_STATE_REPORTS_MAX) {
         pthread_mutex_unlock(&sr_mu);
         sr_dropped++;
         return;
@@ -148,6 +149,7 @@ static void *applier_main(void *arg)
             break;
         struct report *batch = sr_head;
         sr_head = sr_tail = NULL;
+        sr_applying = sr_count; /* still counted against the bound until applied */
         sr_count = 0;
         pthread_mutex_unlock(&sr_mu);
         struct rk_call *call = rk_call_new("state-report", -1, rk_now_ms() + REPORT_BATCH_MS);
@@ -161,6 +163,7 @@ static void *applier_main(void *arg)
         if (call)
             rk_call_free(call);
         pthread_mutex_lock(&sr_mu);
+        sr_applying = 0;
     }
     pthread_mutex_unlock(&sr_mu);
     return NULL;
@@ -218,7 +221,7 @@ void rk_state_reports_stop(void)
         free(r);
     }
     sr_tail = NULL;
-    sr_count = 0;
+    sr_count = sr_applying = 0;
     pthread_mutex_unlock(&sr_mu);
     sr_app = NULL;
 }

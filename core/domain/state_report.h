@@ -16,7 +16,7 @@
 
 struct rk_app;
 
-/** Reports waiting to be applied at most. */
+/** Reports queued or being applied at most (about 100 bytes each). */
 #define RK_STATE_REPORTS_MAX 65536
 
 /** Start taking the plugin's reports (a thread that applies them); 0 on success. */
