@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "base/app.h"
+#include "base/ident.h"
 #include "base/util.h"
 #include "domain/lifecycle.h"
 #include "domain/record.h"
@@ -55,8 +56,10 @@ static void receive(const char *sandbox_id, const struct rk_status_info *info)
         sr_ignored++; /* only the news that a pending sandbox now runs is taken */
         return;
     }
+    /* The ROCK id comes from the backend (the sandbox's metadata): it reaches a store key only
+     * when it has the form of one (base/ident.h), as a client's id does. */
     size_t li = strnlen(sandbox_id, 256), lu = strnlen(info->upstream_id, 256);
-    if (li == 0 || li == 256 || lu == 0 || lu == 256) {
+    if (li == 256 || !rk_id_valid(sandbox_id, li) || lu == 0 || lu == 256) {
         sr_ignored++;
         return;
     }
