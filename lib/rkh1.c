@@ -15,7 +15,8 @@
  * interim 1xx answers are skipped, answers to HEAD end with their head. A connection whose
  * response ended cleanly and may be kept goes to a small idle set (idle_max, dropped after
  * H1_IDLE_MS or as soon as the server closes it); a request sent on a kept connection that
- * ends before any answer byte is sent once more on a new connection, as libcurl does. A
+ * ends before any answer byte is sent once more on a new connection, as libcurl does, unless
+ * the exchange is sent at most once (a create: the server may have acted on it). A
  * reader that cannot take more (ops->room) pauses the socket's reading until rku_h1_resume.
  */
 #include <arpa/inet.h>
@@ -52,6 +53,11 @@
  *  timeout may have closed it, or it may have sent something unasked); one kept busy is used
  *  at once: its close would have shown in the client's last pass. */
 #define H1_IDLE_CHECK_MS 1000
+/** An exchange sent at most once (rku_h1_xchg.once) takes a kept connection only when it has
+ *  been idle for less than this, and only after checking it is still open: a server closes an
+ *  idle connection after its keep-alive timeout (uvicorn's is at least 1 s, 30 s by default for
+ *  OpenSandbox's server), so a connection idle this briefly is not racing that close. */
+#define H1_ONCE_IDLE_MS 500
 
 /** What a socket's owner is. */
 enum h1_kind { H1_XCHG = 1, H1_IDLE };
@@ -650,7 +656,9 @@ static int idle_take(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
         if (e->fd < 0 || !same_addr(e, x))
             continue;
         int fd = e->fd;
-        if (now - e->since_ms >= H1_IDLE_CHECK_MS && !idle_alive(fd)) {
+        if (x->once && now - e->since_ms >= H1_ONCE_IDLE_MS)
+            continue; /* may be closing: the exchange opens a new one */
+        if ((x->once || now - e->since_ms >= H1_IDLE_CHECK_MS) && !idle_alive(fd)) {
             idle_close(c, e);
             continue;
         }
@@ -684,7 +692,7 @@ static void xchg_end(struct rku_h1 *c, struct rku_h1_xchg *x, int code, const ch
                      int64_t now)
 {
     if (x->fd >= 0) {
-        if (reuse && !x->fresh)
+        if (reuse)
             idle_put(c, x, now);
         if (x->fd >= 0) {
             reg_del(c, x->fd);
@@ -749,7 +757,7 @@ static int xchg_watch(struct rku_h1 *c, struct rku_h1_xchg *x, int add)
 
 static int xchg_send(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now);
 
-/** Open x's connection: a kept one unless x wants a fresh one or is being resent. */
+/** Open x's connection: a kept one (idle_take decides which) unless x is being resent. */
 static void xchg_connect(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 {
     x->sent = 0;
@@ -758,7 +766,7 @@ static void xchg_connect(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
     x->connecting = 0;
     x->paused = 0;
     rku_h1_resp_reset(&x->resp);
-    int fd = (x->fresh || x->resent) ? -1 : idle_take(c, x, now);
+    int fd = x->resent ? -1 : idle_take(c, x, now);
     if (fd >= 0) {
         x->fd = fd;
         x->reused = 1;
@@ -794,7 +802,7 @@ static void xchg_connect(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 /** The request on a kept connection met its end before any answer: once more on a new one. */
 static int xchg_resend(struct rku_h1 *c, struct rku_h1_xchg *x, int64_t now)
 {
-    if (!x->reused || x->got_bytes || x->resent)
+    if (!x->reused || x->got_bytes || x->resent || x->once)
         return 0;
     reg_del(c, x->fd);
     close(x->fd);

@@ -93,7 +93,9 @@ struct rku_h1_xchg {
     unsigned addr_len;
     char *req; /**< the whole request (head and body), malloc'd; the client frees it */
     size_t req_len;
-    int fresh;          /**< a new connection, not kept afterwards (and never resent) */
+    int once;           /**< sent at most once (not idempotent: a create): never sent again when its
+                             connection ends unanswered (the failure is reported), and it takes a kept
+                             connection only one idle very briefly and checked open (H1_ONCE_IDLE_MS) */
     int head_only;      /**< a HEAD request: the answer has no body */
     size_t head_max;    /**< longest answer head accepted (0: RKU_H1_HEAD_MAX) */
     int64_t connect_ms; /**< connect bound (0: only the deadline) */

@@ -3,7 +3,8 @@
  * @file test_rkh1.c
  * @brief The event loops' HTTP/1.1 client (rkh1.c): answer framing (chunked, Content-Length, close;
  * split at every byte), malformed answers, which URLs it carries, and on real loopback sockets
- *        keep-alive reuse and the resend of a request whose kept connection died unanswered.
+ *        keep-alive reuse, the resend of a request whose kept connection died unanswered, and
+ *        requests sent at most once (never resent, no long-idle kept connection).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -404,8 +405,8 @@ static const struct rku_h1_ops run_ops = {.on_status = g_status,
                                           .deadline = r_deadline,
                                           .on_done = r_done};
 
-/** Send GET / to port through c and wait for the end; fresh: on a connection of its own. */
-static void run_req(struct rku_h1 *c, int port, struct run *r, int fresh)
+/** Send GET / to port through c and wait for the end; once: sent at most once. */
+static void run_req(struct rku_h1 *c, int port, struct run *r, int once)
 {
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/", port);
@@ -418,7 +419,7 @@ static void run_req(struct rku_h1 *c, int port, struct run *r, int fresh)
     x.req_len = strlen(x.req);
     x.ops = &run_ops;
     x.ctx = &r->g;
-    x.fresh = fresh;
+    x.once = once;
     memset(r, 0, sizeof *r);
     r->deadline = mono_ms() + 5000;
     pthread_mutex_init(&r->mu, NULL);
@@ -488,40 +489,67 @@ static void rig_down(struct rig *g)
         close(srv_fd);
 }
 
-/** Connection 1 answers and stays open (kept by the client); connection 2 reads its request
- *  and closes unanswered. */
-static void *server_fresh_main(void *arg)
-{
-    (void)arg;
-    static const char ok1[] = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none";
-    int a = accept(srv_fd, NULL, NULL);
-    srv_accepts++;
-    if (a < 0 || !read_req(a) || write(a, ok1, sizeof ok1 - 1) < 0)
-        return NULL;
-    int b = accept(srv_fd, NULL, NULL);
-    srv_accepts++;
-    if (b >= 0) {
-        read_req(b);
-        close(b);
-    }
-    read_req(a); /* until the client closes its kept connection */
-    close(a);
-    return NULL;
-}
-
-/** A request that must not be sent twice (a create) goes out on a connection of its own even
- *  when one is kept, and a lost answer is reported, not resent. */
-static void test_fresh_is_sent_once(void **state)
+/** A request that must not be sent twice (a create) goes out on the connection kept from the
+ *  request before; the server closes it unanswered (it may have acted on it), so the loss is
+ *  reported, not resent; the next request opens a new connection. */
+static void test_once_is_not_resent(void **state)
 {
     (void)state;
     struct rig g;
-    rig_up(&g, server_fresh_main);
+    rig_up(&g, server_main);
     struct run r;
     run_get(g.c, g.port, &r);
     assert_int_equal(r.code, CURLE_OK);
     run_req(g.c, g.port, &r, 1);
-    assert_int_equal(r.code, CURLE_GOT_NOTHING); /* resent, it would have waited for 5 s */
+    assert_int_equal(r.code, CURLE_GOT_NOTHING); /* resent, the server would have answered */
     assert_int_equal(r.g.statuses, 0);
+    assert_int_equal(srv_accepts, 1); /* it went out on the kept connection */
+    run_get(g.c, g.port, &r);
+    assert_int_equal(r.code, CURLE_OK);
+    assert_memory_equal(r.g.body, "two", 3);
+    rig_down(&g);
+    assert_int_equal(srv_accepts, 2);
+}
+
+/** Connection 1 answers one request and stays open; connection 2 answers two. */
+static void *server_two_conns_main(void *arg)
+{
+    (void)arg;
+    static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none";
+    int a = accept(srv_fd, NULL, NULL);
+    srv_accepts++;
+    if (a < 0 || !read_req(a) || write(a, ok, sizeof ok - 1) < 0)
+        return NULL;
+    int b = accept(srv_fd, NULL, NULL);
+    srv_accepts++;
+    for (int i = 0; i < 2 && b >= 0 && read_req(b); i++) {
+        if (write(b, ok, sizeof ok - 1) < 0)
+            break;
+    }
+    read_req(b); /* until the client closes its kept connections */
+    read_req(a);
+    close(b);
+    close(a);
+    return NULL;
+}
+
+/** A request sent at most once takes no kept connection that has been idle for long (the
+ *  server's keep-alive timeout may be closing it): it opens a new one, which is kept after its
+ *  answer like any other and serves the next request. */
+static void test_once_takes_no_long_idle_connection(void **state)
+{
+    (void)state;
+    struct rig g;
+    rig_up(&g, server_two_conns_main);
+    struct run r;
+    run_get(g.c, g.port, &r);
+    assert_int_equal(r.code, CURLE_OK);
+    usleep(600 * 1000); /* longer than H1_ONCE_IDLE_MS */
+    run_req(g.c, g.port, &r, 1);
+    assert_int_equal(r.code, CURLE_OK);
+    assert_int_equal(srv_accepts, 2);
+    run_req(g.c, g.port, &r, 1); /* connection 2, just used: taken (connection 1 is not) */
+    assert_int_equal(r.code, CURLE_OK);
     rig_down(&g);
     assert_int_equal(srv_accepts, 2);
 }
@@ -731,7 +759,8 @@ int main(void)
         cmocka_unit_test(test_headers_and_head_only),
         cmocka_unit_test(test_targets),
         cmocka_unit_test(test_reuse_and_resend),
-        cmocka_unit_test(test_fresh_is_sent_once),
+        cmocka_unit_test(test_once_is_not_resent),
+        cmocka_unit_test(test_once_takes_no_long_idle_connection),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_pause_and_resume),
     };

@@ -6,11 +6,12 @@
  *        cancellation.
  *
  * The carrier is chosen when the exchange starts, in one place (xfer_begin): an exchange run on
- * the loop (command streams, session runs, readiness pings, interrupts) to a plain-HTTP IP
- * literal goes through librkutil's HTTP/1.1 client (lib/rkh1.c), whose open stream costs a few
- * hundred bytes where a libcurl transfer costs about 11 KiB; everything else, and whatever asks
- * for its easy handle (os_xfer_curl: uploads, downloads), goes through libcurl. Both report
- * libcurl's codes, so xfer_result maps them once.
+ * the loop (command streams, session runs, readiness pings, interrupts) or sent at most once
+ * (os_xfer_send_once: the lifecycle POSTs) to a plain-HTTP IP literal goes through librkutil's
+ * HTTP/1.1 client (lib/rkh1.c), whose open stream costs a few hundred bytes where a libcurl
+ * transfer costs about 11 KiB, and which can keep connections for requests that must not be
+ * re-sent; everything else, and whatever asks for its easy handle (os_xfer_curl: uploads,
+ * downloads), goes through libcurl. Both report libcurl's codes, so xfer_result maps them once.
  *
  * Connection reuse: every exchange borrows an easy handle from the instance's
  * pool (librkutil's rku_curl_pool, the same implementation as the core relay's;
@@ -256,7 +257,7 @@ void *os_xfer_curl(struct os_xfer *x)
             curl_easy_setopt(c, CURLOPT_POSTFIELDS, b);
         }
     }
-    if (x->fresh) {
+    if (x->once) { /* libcurl re-sends on a kept connection that died: one of its own */
         curl_easy_setopt(c, CURLOPT_FRESH_CONNECT, 1L);
         curl_easy_setopt(c, CURLOPT_FORBID_REUSE, 1L);
     }
@@ -295,15 +296,17 @@ void os_xfer_limit(struct os_xfer *x, int64_t timeout_ms)
         curl_easy_setopt(x->curl, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
 }
 
-/** Send this exchange at most once: on a new connection, closed after it. libcurl silently
- * re-sends a request whose reused connection died before any reply byte; a non-idempotent
- * request (a create, a snapshot, a restore) must never be sent twice, so a lost reply surfaces
- * as an error instead (a lost create is then looked up by its ROCK id). The connection is not
- * kept either: it would only sit in this handle's cache, since the next such request again
- * needs a new one. */
-void os_xfer_fresh_connection(struct os_xfer *x)
+/** Send this exchange at most once. Both carriers re-send a request whose kept connection died
+ * before any reply byte (the server's keep-alive timeout racing it), and a non-idempotent
+ * request (a create, a snapshot, a restore) must never be sent twice: a lost reply surfaces as
+ * an error instead (a lost create is then looked up by its ROCK id). The loop's HTTP/1.1 client
+ * carries it when the origin allows (x then waits on the loop like a command stream's exchange):
+ * it never re-sends such an exchange and gives it a kept connection only one idle for less than
+ * half a second and checked open, so a burst of creates reuses connections. libcurl cannot be
+ * told not to re-send, so through it the exchange gets a new connection, closed after it. */
+void os_xfer_send_once(struct os_xfer *x)
 {
-    x->fresh = 1;
+    x->once = 1;
     if (x->curl) {
         curl_easy_setopt(x->curl, CURLOPT_FRESH_CONNECT, 1L);
         curl_easy_setopt(x->curl, CURLOPT_FORBID_REUSE, 1L);
@@ -407,7 +410,7 @@ static int h1_prepare(struct os_xfer *x)
 {
     const char *host, *path;
     size_t host_len;
-    if (x->fresh || !os_loop_h1(x->inst->loop) ||
+    if (x->curl || !os_loop_h1(x->inst->loop) || /* an easy handle asked for: libcurl's */
         !rku_h1_target(&x->h1, x->url, &host, &host_len, &path))
         return 0;
     struct os_sb sb = {0};
@@ -436,7 +439,7 @@ static int h1_prepare(struct os_xfer *x)
         return 0; /* libcurl may still manage; it reports its own failure */
     x->h1.req = req;
     x->h1.req_len = len;
-    x->h1.fresh = 0;
+    x->h1.once = x->once;
     x->h1.connect_ms = (int64_t)x->inst->connect_timeout_s * 1000;
     x->h1.ops = &h1_ops;
     x->h1.ctx = x;
@@ -471,7 +474,7 @@ static rk_status xfer_begin(struct os_xfer *x)
         return x->prep_status;
     x->status = 0; /* this attempt's answer */
     x->errbuf[0] = '\0';
-    if (x->use_loop && h1_prepare(x))
+    if ((x->use_loop || x->once) && h1_prepare(x))
         return RK_OK;
     if (!curl_arm(x))
         return RK_E_NOMEM;

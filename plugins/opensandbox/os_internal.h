@@ -290,7 +290,7 @@ struct os_xfer {
     char method[16];
     char *url;
     char *req_body;        /**< os_xfer_json's body (NULL: none) */
-    int fresh;             /**< os_xfer_fresh_connection */
+    int once;              /**< os_xfer_send_once */
     rk_status prep_status; /**< a setter ran out of memory: the exchange fails with it */
     char errbuf[256];
     long status;
@@ -319,7 +319,7 @@ rk_status os_xfer_init(struct os_xfer *x, struct os_inst *inst, struct rk_call *
                        const char *method, const char *url, int64_t timeout_ms);
 rk_status os_xfer_header(struct os_xfer *x, const char *name, const char *value);
 void os_xfer_json(struct os_xfer *x, const char *json);
-void os_xfer_fresh_connection(struct os_xfer *x);
+void os_xfer_send_once(struct os_xfer *x);
 void os_xfer_limit(struct os_xfer *x, int64_t timeout_ms);
 /** The exchange's easy handle, set up from the description (for options only libcurl has:
  *  uploads, speed limits); the exchange then always goes through libcurl. NULL on OOM. */
@@ -340,8 +340,8 @@ struct json_object;
 /** Prepare a lifecycle request to {protocol}://{endpoint}/v1{path} (API key, Accept). */
 rk_status os_lc_xfer(struct os_xfer *x, struct os_inst *inst, struct rk_call *call,
                      const char *method, const char *path);
-/** Prepare and perform one lifecycle request (JSON body optional; POSTs on a fresh
- *  connection); x must be cleaned up. */
+/** Prepare and perform one lifecycle request (JSON body optional; POSTs are sent at most once,
+ *  os_xfer_send_once); x must be cleaned up. */
 rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *method,
                         const char *path, const char *json_body, struct os_xfer *x);
 /** The buffered response as a JSON object (new reference) or NULL. */

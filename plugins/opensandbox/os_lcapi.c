@@ -97,7 +97,7 @@ rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *
     if (s == RK_OK && json_body)
         os_xfer_json(x, json_body);
     if (s == RK_OK && !strcmp(method, "POST"))
-        os_xfer_fresh_connection(x); /* not idempotent (snapshot, restore): sent once */
+        os_xfer_send_once(x); /* not idempotent (snapshot, restore): sent once */
     if (s == RK_OK)
         s = os_xfer_perform(x);
     return s;

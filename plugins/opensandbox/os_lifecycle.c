@@ -268,7 +268,7 @@ rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
     if (s == RK_OK) {
         /* Sent once: a second send would make a second sandbox; a lost reply surfaces as an
          * error, and adopt_lost() finds the sandbox it made. */
-        os_xfer_fresh_connection(&x);
+        os_xfer_send_once(&x);
         os_xfer_json(&x, body);
         s = os_xfer_perform(&x);
     }

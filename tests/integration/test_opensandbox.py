@@ -1238,6 +1238,32 @@ def lost_create_reply():
 
 
 @test
+def creates_share_a_connection_and_a_lost_reply_is_not_resent():
+    """Creates one after another (runtime.create_concurrency 1) go out on the connection the
+    create before kept open, and the fifth one's reply is lost on that kept connection (the
+    simulator makes the sandbox, then closes the connection unanswered): rock-admin must not
+    send it again — a second POST would make a second sandbox — but find the one it made. All
+    ten become alive, each backed by exactly one upstream sandbox, ten creates in all, on two
+    connections (the one that lost the reply, then a new one)."""
+    sim_only("counts the connections creates arrive on; a fault switch drops one reply")
+    admin, sim, redis, _ = setup(admin_cfg={"runtime": {"create_concurrency": 1}})
+    faults(sim, {"drop_create_reply": 1, "drop_create_reply_skip": 4})
+    sids = []
+    for _ in range(10):
+        st, js = admin.api("POST", "/start_async", dict(START_BODY))
+        assert st == 200 and js["status"] == "Success", js
+        sids.append(js["result"]["sandbox_id"])
+    for sid in sids:
+        admin.wait_alive(sid, timeout=30)
+        assert len(sim_list_by_rock_id(sim, sid)) == 1, sid
+    st, stats = sim.request("GET", "/_sim/stats")
+    assert st == 200, stats
+    assert stats["creates_total"] == 10, stats  # the lost one was not sent twice
+    assert stats["create_connections"] == 2, stats
+    assert run_ok(admin, sids[4], "echo adopted")["stdout"] == "adopted\n"
+
+
+@test
 def slow_create_status_pending():
     """A slow lifecycle API: get_status right after start_async (what P does)
     answers Success/pending with every TS field, and one sandbox results."""

@@ -186,6 +186,7 @@ struct sim_faults {
     int64_t cut_stream_after; /* events; -1 = off */
     int64_t stall_stream_after;
     int64_t drop_create_reply_count;
+    int64_t drop_create_reply_skip; /* creates answered before the next drop */
     /* Pause/resume and snapshot switches. */
     bool pause_unsupported, pause_fail, resume_fail, paused_execd_refuse;
     int64_t pause_delay_ms, resume_delay_ms;

@@ -60,13 +60,18 @@ bool sim_fault_take_drop(bool execd)
     return hit;
 }
 
-/* Consume one "create the sandbox but drop the reply" token. */
+/* Consume one "create the sandbox but drop the reply" token (after the creates to answer
+ * first, drop_create_reply_skip). */
 bool sim_fault_take_drop_create(void)
 {
     pthread_mutex_lock(&sim_faults_mu);
     bool hit = sim_faults_cur.drop_create_reply_count != 0;
-    if (sim_faults_cur.drop_create_reply_count > 0)
+    if (hit && sim_faults_cur.drop_create_reply_skip > 0) {
+        sim_faults_cur.drop_create_reply_skip--;
+        hit = false;
+    } else if (sim_faults_cur.drop_create_reply_count > 0) {
         sim_faults_cur.drop_create_reply_count--;
+    }
     pthread_mutex_unlock(&sim_faults_mu);
     return hit;
 }
@@ -120,6 +125,8 @@ static json_object *sim_faults_json(void)
     json_object_object_add(o, "stall_stream_after", json_object_new_int64(f.stall_stream_after));
     json_object_object_add(o, "drop_create_reply",
                            json_object_new_int64(f.drop_create_reply_count));
+    json_object_object_add(o, "drop_create_reply_skip",
+                           json_object_new_int64(f.drop_create_reply_skip));
     json_object_object_add(o, "pause_unsupported", json_object_new_boolean(f.pause_unsupported));
     json_object_object_add(o, "pause_fail", json_object_new_boolean(f.pause_fail));
     json_object_object_add(o, "resume_fail", json_object_new_boolean(f.resume_fail));
@@ -160,6 +167,7 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
               sim_get_int(o, "cut_stream_after", -1, &f.cut_stream_after) &&
               sim_get_int(o, "stall_stream_after", -1, &f.stall_stream_after) &&
               sim_get_int(o, "drop_create_reply", 0, &dcr) &&
+              sim_get_int(o, "drop_create_reply_skip", 0, &f.drop_create_reply_skip) &&
               sim_get_bool(o, "pause_unsupported", &f.pause_unsupported) &&
               sim_get_bool(o, "pause_fail", &f.pause_fail) &&
               sim_get_bool(o, "resume_fail", &f.resume_fail) &&
@@ -174,15 +182,31 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
     json_object_object_foreach(o, key, val)
     {
         (void)val;
-        static const char *known[] = {
-            "lifecycle_latency_ms", "execd_latency_ms",   "lifecycle_status",
-            "execd_status",         "status_count",       "drop_lifecycle",
-            "drop_execd",           "drop_count",         "refuse_ms",
-            "cut_stream_after",     "stall_stream_after", "drop_create_reply",
-            "pause_unsupported",    "pause_fail",         "resume_fail",
-            "pause_delay_ms",       "resume_delay_ms",    "paused_execd_refuse",
-            "snapshot_unsupported", "snapshot_fail",      "snapshot_delay_ms",
-            "restore_fail",         "image_pull_fail",    "list_later_pages_latency_ms"};
+        static const char *known[] = {"lifecycle_latency_ms",
+                                      "execd_latency_ms",
+                                      "lifecycle_status",
+                                      "execd_status",
+                                      "status_count",
+                                      "drop_lifecycle",
+                                      "drop_execd",
+                                      "drop_count",
+                                      "refuse_ms",
+                                      "cut_stream_after",
+                                      "stall_stream_after",
+                                      "drop_create_reply",
+                                      "pause_unsupported",
+                                      "pause_fail",
+                                      "resume_fail",
+                                      "pause_delay_ms",
+                                      "resume_delay_ms",
+                                      "paused_execd_refuse",
+                                      "snapshot_unsupported",
+                                      "snapshot_fail",
+                                      "snapshot_delay_ms",
+                                      "restore_fail",
+                                      "image_pull_fail",
+                                      "list_later_pages_latency_ms",
+                                      "drop_create_reply_skip"};
         bool found = false;
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             found = found || strcmp(known[i], key) == 0;
@@ -192,7 +216,7 @@ static enum MHD_Result sim_faults_set(struct MHD_Connection *c, struct sim_req *
     json_object_put(o);
     if (!ok || (lst && (lst < 100 || lst > 599)) || (est && (est < 100 || est > 599)) ||
         f.pause_delay_ms < 0 || f.resume_delay_ms < 0 || f.snapshot_delay_ms < 0 ||
-        f.list_later_pages_latency_ms < 0)
+        f.list_later_pages_latency_ms < 0 || f.drop_create_reply_skip < 0)
         return sim_reply_error(c, 400, "INVALID_REQUEST_BODY", "unknown key or wrong type");
     f.lifecycle_status = (int)lst;
     f.execd_status = (int)est;

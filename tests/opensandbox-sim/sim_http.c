@@ -166,6 +166,20 @@ static enum MHD_Result sim_port_route(struct MHD_Connection *c, struct sim_req *
 /* Create requests (POST /sandboxes) being answered now, the most ever at once, and all. */
 static atomic_int sim_creates_now, sim_creates_max;
 static atomic_llong sim_creates_total;
+/* The client connections creates arrived on. The daemon runs a thread per connection, so a
+ * connection's thread notes its first create in a thread-local flag. A client that keeps its
+ * connections sends many creates on few of them. */
+static atomic_int sim_create_connections;
+static _Thread_local bool sim_conn_has_created;
+
+/* Count this thread's connection when it brings its first create. */
+static void sim_note_create_connection(void)
+{
+    if (!sim_conn_has_created) {
+        sim_conn_has_created = true;
+        atomic_fetch_add(&sim_create_connections, 1);
+    }
+}
 
 /* GET /_sim/stats: the create counters (tests assert a client's create concurrency). */
 enum MHD_Result sim_stats_handle(struct MHD_Connection *c)
@@ -174,6 +188,7 @@ enum MHD_Result sim_stats_handle(struct MHD_Connection *c)
     json_object_object_add(o, "creates_in_flight", json_object_new_int(sim_creates_now));
     json_object_object_add(o, "creates_in_flight_max", json_object_new_int(sim_creates_max));
     json_object_object_add(o, "creates_total", json_object_new_int64(sim_creates_total));
+    json_object_object_add(o, "create_connections", json_object_new_int(sim_create_connections));
     json_object_object_add(o, "list_pages_waiting", json_object_new_int(g_sim.list_pages_waiting));
     return sim_reply_json(c, 200, o);
 }
@@ -194,6 +209,7 @@ static enum MHD_Result sim_dispatch(struct MHD_Connection *c, struct sim_req *r)
     while (now > max && !atomic_compare_exchange_weak(&sim_creates_max, &max, now))
         ;
     atomic_fetch_add(&sim_creates_total, 1);
+    sim_note_create_connection();
     sim_sleep_ms(g_sim.create_delay_ms);
     enum MHD_Result ret = sim_route(c, r);
     atomic_fetch_sub(&sim_creates_now, 1);
