@@ -9,7 +9,8 @@
  *
  * Only one report is taken: pending -> running, for the backend id the record carries. The
  * reports wait in a bounded queue (RK_STATE_REPORTS_MAX; one that does not fit is dropped: the
- * next pass brings the same news) and one thread applies them.
+ * next pass brings the same news) and are applied a chunk at a time by one thread, or by four
+ * on a shared store (Redis), whose updates wait for round trips.
  */
 #ifndef RK_STATE_REPORT_H
 #define RK_STATE_REPORT_H
@@ -19,9 +20,9 @@ struct rk_app;
 /** Reports queued or being applied at most (about 100 bytes each). */
 #define RK_STATE_REPORTS_MAX 65536
 
-/** Start taking the plugin's reports (a thread that applies them); 0 on success. */
+/** Start taking the plugin's reports (the threads that apply them); 0 on success. */
 int rk_state_reports_start(struct rk_app *app);
-/** Stop taking reports, drop those not applied yet and join the thread. */
+/** Stop taking reports, drop those not applied yet and join the threads. */
 void rk_state_reports_stop(void);
 
 #endif /* RK_STATE_REPORT_H */

@@ -1196,6 +1196,62 @@ def a_sandbox_is_alive_as_soon_as_its_execd_answers():
 
 
 @test
+def many_reports_turn_sandboxes_alive_once_each():
+    """200 sandboxes turn Running together and one list pass sees them all: their readiness
+    checks answer and the plugin's reports are applied a chunk at a time by several threads
+    (Redis store). Each sandbox turns alive before the next pass (not one interval later), its
+    record turns running exactly once (one log line, one running entry in its state history,
+    one start observed), and no report fails or is dropped."""
+    sim_only("reads the simulator's sandbox state between the admin's passes")
+    n, interval_s = 200, 4.0
+    admin, sim, redis, _ = setup(
+        sim_extra=["--max-sandboxes", str(n)],
+        admin_cfg={"runtime": {"reconcile_interval_ms": int(interval_s * 1000)}})
+
+    def passes():
+        return metric_values(admin, "rock_admin_reconciler_passes_total").get("", 0)
+    sids = []
+    for _ in range(n):
+        st, js = admin.api("POST", "/start_async", START_BODY)
+        assert st == 200 and js["status"] == "Success", js
+        sids.append(js["result"]["sandbox_id"])
+    deadline = time.time() + 60
+    while True:  # every sandbox Running in the backend; then the next pass lists them all
+        assert time.time() < deadline, "the simulator never showed them all Running"
+        p_run = passes()
+        st, js = sim.request("GET", "/v1/sandboxes?pageSize=%d&state=Running" % n)
+        assert st == 200, js
+        if len(js["items"]) == n:
+            break
+        time.sleep(0.05)
+    while passes() <= p_run:
+        assert time.time() < deadline, "no pass after the sandboxes ran"
+        time.sleep(0.01)
+    listed_at = time.time()
+    left = set(sids)
+    while left:
+        assert time.time() - listed_at < interval_s / 2, \
+            "%d sandboxes not alive %.1f s after the pass that listed them Running" % (
+                len(left), time.time() - listed_at)
+        for sid in sorted(left):
+            st, js = status(admin, sid)
+            assert st == 200 and js["status"] == "Success", js
+            if js["result"]["is_alive"]:
+                left.discard(sid)
+    out = admin.output()
+    for sid in sids:
+        lines = [ln for ln in out.splitlines() if "sandbox %s: pending -> running" % sid in ln]
+        assert len(lines) == 1, lines
+        rec = json.loads(redis.cli("GET", "rock:sandbox:" + sid))
+        hist = [h for h in rec["state_history"] if h.get("to_state") == "running"]
+        assert len(hist) == 1, rec["state_history"]
+    reports = metric_values(admin, "rock_admin_state_reports_total")
+    assert reports['{outcome="failed"}'] == 0 and reports['{outcome="dropped"}'] == 0, reports
+    assert reports['{outcome="applied"}'] >= 1, reports
+    assert metric_values(admin, "rock_admin_sandbox_start_seconds_count")[""] == n
+
+
+@test
 def upstream_lifetime_lapsed():
     """OpenSandbox ends the sandbox itself (its timeout lapses → Terminated):
     get_status shows deleted, the record is persisted as deleted."""
