@@ -7,6 +7,7 @@
  *        requests sent at most once (never resent, no long-idle kept connection).
  */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -319,7 +320,8 @@ static void test_targets(void **state)
 /* ---- on real sockets --------------------------------------------------- */
 
 static int srv_fd;
-static int srv_accepts;
+/* Connections the server thread accepted; atomic: some tests read it while the server runs. */
+static atomic_int srv_accepts;
 
 /** Read one request head (and no body: the test sends GETs); 0 at EOF. */
 static int read_req(int fd)
