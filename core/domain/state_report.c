@@ -12,12 +12,15 @@
  * MULTI .. EXEC), so one thread applied about 2,000 reports a second in a 16,000 create
  * burst on two cores, and the news of sandboxes that ran waited seconds in the queue; the
  * in-process store's update is a lock and a few microseconds, where more threads would only
- * contend for it.
+ * contend for it. The extra appliers start only for a backlog (the first chunk taken while
+ * more wait and no applier is free) and end when idle, so an admin at rest has one.
  */
 #include "rkutil.h"
 #include "domain/state_report.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +40,12 @@
 #define REPORT_BATCH_MS 30000
 /** Reports one applier takes at a time (their records read in one store call). */
 #define REPORT_CHUNK 64
-/** Applying threads: on a shared store (Redis), where an update waits for round trips; on the
- *  in-process store, where it does not. */
+/** Applying threads at most: on a shared store (Redis), where an update waits for round trips;
+ *  on the in-process store, where it does not. One always runs; the others start when reports
+ *  wait and no applier is free, and end after APPLIER_IDLE_MS without reports. */
 #define APPLIERS_SHARED 4
 #define APPLIERS_LOCAL 1
+#define APPLIER_IDLE_MS 30000
 
 /* One queued report: the ROCK id and the backend id, both in the same block. */
 struct report {
@@ -50,14 +55,17 @@ struct report {
 };
 
 static pthread_mutex_t sr_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t sr_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t sr_cv; /* CLOCK_MONOTONIC; from start to stop */
 static struct report *sr_head, *sr_tail;
 static size_t sr_count;    /* queued */
 static size_t sr_applying; /* taken by the applying threads, not finished */
 static int sr_taking;      /* 1 while reports are queued (start .. stop) */
 static int sr_stop;
-static pthread_t sr_threads[APPLIERS_SHARED];
-static int sr_nthreads;
+static pthread_t sr_thread;                                  /* the applier that always runs */
+static int sr_max;                                           /* appliers at most */
+static int sr_extra;                                         /* the others running now */
+static int sr_idle;                                          /* appliers waiting for reports */
+static pthread_cond_t sr_exit_cv = PTHREAD_COND_INITIALIZER; /* an extra one ended */
 static struct rk_app *sr_app;
 /* For /metrics. */
 static _Atomic unsigned long long sr_applied, sr_ignored, sr_dropped, sr_failed;
@@ -169,18 +177,45 @@ static void apply_chunk(struct rk_app *app, struct report *const *chunk, size_t 
     rk_call_free(call);
 }
 
-/* Thread: apply the queued reports, a chunk at a time. */
-static void *applier_main(void *arg)
+static void *extra_main(void *arg);
+
+/* Another applier, when reports wait that no applier is free to take (sr_mu held). */
+static void more_appliers_locked(struct rk_app *app)
 {
-    rku_thread_c_locale(); /* records are parsed and written here */
-    struct rk_app *app = arg;
+    if (!sr_head || sr_idle > 0 || 1 + sr_extra >= sr_max || sr_stop)
+        return;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED); /* stop waits for sr_extra */
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_t th;
+    if (pthread_create(&th, &attr, extra_main, app) == 0) {
+        sr_extra++; /* else the running ones take the reports */
+        rk_debug("state reports: applier %d of %d started for %zu waiting", 1 + sr_extra, sr_max,
+                 sr_count);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* Apply the queued reports, a chunk at a time, until stopped; an extra applier also ends after
+ * APPLIER_IDLE_MS without reports. Called and returns with sr_mu held. */
+static void apply_queued_locked(struct rk_app *app, int extra)
+{
     struct report *chunk[REPORT_CHUNK];
-    pthread_mutex_lock(&sr_mu);
     for (;;) {
-        while (!sr_stop && !sr_head)
-            pthread_cond_wait(&sr_cv, &sr_mu);
-        if (sr_stop)
-            break;
+        int timed_out = 0;
+        while (!sr_stop && !sr_head && !timed_out) {
+            sr_idle++;
+            if (extra) {
+                struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, APPLIER_IDLE_MS);
+                timed_out = pthread_cond_timedwait(&sr_cv, &sr_mu, &ts) == ETIMEDOUT;
+            } else {
+                pthread_cond_wait(&sr_cv, &sr_mu);
+            }
+            sr_idle--;
+        }
+        if (sr_stop || !sr_head)
+            return;
         size_t n = 0;
         while (sr_head && n < REPORT_CHUNK) {
             chunk[n++] = sr_head;
@@ -190,8 +225,9 @@ static void *applier_main(void *arg)
             sr_tail = NULL;
         sr_count -= n;
         sr_applying += n; /* still counted against the bound until applied */
-        if (sr_head)
-            pthread_cond_signal(&sr_cv); /* more for another applier */
+        if (sr_head && sr_idle > 0)
+            pthread_cond_signal(&sr_cv); /* more for a free applier */
+        more_appliers_locked(app);
         pthread_mutex_unlock(&sr_mu);
         apply_chunk(app, chunk, n);
         for (size_t i = 0; i < n; i++)
@@ -199,6 +235,26 @@ static void *applier_main(void *arg)
         pthread_mutex_lock(&sr_mu);
         sr_applying -= n;
     }
+}
+
+/* Thread: the applier that always runs. */
+static void *applier_main(void *arg)
+{
+    rku_thread_c_locale(); /* records are parsed and written here */
+    pthread_mutex_lock(&sr_mu);
+    apply_queued_locked(arg, 0);
+    pthread_mutex_unlock(&sr_mu);
+    return NULL;
+}
+
+/* Thread (detached; rk_state_reports_stop waits for it): an applier for a backlog. */
+static void *extra_main(void *arg)
+{
+    rku_thread_c_locale();
+    pthread_mutex_lock(&sr_mu);
+    apply_queued_locked(arg, 1);
+    sr_extra--;
+    pthread_cond_broadcast(&sr_exit_cv);
     pthread_mutex_unlock(&sr_mu);
     return NULL;
 }
@@ -226,12 +282,14 @@ int rk_state_reports_start(struct rk_app *app)
 {
     sr_app = app;
     sr_stop = 0;
-    int want = rk_store_is_shared(app->store) ? APPLIERS_SHARED : APPLIERS_LOCAL;
-    for (sr_nthreads = 0; sr_nthreads < want; sr_nthreads++) {
-        if (pthread_create(&sr_threads[sr_nthreads], NULL, applier_main, app) != 0)
-            break;
-    }
-    if (sr_nthreads == 0) {
+    sr_max = rk_store_is_shared(app->store) ? APPLIERS_SHARED : APPLIERS_LOCAL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the extra appliers' idle waits */
+    pthread_cond_init(&sr_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&sr_thread, NULL, applier_main, app) != 0) {
+        pthread_cond_destroy(&sr_cv);
         sr_app = NULL;
         return -1;
     }
@@ -253,11 +311,11 @@ void rk_state_reports_stop(void)
     sr_stop = 1;
     pthread_cond_broadcast(&sr_cv);
     pthread_mutex_unlock(&sr_mu);
-    for (int i = 0; i < sr_nthreads; i++)
-        pthread_join(sr_threads[i], NULL);
-    sr_nthreads = 0;
+    pthread_join(sr_thread, NULL);
     /* receive() may still be running on the plugin's thread: it sees sr_taking == 0. */
     pthread_mutex_lock(&sr_mu);
+    while (sr_extra > 0)
+        pthread_cond_wait(&sr_exit_cv, &sr_mu);
     while (sr_head) {
         struct report *r = sr_head;
         sr_head = r->next;
@@ -266,5 +324,6 @@ void rk_state_reports_stop(void)
     sr_tail = NULL;
     sr_count = sr_applying = 0;
     pthread_mutex_unlock(&sr_mu);
+    pthread_cond_destroy(&sr_cv); /* no applier waits on it, receive() no longer signals it */
     sr_app = NULL;
 }

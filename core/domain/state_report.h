@@ -9,8 +9,9 @@
  *
  * Only one report is taken: pending -> running, for the backend id the record carries. The
  * reports wait in a bounded queue (RK_STATE_REPORTS_MAX; one that does not fit is dropped: the
- * next pass brings the same news) and are applied a chunk at a time by one thread, or by four
- * on a shared store (Redis), whose updates wait for round trips.
+ * next pass brings the same news) and are applied a chunk at a time by one thread, or by up to
+ * four on a shared store (Redis), whose updates wait for round trips (the others start for a
+ * backlog and end when idle).
  */
 #ifndef RK_STATE_REPORT_H
 #define RK_STATE_REPORT_H
