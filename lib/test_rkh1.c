@@ -491,6 +491,14 @@ static void rig_down(struct rig *g)
         close(srv_fd);
 }
 
+/** rig_up, then one GET the server answers: its connection is kept for the next exchange. */
+static void rig_up_kept(struct rig *g, void *(*server)(void *), struct run *r)
+{
+    rig_up(g, server);
+    run_get(g->c, g->port, r);
+    assert_int_equal(r->code, CURLE_OK);
+}
+
 /** A request that must not be sent twice (a create) goes out on the connection kept from the
  *  request before; the server closes it unanswered (it may have acted on it), so the loss is
  *  reported, not resent; the next request opens a new connection. */
@@ -498,10 +506,8 @@ static void test_once_is_not_resent(void **state)
 {
     (void)state;
     struct rig g;
-    rig_up(&g, server_main);
     struct run r;
-    run_get(g.c, g.port, &r);
-    assert_int_equal(r.code, CURLE_OK);
+    rig_up_kept(&g, server_main, &r);
     run_req(g.c, g.port, &r, 1);
     assert_int_equal(r.code, CURLE_GOT_NOTHING); /* resent, the server would have answered */
     assert_int_equal(r.g.statuses, 0);
@@ -542,10 +548,8 @@ static void test_once_takes_no_long_idle_connection(void **state)
 {
     (void)state;
     struct rig g;
-    rig_up(&g, server_two_conns_main);
     struct run r;
-    run_get(g.c, g.port, &r);
-    assert_int_equal(r.code, CURLE_OK);
+    rig_up_kept(&g, server_two_conns_main, &r);
     usleep(600 * 1000); /* longer than H1_ONCE_IDLE_MS */
     run_req(g.c, g.port, &r, 1);
     assert_int_equal(r.code, CURLE_OK);
@@ -562,10 +566,8 @@ static void test_reuse_and_resend(void **state)
 {
     (void)state;
     struct rig g;
-    rig_up(&g, server_main);
     struct run r;
-    run_get(g.c, g.port, &r);
-    assert_int_equal(r.code, CURLE_OK);
+    rig_up_kept(&g, server_main, &r);
     assert_int_equal(r.g.status, 200);
     assert_memory_equal(r.g.body, "one", 3);
     run_get(g.c, g.port, &r);
