@@ -1194,7 +1194,8 @@ def a_sandbox_is_alive_as_soon_as_its_execd_answers():
     assert after < interval_s / 2, "alive %.2f s after the pass that listed it Running" % after
     reports = metric_values(admin, "rock_admin_state_reports_total")
     assert reports['{outcome="applied"}'] == 1, reports
-    assert "sandbox %s: pending -> running (reported by the plugin)" % sid in admin.output()
+    line = "sandbox %s: pending -> running (reported by the plugin)" % sid
+    wait_until(lambda: line in admin.output(), 10, 0.05, line)  # logged just after the write
     assert run_ok(admin, sid, "echo ready")["stdout"] == "ready\n"
     starts = metric_values(admin, "rock_admin_sandbox_start_seconds_count")
     assert starts[""] == 1, starts
@@ -1245,6 +1246,9 @@ def many_reports_turn_sandboxes_alive_once_each():
             assert st == 200 and js["status"] == "Success", js
             if js["result"]["is_alive"]:
                 left.discard(sid)
+    # each applier logs its change just after writing it: wait for the last lines
+    wait_until(lambda: admin.output().count(": pending -> running") >= n, 10, 0.05,
+               "a log line for every sandbox that turned running")
     out = admin.output()
     for sid in sids:
         lines = [ln for ln in out.splitlines() if "sandbox %s: pending -> running" % sid in ln]
