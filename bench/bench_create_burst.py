@@ -21,11 +21,14 @@ Reports, per scenario:
   CPU             user + system seconds of each admin, the simulator, Redis (redis scenario) and
                   this client over the run (burst + polling), from /proc: where a 2-core machine's
                   time goes
+  Redis commands  (redis scenario) Redis's calls per accepted sandbox over the run, in all and
+                  by command with Redis's own microseconds per sandbox (INFO commandstats)
 
 Scenarios: "memory" (one admin, in-process store) and "redis" (two admins on one Redis, the
 client connections split between them). Run from a configured build directory with ROCK_ADMIN_BIN,
 ROCK_OPENSANDBOX_PLUGIN_DIR and OPENSANDBOX_SIM set (as bench_lifecycle.py):
   python3 ../../bench/bench_create_burst.py [memory|redis|both] [N] [C]
+BENCH_RUNTIME='{"create_concurrency": 128}' merges runtime.* settings into the admins' configuration.
 Not part of `make check`: numbers depend on the machine.
 """
 import asyncio
@@ -192,6 +195,19 @@ def summed(hists):
     return [(b[0][0], sum(x[1] for x in b)) for b in zip(*hists)] if hists else []
 
 
+def redis_calls(redis, n):
+    """Redis's calls per sandbox over the run, by command (INFO commandstats), the most frequent
+    first: what the admins ask of the store per create, polls included."""
+    calls = {}
+    for line in redis.cli("INFO", "commandstats").splitlines():
+        m = re.match(r"cmdstat_(\w+(?:\|\w+)?):calls=(\d+),usec=(\d+)", line)
+        if m and m.group(1) not in ("info", "config", "ping"):
+            calls[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    total = sum(c for c, _ in calls.values())
+    top = sorted(calls.items(), key=lambda kv: -kv[1][0])
+    return "%.1f (%s)" % (total / n, ", ".join("%s %.2f %.0fus" % (k, c / n, u / n) for k, (c, u) in top))
+
+
 def sim_root_parent():
     """Where the simulator keeps its sandboxes' directories: on tmpfs (/dev/shm) unless
     BENCH_SIM_ROOT names another place. The simulator makes one directory per create, and on this
@@ -208,6 +224,8 @@ def scenario(name, n, conns):
     cfg = {"opensandbox": {"endpoint": sim.endpoint, "protocol": "http", "api_key": API_KEY},
            "server": {"per_ip_connections": 0, "max_connections": 4096},
            "log": {"level": "warning"}}
+    if os.environ.get("BENCH_RUNTIME"):
+        cfg["runtime"] = json.loads(os.environ["BENCH_RUNTIME"])
     admins = []
     redis = None
     try:
@@ -249,6 +267,8 @@ def scenario(name, n, conns):
               % (wall, " + ".join("%.1f" % c for c in cpu[:na]), cpu[na],
                  " redis %.1f s," % cpu[na + 1] if redis else "", cpu[-1], polls,
                  os.path.dirname(sim.root)))
+        if redis:
+            print("  Redis commands per sandbox: %s" % redis_calls(redis, len(accepted) or n))
         if refused:
             print("  first refusal: %s" % refused[0])
         return statistics.median(lat) if lat else None

@@ -241,7 +241,20 @@ static void unwatch(struct rop *op)
         freeReplyObject(r);
 }
 
-/* One optimistic attempt of rk_store_update: 1 means "retry". */
+/* True if rec's state is "pending" (rkr_index_cmds keeps it in the pending set). */
+static bool rec_pending(json_object *rec)
+{
+    json_object *stv = NULL;
+    return json_object_object_get_ex(rec, "state", &stv) &&
+           json_object_is_type(stv, json_type_string) &&
+           strcmp(json_object_get_string(stv), "pending") == 0;
+}
+
+/* One optimistic attempt of rk_store_update: 1 means "retry". The MULTI block writes the
+ * record and only the index entries its change moves (the active set, the idle deadlines,
+ * bycreated, the per-state sets, the job set): every write of a record goes through
+ * here or a script that keeps the same entries (rkr_lua_create), atomically, so entries a
+ * change does not move are already right. */
 static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn, void *ctx,
                           json_object **out, rk_store_rc *rc, char *err, size_t errlen)
 {
@@ -274,6 +287,8 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         unwatch(op);
         return 0;
     }
+    bool was_active = rk_store_rec_active(rec), was_pending = rec_pending(rec);
+    bool had_job = rk_store_rec_has_job(rec);
     char *old_key = rk_store_list_key(rec, id);
     if (!old_key) {
         *rc = rk_store_fail(err, errlen, "store: out of memory");
@@ -292,10 +307,8 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         unwatch(op);
         return 0;
     }
-    bool active = rk_store_rec_active(rec);
-    json_object *stv = NULL;
-    bool pending = json_object_object_get_ex(rec, "state", &stv) &&
-                   strcmp(json_object_get_string(stv), "pending") == 0;
+    bool active = rk_store_rec_active(rec), pending = rec_pending(rec);
+    bool has_job = rk_store_rec_has_job(rec);
     char *new_key = rk_store_list_key(rec, id);
     char ttl[32];
     snprintf(ttl, sizeof ttl, "%lld",
@@ -318,15 +331,16 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         rkr_cmd_build(&wr[nw++], "SET", rkey, json, "EX", ttl, (const char *)NULL);
     else
         rkr_cmd_build(&wr[nw++], "SET", rkey, json, (const char *)NULL);
-    if (active) {
+    if (active && !was_active) {
         rkr_cmd_build(&wr[nw++], "SADD", akey, id, (const char *)NULL);
-    } else {
+    } else if (!active && was_active) {
         rkr_cmd_build(&wr[nw++], "SREM", akey, id, (const char *)NULL);
         rkr_cmd_build(&wr[nw++], "ZREM", zkey, id, (const char *)NULL);
     }
-    rkr_index_cmds(rs, &ik, wr, &nw, id, active, pending, old_key, new_key);
-    rkr_cmd_build(&wr[nw++], rk_store_rec_has_job(rec) ? "SADD" : "SREM", jkey, id,
-                  (const char *)NULL);
+    if (active != was_active || (active && (pending != was_pending || strcmp(old_key, new_key))))
+        rkr_index_cmds(rs, &ik, wr, &nw, id, active, pending, old_key, new_key);
+    if (has_job != had_job)
+        rkr_cmd_build(&wr[nw++], has_job ? "SADD" : "SREM", jkey, id, (const char *)NULL);
     rkr_cmd_build(&wr[nw++], "EXEC", (const char *)NULL);
     *rc = rkr_op_pipeline(op, wr, (size_t)nw, wrr, err, errlen);
     free(old_key);

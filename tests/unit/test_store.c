@@ -1845,6 +1845,95 @@ static void test_list_page_and_counts(void **state)
     rk_store_free_ids(ids, n);
 }
 
+/* Update callback: set the string member named by the first of two strings to the second. */
+static int set_member(json_object *rec, void *ctx)
+{
+    const char *const *kv = ctx;
+    json_object_object_add(rec, kv[0], json_object_new_string(kv[1]));
+    return 0;
+}
+
+/* Update callback: add (ctx non-NULL) or drop the record's job lease. */
+static int set_job(json_object *rec, void *ctx)
+{
+    if (ctx)
+        json_object_object_add(rec, "job_lease", json_object_new_string("owner 1"));
+    else
+        json_object_object_del(rec, "job_lease");
+    return 0;
+}
+
+/* Index-set commands (SADD, SREM, ZADD, ZREM) Redis has executed so far. */
+static long long index_calls(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    assert_non_null(r);
+    long long sum = 0;
+    const char *names[] = {
+        "cmdstat_sadd:calls=", "cmdstat_srem:calls=", "cmdstat_zadd:calls=", "cmdstat_zrem:calls="};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *at = strstr(r->str, names[i]);
+        if (at)
+            sum += strtoll(at + strlen(names[i]), NULL, 10);
+    }
+    freeReplyObject(r);
+    return sum;
+}
+
+/* An update writes the index entries its change moves and no others: a member the indexes
+ * do not depend on costs the record write alone; a new create_time moves the record in the
+ * list order, a job lease in and out of the job set, a state between the state sets. */
+static void test_redis_update_moves_only_changed_entries(void **state)
+{
+    struct tctx *tc = *state;
+    struct rk_store *st = tc->st;
+    char err[RK_STORE_ERRLEN];
+    redisContext *c = raw_conn(g_redis.port);
+    create_timed(st, "m1", "running", "2026-01-01T00:00:01Z");
+    create_timed(st, "m2", "running", "2026-01-01T00:00:02Z");
+    char **ids = NULL;
+    size_t n = 0, total = 0, p = 0, r = 0;
+    assert_int_equal(rk_store_list_page(st, 0, 10, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    rk_store_free_ids(ids, n);
+
+    long long before = index_calls(c);
+    const char *image[] = {"image", "other"};
+    assert_int_equal(rk_store_update(st, "m1", set_member, image, NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(index_calls(c), before);
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(st, "m1", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(json_object_get_string(json_object_object_get(got, "image")), "other");
+    json_object_put(got);
+
+    const char *later[] = {"create_time", "2026-01-01T00:00:03Z"};
+    assert_int_equal(rk_store_update(st, "m1", set_member, later, NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_list_page(st, 0, 10, &ids, &n, &total, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(total, 2);
+    assert_string_equal(ids[0], "m2");
+    assert_string_equal(ids[1], "m1");
+    rk_store_free_ids(ids, n);
+
+    assert_int_equal(rk_store_update(st, "m2", set_job, "1", NULL, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_list_jobs(st, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(ids[0], "m2");
+    rk_store_free_ids(ids, n);
+    assert_int_equal(rk_store_update(st, "m2", set_job, NULL, NULL, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_store_list_jobs(st, &ids, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    rk_store_free_ids(ids, n);
+
+    assert_int_equal(rk_store_update(st, "m2", set_state, "pending", NULL, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rk_store_count_states(st, &p, &r, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(p, 1);
+    assert_int_equal(r, 1);
+    redisFree(c);
+}
+
 /* Records written before the list index existed (only the active set) are
  * indexed on first use. */
 static void test_redis_index_rebuild(void **state)
@@ -1946,6 +2035,7 @@ int main(void)
         BOTH(test_concurrent_update),
         cmocka_unit_test(test_registry_value_rules),
         REDIS_ONLY(test_redis_key_layout),
+        REDIS_ONLY(test_redis_update_moves_only_changed_entries),
         REDIS_ONLY(test_redis_unparsable_reservation),
         REDIS_ONLY(test_redis_watch_retries),
         REDIS_ONLY(test_redis_outage_and_recovery),
