@@ -25,6 +25,7 @@
 #include "base/util.h"
 #include "config/config.h"
 #include "domain/record.h"
+#include "domain/status_text.h"
 #include "host/host.h"
 #include "host/plugin_loader.h"
 #include "obs/log.h"

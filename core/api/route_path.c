@@ -84,13 +84,23 @@ void rk_reply_store_error(struct rk_req *r, const char *err)
                    rk_arena_printf(r->call, "sandbox store unavailable: %s", err));
 }
 
+/* The members every sandbox result object starts with, all null. */
+static const char *const result_head[] = {"code", "exit_code", "failure_reason"};
+
 json_object *rk_result_head(void)
 {
     json_object *o = json_object_new_object();
-    json_object_object_add(o, "code", NULL);
-    json_object_object_add(o, "exit_code", NULL);
-    json_object_object_add(o, "failure_reason", NULL);
+    for (size_t i = 0; i < sizeof result_head / sizeof result_head[0]; i++)
+        json_object_object_add(o, result_head[i], NULL);
     return o;
+}
+
+int rk_result_head_text(struct rk_buf *b)
+{
+    for (size_t i = 0; i < sizeof result_head / sizeof result_head[0]; i++)
+        if (rk_buf_printf(b, "%c\"%s\":null", i ? ',' : '{', result_head[i]) != 0)
+            return -1;
+    return 0;
 }
 
 json_object *rk_start_result(const char *id, const char *disk)

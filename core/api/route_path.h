@@ -67,6 +67,11 @@ void rk_reply_store_error(struct rk_req *r, const char *err);
  *  every sandbox result object. */
 json_object *rk_result_head(void);
 
+/** rk_result_head as JSON text appended to b, the object left open for the members that
+ *  follow (the caller writes them, each after a comma, and the closing brace). -1 when b's
+ *  cap would be exceeded or memory ran out. */
+int rk_result_head_text(struct rk_buf *b);
+
 /** The start object returned by start, start_async and restart (§5.1). */
 json_object *rk_start_result(const char *id, const char *disk);
 

@@ -13,6 +13,7 @@
 #include "base/app.h"
 #include "base/util.h"
 #include "domain/record.h"
+#include "domain/status_text.h"
 #include "host/host.h"
 #include "store/store.h"
 
@@ -101,12 +102,20 @@ static int load_active(struct rk_req *r, json_object ***recs_out, size_t *n_out)
     return 0;
 }
 
-/* One list item: the status object without the encrypted authorization. */
-static json_object *list_item(json_object *rec)
+/* Append the status of rec to the array being written in b, after a comma unless it is the
+ * array's first (*count). A list item also names the encrypted authorization, which the
+ * list never shows. -1 when memory ran out. */
+static int append_status(struct rk_buf *b, json_object *rec, int list_item, size_t *count)
 {
-    json_object *st = rk_rec_status(rec, rk_rec_state(rec), 1);
-    json_object_object_add(st, "rock_authorization_encrypted", NULL);
-    return st;
+    static const char auth[] = ",\"rock_authorization_encrypted\":null}";
+    if ((*count)++ && rk_buf_append(b, ",", 1) != 0)
+        return -1;
+    if (rk_rec_status_text(rec, rk_rec_state(rec), 1, b) != 0)
+        return -1;
+    if (!list_item)
+        return 0;
+    b->len--; /* the status's closing brace */
+    return rk_buf_append(b, auth, sizeof auth - 1);
 }
 
 /* Reply the list page recs[first, last) (inactive or unknown ones skipped)
@@ -114,19 +123,23 @@ static json_object *list_item(json_object *rec)
 static void reply_page(struct rk_req *r, json_object **recs, size_t n, size_t first, size_t last,
                        size_t total, int64_t page, int64_t page_size)
 {
-    json_object *items = json_object_new_array();
-    for (size_t i = first; i < last && i < n; i++)
+    struct rk_buf b = {0};
+    size_t count = 0;
+    static const char items[] = ",\"items\":[";
+    int ok = rk_result_head_text(&b) == 0 && rk_buf_append(&b, items, sizeof items - 1) == 0;
+    for (size_t i = first; ok && i < last && i < n; i++)
         if (recs[i] && rk_state_is_active(rk_rec_state(recs[i])))
-            json_object_array_add(items, list_item(recs[i]));
+            ok = append_status(&b, recs[i], 1, &count) == 0;
+    ok = ok && rk_buf_printf(&b, "],\"total\":%zu,\"has_more\":%s}", total,
+                             page * page_size < (int64_t)total ? "true" : "false") == 0;
     for (size_t i = 0; i < n; i++)
         json_object_put(recs[i]);
     free(recs);
-    json_object *res = rk_result_head();
-    json_object_object_add(res, "items", items);
-    json_object_object_add(res, "total", json_object_new_int64((int64_t)total));
-    json_object_object_add(res, "has_more",
-                           json_object_new_boolean(page * page_size < (int64_t)total));
-    rk_reply_ok(r, res);
+    if (ok)
+        rk_reply_ok_text(r, b.data, b.len);
+    else
+        rk_reply_error(r, RK_E_NOMEM, "out of memory writing the list");
+    rk_buf_free(&b);
 }
 
 /* Unfiltered list: one page of ids in list order from the store's index, then
@@ -217,16 +230,21 @@ void rk_route_batch(struct rk_req *r)
     json_object **recs = read_records(r, idv, n);
     if (!recs)
         goto out;
-    json_object *statuses = json_object_new_array();
+    struct rk_buf b = {0};
+    size_t count = 0;
+    static const char statuses[] = ",\"statuses\":[";
+    int ok = rk_result_head_text(&b) == 0 && rk_buf_append(&b, statuses, sizeof statuses - 1) == 0;
     for (size_t i = 0; i < n; i++) {
-        if (recs[i] && rk_state_is_active(rk_rec_state(recs[i])))
-            json_object_array_add(statuses, rk_rec_status(recs[i], rk_rec_state(recs[i]), 1));
+        if (ok && recs[i] && rk_state_is_active(rk_rec_state(recs[i])))
+            ok = append_status(&b, recs[i], 0, &count) == 0;
         json_object_put(recs[i]);
     }
     free(recs);
-    json_object *res = rk_result_head();
-    json_object_object_add(res, "statuses", statuses);
-    rk_reply_ok(r, res);
+    if (ok && rk_buf_append(&b, "]}", 2) == 0)
+        rk_reply_ok_text(r, b.data, b.len);
+    else
+        rk_reply_error(r, RK_E_NOMEM, "out of memory writing the statuses");
+    rk_buf_free(&b);
 out:
     rk_path_end(&p);
 }

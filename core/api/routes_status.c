@@ -22,6 +22,7 @@
 #include "domain/dispatch.h"
 #include "domain/reconciler.h"
 #include "domain/record.h"
+#include "domain/status_text.h"
 #include "host/host.h"
 #include "host/plugin_loader.h"
 #include "store/store.h"
@@ -35,8 +36,51 @@ enum read_origin {
                      * may come again for an unchanged record (store_reader.h) */
 };
 
-/* Status objects one event loop rendered, by what they were rendered from, so that a poll
- * whose record did not change is answered without rendering it again:
+/* A status read's answer: the status as JSON text (rk_rec_status_text, NUL-terminated) and
+ * the two members is_alive answers with. */
+struct status_answer {
+    const char *json; /* NULL: no status (an error is recorded on the call) */
+    size_t len;
+    int alive;
+    const char *host; /* the status's host_name */
+    char *owned;      /* the memory of json and host unless a loop's rendered slot holds it */
+};
+
+static void answer_free(struct status_answer *a)
+{
+    free(a->owned);
+    *a = (struct status_answer){0};
+}
+
+/* The status of rec written once into one allocation: the text, a NUL, the host_name. 0, or
+ * -1 when memory ran out. */
+static int render(json_object *rec, enum rk_state shown, int alive, char **mem, size_t *len)
+{
+    struct rk_buf b = {0};
+    const char *host = rk_rec_status_host(rec);
+    if (rk_buf_reserve(&b, 1024) != 0 || rk_rec_status_text(rec, shown, alive, &b) != 0 ||
+        rk_buf_append(&b, "", 1) != 0 || rk_buf_append(&b, host, strlen(host)) != 0) {
+        rk_buf_free(&b);
+        return -1;
+    }
+    *len = b.len - strlen(host) - 1;
+    *mem = b.data;
+    return 0;
+}
+
+/* A status answer of its own (a->owned) for rec. 0, or -1 when memory ran out. */
+static int render_owned(json_object *rec, enum rk_state shown, int alive, struct status_answer *a)
+{
+    char *mem;
+    size_t len;
+    if (render(rec, shown, alive, &mem, &len) != 0)
+        return -1;
+    *a = (struct status_answer){mem, len, alive, mem + len + 1, mem};
+    return 0;
+}
+
+/* Statuses one event loop rendered, by what they were rendered from, so that a poll whose
+ * record did not change is answered without rendering it again:
  *   - a record of the loop's store reader (rec): the reader hands over the object it parsed
  *     before when the record came back unchanged. A slot holds a reference to its record, so
  *     while it is there no other record can have that address;
@@ -50,7 +94,8 @@ struct rendered {
     uint64_t version;
     enum rk_state shown;
     int alive;
-    json_object *out;
+    char *mem; /* render()'s text, NUL, host_name; NULL: empty */
+    size_t len;
 };
 static pthread_key_t rendered_key;
 static pthread_once_t rendered_once = PTHREAD_ONCE_INIT;
@@ -60,7 +105,7 @@ static void rendered_free(void *p)
     struct rendered *c = p;
     for (size_t i = 0; i < RENDERED_SLOTS; i++) {
         json_object_put(c[i].rec);
-        json_object_put(c[i].out);
+        free(c[i].mem);
     }
     free(c);
 }
@@ -71,11 +116,12 @@ static void rendered_key_init(void)
         abort();
 }
 
-/* rk_rec_status(rec, shown, alive) for a record of the store reader (version 0) or a version
- * of the in-process store's records: rendered once per record object or version on this
- * thread, then shared by reference (the caller gets its own reference). */
-static json_object *rendered_status(json_object *rec, uint64_t version, enum rk_state shown,
-                                    int alive)
+/* The status of a record of the store reader (version 0) or of a version of the in-process
+ * store's records: rendered once per record object or version on this thread. *a borrows the
+ * slot's memory (a->owned NULL) until this thread renders again. 0, or -1 when memory ran
+ * out. */
+static int rendered_status(json_object *rec, uint64_t version, enum rk_state shown, int alive,
+                           struct status_answer *a)
 {
     pthread_once(&rendered_once, rendered_key_init);
     struct rendered *c = pthread_getspecific(rendered_key);
@@ -83,28 +129,28 @@ static json_object *rendered_status(json_object *rec, uint64_t version, enum rk_
         c = calloc(RENDERED_SLOTS, sizeof *c);
         if (!c || pthread_setspecific(rendered_key, c) != 0) {
             free(c);
-            return rk_rec_status(rec, shown, alive);
+            return render_owned(rec, shown, alive, a);
         }
     }
     json_object *key = version ? NULL : rec; /* the store's record is only borrowed */
     struct rendered *sl =
         &c[(version ? version : (uint64_t)((uintptr_t)rec >> 4)) % RENDERED_SLOTS];
-    if (sl->out && sl->rec == key && sl->version == version && sl->shown == shown &&
-        sl->alive == alive)
-        return json_object_get(sl->out);
-    json_object *out = rk_rec_status(rec, shown, alive);
-    json_object_put(sl->rec);
-    json_object_put(sl->out);
-    sl->rec = json_object_get(key);
-    sl->version = version;
-    sl->shown = shown;
-    sl->alive = alive;
-    sl->out = json_object_get(out);
-    return out;
+    if (!(sl->mem && sl->rec == key && sl->version == version && sl->shown == shown &&
+          sl->alive == alive)) {
+        char *mem;
+        size_t len;
+        if (render(rec, shown, alive, &mem, &len) != 0)
+            return -1;
+        json_object_put(sl->rec);
+        free(sl->mem);
+        *sl = (struct rendered){json_object_get(key), version, shown, alive, mem, len};
+    }
+    *a = (struct status_answer){sl->mem, sl->len, alive, sl->mem + sl->len + 1, NULL};
+    return 0;
 }
 
 /* What a record read with the idle touch says when the reconciler keeps the store current.
- * Only reads rec (the caller keeps it; *out shares nothing with a record of READ_IN_PLACE).
+ * Only reads rec (the caller keeps it; *out shares nothing with it; answer_free releases it).
  * FS_ANSWERED: *st and *out are the answer (an error recorded on r->call); FS_ASK_BACKEND: no
  * recent pass vouches for the store (backend down, no elected admin yet); FS_NEEDS_WORKER: the
  * read must renew the backend expiry, a plugin call, and the read is not on a worker. Nothing
@@ -113,12 +159,13 @@ enum from_store { FS_ANSWERED, FS_ASK_BACKEND, FS_NEEDS_WORKER };
 static enum from_store status_from_record(struct rk_req *r, const char *id, int include_all,
                                           rk_store_rc rc, json_object *rec, uint64_t version,
                                           const char *mark, const char *err,
-                                          enum read_origin origin, rk_status *st, json_object **out)
+                                          enum read_origin origin, rk_status *st,
+                                          struct status_answer *out)
 {
     struct rk_app *app = r->app;
     const struct rk_operator *desc = app->plugin->desc;
     *st = RK_OK;
-    *out = NULL;
+    *out = (struct status_answer){0};
     if (rc == RK_STORE_ERROR) {
         *st = rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
         return FS_ANSWERED;
@@ -161,8 +208,9 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
         shown = rk_state_parse(observed);
     int alive = shown == RK_STATE_RUNNING && !create_failed;
     /* version: non-zero only for the in-process store's record (READ_IN_PLACE) */
-    *out = origin == READ_BY_READER || version ? rendered_status(rec, version, shown, alive)
-                                               : rk_rec_status(rec, shown, alive);
+    if ((origin == READ_BY_READER || version ? rendered_status(rec, version, shown, alive, out)
+                                             : render_owned(rec, shown, alive, out)) != 0)
+        *st = rk_call_set_error(r->call, RK_E_NOMEM, "out of memory rendering the status");
     return FS_ANSWERED;
 }
 
@@ -171,7 +219,7 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
  * dispatch gate on that record, and no backend call. *fallback is set when no recent pass
  * vouches for the store (ask the backend instead). */
 static rk_status status_from_store(struct rk_req *r, const char *id, int include_all,
-                                   int64_t touch_s, json_object **out, int *fallback)
+                                   int64_t touch_s, struct status_answer *out, int *fallback)
 {
     char err[RK_STORE_ERRLEN], mark[RK_STORE_MARK_MAX];
     json_object *rec = NULL;
@@ -189,12 +237,12 @@ static rk_status status_from_store(struct rk_req *r, const char *id, int include
 /* rk_sandbox_status with the idle touch's second decided by the caller: touch_s > 0 touches,
  * 0 reads only, -1 asks the throttle (rk_activity_touch_second). */
 static rk_status sandbox_status_at(struct rk_req *r, const char *id, int include_all,
-                                   int64_t touch_s, json_object **out)
+                                   int64_t touch_s, struct status_answer *out)
 {
     struct rk_app *app = r->app;
     char err[RK_STORE_ERRLEN];
     json_object *rec = NULL;
-    *out = NULL;
+    *out = (struct status_answer){0};
     if (rk_reconciler_active(app)) {
         int fallback = 0;
         rk_status fs = status_from_store(r, id, include_all, touch_s, out, &fallback);
@@ -211,9 +259,12 @@ static rk_status sandbox_status_at(struct rk_req *r, const char *id, int include
     }
     if (!rk_state_is_active(stored)) {
         /* Final states come from the record; no backend call (B112). */
-        *out = rk_rec_status(rec, stored, 0);
+        rk_status st =
+            render_owned(rec, stored, 0, out) == 0
+                ? RK_OK
+                : rk_call_set_error(r->call, RK_E_NOMEM, "out of memory rendering the status");
         json_object_put(rec);
-        return RK_OK;
+        return st;
     }
     struct rk_target t;
     rk_status st = rk_dispatch_record(app, r->call, RK_OP_STATUS, id, rec, &t);
@@ -222,19 +273,27 @@ static rk_status sandbox_status_at(struct rk_req *r, const char *id, int include
     enum rk_state shown;
     int alive;
     st = rk_lifecycle_refresh(app, r->call, &t.rec, &shown, &alive);
-    if (st == RK_OK)
-        *out = rk_rec_status(t.rec, shown, alive);
+    if (st == RK_OK && render_owned(t.rec, shown, alive, out) != 0)
+        st = rk_call_set_error(r->call, RK_E_NOMEM, "out of memory rendering the status");
     rk_target_release(&t);
     return st;
 }
 
 rk_status rk_sandbox_status(struct rk_req *r, const char *id, int include_all, json_object **out)
 {
-    return sandbox_status_at(r, id, include_all, -1, out);
+    struct status_answer a;
+    rk_status st = sandbox_status_at(r, id, include_all, -1, &a);
+    *out = st == RK_OK && a.json ? json_tokener_parse(a.json) : NULL;
+    if (st == RK_OK && !*out)
+        st = rk_call_set_error(r->call, RK_E_NOMEM, "out of memory rendering the status");
+    answer_free(&a);
+    return st;
 }
 
-/* How a status read is answered: the route's reply shape. */
-typedef void status_answer_fn(struct rk_req *r, const char *id, rk_status st, json_object *status);
+/* How a status read is answered: the route's reply shape. a->json is NULL unless st is
+ * RK_OK. */
+typedef void status_answer_fn(struct rk_req *r, const char *id, rk_status st,
+                              const struct status_answer *a);
 
 /* A status read waiting for the event loop's store reader. */
 struct status_read {
@@ -250,9 +309,10 @@ static void status_on_worker(void *arg)
 {
     struct status_read *sr = arg;
     struct rk_req *r = sr->r;
-    json_object *out = NULL;
-    rk_status st = sandbox_status_at(r, sr->id, sr->include_all, sr->touch_s, &out);
-    sr->answer(r, sr->id, st, out);
+    struct status_answer a;
+    rk_status st = sandbox_status_at(r, sr->id, sr->include_all, sr->touch_s, &a);
+    sr->answer(r, sr->id, st, &a);
+    answer_free(&a);
     free(sr);
     rk_req_finish(r);
 }
@@ -266,13 +326,14 @@ static void status_read_done(void *arg, rk_store_rc rc, json_object *rec, const 
     struct rk_req *r = sr->r;
     enum from_store fs = FS_NEEDS_WORKER;
     rk_status st = RK_OK;
-    json_object *out = NULL;
+    struct status_answer a = {0};
     if (rc != RK_STORE_ERROR)
         fs = status_from_record(r, sr->id, sr->include_all, rc, rec, 0, mark, err, READ_BY_READER,
-                                &st, &out);
+                                &st, &a);
     json_object_put(rec);
     if (fs == FS_ANSWERED) {
-        sr->answer(r, sr->id, st, out);
+        sr->answer(r, sr->id, st, &a);
+        answer_free(&a);
         free(sr);
         rk_req_finish(r);
         return;
@@ -291,7 +352,7 @@ struct status_view {
     int include_all;
     enum from_store fs; /* what status_from_record said */
     rk_status st;
-    json_object *out;
+    struct status_answer a;
 };
 
 /* rk_store_view_fn, under the in-process store's lock: status_from_record only reads the
@@ -301,7 +362,7 @@ static void status_view(void *ctx, rk_store_rc rc, json_object *rec, uint64_t ve
 {
     struct status_view *v = ctx;
     v->fs = status_from_record(v->r, v->id, v->include_all, rc, rec, version, mark, err,
-                               READ_IN_PLACE, &v->st, &v->out);
+                               READ_IN_PLACE, &v->st, &v->a);
 }
 
 /* On the event loop: answer a status read there when nothing has to wait — from the
@@ -321,9 +382,10 @@ static void status_on_loop(struct rk_req *r, const char *id, int include_all,
         if (rk_store_view_touch(app->store, id, rk_activity_touch_second(id), status_view, &v) ==
                 0 &&
             v.fs == FS_ANSWERED)
-            answer(r, id, v.st, v.out);
+            answer(r, id, v.st, &v.a);
         else
             rk_req_needs_worker(r);
+        answer_free(&v.a);
         return;
     }
     struct rk_store_reader *rd = rk_req_store_reader(r);
@@ -357,19 +419,21 @@ static void status_read(struct rk_req *r, const char *id, int include_all, statu
         status_on_loop(r, id, include_all, answer);
         return;
     }
-    json_object *out = NULL;
-    rk_status st = rk_sandbox_status(r, id, include_all, &out);
-    answer(r, id, st, out);
+    struct status_answer a;
+    rk_status st = sandbox_status_at(r, id, include_all, -1, &a);
+    answer(r, id, st, &a);
+    answer_free(&a);
 }
 
 /* get_status's answer: the status, or the error recorded on the call. */
-static void answer_status(struct rk_req *r, const char *id, rk_status st, json_object *status)
+static void answer_status(struct rk_req *r, const char *id, rk_status st,
+                          const struct status_answer *a)
 {
     (void)id;
-    if (st != RK_OK)
+    if (st != RK_OK || !a->json)
         rk_reply_call_error(r);
-    else if (status)
-        rk_reply_ok(r, status);
+    else
+        rk_reply_ok_text(r, a->json, a->len);
 }
 
 /* GET /get_status (§5.2). */
@@ -386,22 +450,19 @@ void rk_route_get_status(struct rk_req *r)
 }
 
 /* is_alive's answer: never an error (§5.4). */
-static void answer_alive(struct rk_req *r, const char *id, rk_status st, json_object *status)
+static void answer_alive(struct rk_req *r, const char *id, rk_status st,
+                         const struct status_answer *a)
 {
     json_object *o = json_object_new_object();
-    if (st == RK_OK && status) {
-        json_object *alive = NULL, *host = NULL;
-        json_object_object_get_ex(status, "is_alive", &alive);
-        json_object_object_get_ex(status, "host_name", &host);
-        json_object_object_add(o, "is_alive", json_object_get(alive));
-        json_object_object_add(o, "message", json_object_get(host));
+    if (st == RK_OK && a && a->json) {
+        json_object_object_add(o, "is_alive", json_object_new_boolean(a->alive));
+        json_object_object_add(o, "message", json_object_new_string(a->host));
     } else {
         json_object_object_add(o, "is_alive", json_object_new_boolean(0));
         json_object_object_add(o, "message",
                                json_object_new_string(rk_arena_printf(
                                    r->call, "sandbox %s is alive failed", id ? id : "")));
     }
-    json_object_put(status);
     rk_reply_ok(r, o);
 }
 

@@ -13,9 +13,6 @@
 #include "base/util.h"
 #include "host/host.h"
 
-/* Versions the SDKs expect to see (§4.3). */
-#define RK_GATEWAY_VERSION "0.0.45"
-#define RK_SWE_REX_VERSION "1.2.17"
 #define RK_HISTORY_MAX 100
 
 static const char *const state_names[] = {NULL,        "pending",  "running", "stopped",
@@ -128,107 +125,6 @@ void rk_rec_transition(json_object *rec, enum rk_state to, const char *event)
     size_t n = json_object_array_length(hist);
     if (n > RK_HISTORY_MAX)
         json_object_array_del_idx(hist, 0, n - RK_HISTORY_MAX);
-}
-
-/* A copy of v (NULL for NULL or when memory ran out): rk_rec_status's answer shares nothing
- * with the record, which may be a store's own borrowed for the call (rk_store_view_touch). */
-static json_object *copy_of(json_object *v)
-{
-    json_object *c = NULL;
-    if (v && json_object_deep_copy(v, &c, NULL) != 0)
-        c = NULL;
-    return c;
-}
-
-/* Copy member key of rec into out (null when absent). */
-static void copy_member(json_object *out, json_object *rec, const char *key)
-{
-    json_object *v = NULL;
-    json_object_object_get_ex(rec, key, &v);
-    json_object_object_add(out, key, copy_of(v));
-}
-
-/* Copy a string member, substituting def for absent/null (TS rejects null). */
-static void copy_str_nonnull(json_object *out, json_object *rec, const char *key, const char *def)
-{
-    const char *s = rk_rec_str(rec, key);
-    json_object_object_add(out, key, json_object_new_string(s ? s : def));
-}
-
-json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive)
-{
-    json_object *o = json_object_new_object();
-    copy_str_nonnull(o, rec, "sandbox_id", "");
-
-    /* Phases: {} normally; a failed phase when the backend reported a failure,
-     * so the Python SDK stops waiting at once (Pitfall 7). */
-    json_object *phases = json_object_new_object();
-    json_object *failure;
-    if (json_object_object_get_ex(rec, "failure", &failure) && failure &&
-        json_object_is_type(failure, json_type_object)) {
-        const char *phase = rk_rec_str(failure, "phase");
-        json_object *p = json_object_new_object();
-        json_object_object_add(p, "status", json_object_new_string("failed"));
-        const char *msg = rk_rec_str(failure, "message");
-        json_object_object_add(p, "message", json_object_new_string(msg ? msg : "failed"));
-        json_object_object_add(phases, phase ? phase : "backend", p);
-    }
-    json_object_object_add(o, "status", phases);
-    json_object_object_add(o, "state", json_object_new_string(rk_state_name(state)));
-    json_object_object_add(o, "port_mapping", json_object_new_object());
-    const char *host = rk_rec_str(rec, "host_name");
-    if (!host || !*host)
-        host = rk_rec_str(rec, "sandbox_id");
-    json_object_object_add(o, "host_name", json_object_new_string(host && *host ? host : "-"));
-    json_object_object_add(o, "host_ip", json_object_new_string(""));
-    json_object_object_add(o, "is_alive", json_object_new_boolean(is_alive));
-    copy_str_nonnull(o, rec, "image", "");
-    json_object *md;
-    if (json_object_object_get_ex(rec, "metadata", &md) && md)
-        json_object_object_add(o, "metadata", copy_of(md));
-    else
-        json_object_object_add(o, "metadata", json_object_new_object());
-    json_object_object_add(o, "gateway_version", json_object_new_string(RK_GATEWAY_VERSION));
-    json_object_object_add(o, "swe_rex_version", json_object_new_string(RK_SWE_REX_VERSION));
-    copy_str_nonnull(o, rec, "user_id", "default");
-    copy_str_nonnull(o, rec, "experiment_id", "default");
-    copy_str_nonnull(o, rec, "namespace", "default");
-    json_object *cpus;
-    double c = 2.0;
-    if (json_object_object_get_ex(rec, "cpus", &cpus) && cpus)
-        c = json_object_get_double(cpus);
-    json_object_object_add(o, "cpus", json_object_new_double(c));
-    copy_str_nonnull(o, rec, "memory", "8.00g");
-    copy_member(o, rec, "num_gpus");
-    copy_member(o, rec, "accelerator_type");
-    copy_member(o, rec, "disk");
-    json_object *disk = NULL;
-    json_object_object_get_ex(rec, "disk", &disk);
-    json_object_object_add(o, "disk_limit_rootfs", copy_of(disk));
-    copy_member(o, rec, "start_time");
-    copy_member(o, rec, "stop_time");
-    copy_member(o, rec, "create_time");
-    copy_member(o, rec, "archive_time");
-    copy_member(o, rec, "delete_time");
-    json_object *exp;
-    if (rk_state_is_active(rk_rec_state(rec)) &&
-        json_object_object_get_ex(rec, "expire_time", &exp) && exp &&
-        json_object_get_int64(exp) > 0) {
-        char iso[32];
-        rk_iso_time(json_object_get_int64(exp), iso);
-        json_object_object_add(o, "auto_stop_time", json_object_new_string(iso));
-    } else {
-        json_object_object_add(o, "auto_stop_time", NULL);
-    }
-    json_object_object_add(o, "auto_archive_time", NULL);
-    json_object_object_add(o, "auto_delete_time", NULL);
-    json_object *hist;
-    if (json_object_object_get_ex(rec, "state_history", &hist) && hist &&
-        json_object_is_type(hist, json_type_array))
-        json_object_object_add(o, "state_history", copy_of(hist));
-    else
-        json_object_object_add(o, "state_history", json_object_new_array());
-    return o;
 }
 
 int rk_memory_normalize(const char *mem, char out[32], double *bytes_out)

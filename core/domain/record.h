@@ -76,10 +76,6 @@ const struct rk_kv *rk_rec_env(struct rk_call *call, json_object *rec, size_t *n
  *  (state pending, empty history, backend tag set). New reference. */
 json_object *rk_rec_new_pending(const struct rk_rec_start *s);
 
-/** Build the client-facing status object (new reference; it shares no member with rec, which
- *  it only reads). state: the state to show; is_alive as computed by the caller. */
-json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive);
-
 /** Normalise a memory string to GiB with two decimals ("8g" -> "8.00g").
  *  Returns 0 and writes out, or -1 if invalid. bytes_out may be NULL. */
 int rk_memory_normalize(const char *mem, char out[32], double *bytes_out);

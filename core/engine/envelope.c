@@ -33,6 +33,16 @@ json_object *rk_envelope_success(json_object *result)
     return o;
 }
 
+int rk_envelope_success_text(struct rk_buf *out, const char *result, size_t len)
+{
+    static const char head[] =
+        "{\"status\":\"Success\",\"message\":null,\"error\":null,\"result\":";
+    if (rk_buf_reserve(out, sizeof head + len + 1) != 0 ||
+        rk_buf_append(out, head, sizeof head - 1) != 0 || rk_buf_append(out, result, len) != 0)
+        return -1;
+    return rk_buf_append(out, "}", 1);
+}
+
 /* The SandboxResponse trio every coded failure carries. */
 static void add_code(json_object *o, int code, const char *error)
 {

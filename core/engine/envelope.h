@@ -10,6 +10,8 @@
 
 #include <json-c/json.h>
 
+#include "base/util.h"
+
 #include "rock-admin/operator.h"
 
 /** The `result` object a route carries on 4000/5000 failures. */
@@ -33,6 +35,10 @@ int rk_status_rock_code(rk_status st);
 
 /** {"status":"Success","message":null,"error":null,"result":result} (takes result). */
 json_object *rk_envelope_success(json_object *result);
+
+/** rk_envelope_success as JSON text around result, already JSON text of len bytes, appended
+ *  to out. -1 when out's cap would be exceeded or memory ran out. */
+int rk_envelope_success_text(struct rk_buf *out, const char *result, size_t len);
 
 /** Failed envelope: code 0 gives result null, otherwise the shape filled
  *  with code and failure_reason = error. */

@@ -13,6 +13,19 @@ void rk_reply_ok(struct rk_req *r, json_object *result)
     rk_req_reply_json(r, 200, rk_envelope_success(result));
 }
 
+void rk_reply_ok_text(struct rk_req *r, const char *result, size_t len)
+{
+    struct rk_buf body = {0};
+    if (rk_envelope_success_text(&body, result, len) != 0) {
+        rk_buf_free(&body);
+        rk_req_reply_busy(r, "out of memory building the response");
+        return;
+    }
+    r->outcome = "success";
+    rk_req_reply_json_text(r, 200, body.data, body.len, NULL, 0);
+    rk_buf_free(&body);
+}
+
 void rk_reply_error(struct rk_req *r, rk_status st, const char *error)
 {
     const char *message = r->route ? r->route->fail_message : NULL;

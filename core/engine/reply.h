@@ -8,6 +8,7 @@
 #define RK_REPLY_H
 
 #include <json-c/json.h>
+#include <stddef.h>
 
 #include "rock-admin/operator.h"
 
@@ -15,6 +16,9 @@ struct rk_req;
 
 /** Reply Success with result (takes ownership). */
 void rk_reply_ok(struct rk_req *r, json_object *result);
+
+/** Reply Success with a result that is already JSON text (len bytes, copied). */
+void rk_reply_ok_text(struct rk_req *r, const char *result, size_t len);
 
 /** Reply Failed for status st with text error, using the route's message and
  *  shape (code from rk_status_rock_code). */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/budget.h"
+#include "base/json_text.h"
 #include "engine/admission.h"
 #include "base/app.h"
 #include "engine/engine_internal.h"
@@ -234,16 +235,12 @@ void rk_req_reply_empty(struct rk_req *r, unsigned http_status)
     rk_req_reply_mhd(r, http_status, resp);
 }
 
-void rk_req_reply_json_headers(struct rk_req *r, unsigned http_status, json_object *body,
-                               const struct rk_kv *headers, size_t n_headers)
+void rk_req_reply_json_text(struct rk_req *r, unsigned http_status, const char *text, size_t len,
+                            const struct rk_kv *headers, size_t n_headers)
 {
-    size_t len = 0;
-    const char *text = json_object_to_json_string_length(
-        body, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
     if (len > RK_UNCHARGED_REPLY_BYTES && !r->responded) {
         /* The copy MHD keeps until the client has read it. */
         if (rk_budget_take(&rk_mem_budget, (int64_t)len) != 0) {
-            json_object_put(body);
             rk_req_reply_busy(r, "the response does not fit the memory budget "
                                  "(server.max_buffered_bytes)");
             return;
@@ -252,7 +249,6 @@ void rk_req_reply_json_headers(struct rk_req *r, unsigned http_status, json_obje
     }
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
-    json_object_put(body);
     if (!resp) {
         rk_err("request %s: out of memory building a response", r->request_id);
         return;
@@ -261,6 +257,18 @@ void rk_req_reply_json_headers(struct rk_req *r, unsigned http_status, json_obje
     for (size_t i = 0; i < n_headers; i++)
         MHD_add_response_header(resp, headers[i].key, headers[i].value);
     rk_req_reply_mhd(r, http_status, resp);
+}
+
+void rk_req_reply_json_headers(struct rk_req *r, unsigned http_status, json_object *body,
+                               const struct rk_kv *headers, size_t n_headers)
+{
+    size_t len = 0;
+    const char *text = json_object_to_json_string_length(body, RK_JSON_FLAGS, &len);
+    if (text)
+        rk_req_reply_json_text(r, http_status, text, len, headers, n_headers);
+    else
+        rk_err("request %s: out of memory building a response", r->request_id);
+    json_object_put(body);
 }
 
 void rk_req_reply_busy(struct rk_req *r, const char *why)

@@ -129,6 +129,10 @@ void rk_req_reply_json(struct rk_req *r, unsigned http_status, json_object *body
  *  body; headers are copied). */
 void rk_req_reply_json_headers(struct rk_req *r, unsigned http_status, json_object *body,
                                const struct rk_kv *headers, size_t n_headers);
+/** Answer with a JSON body that is already text (len bytes, copied), charged to the memory
+ *  budget like rk_req_reply_json_headers' serialization; headers are copied. */
+void rk_req_reply_json_text(struct rk_req *r, unsigned http_status, const char *text, size_t len,
+                            const struct rk_kv *headers, size_t n_headers);
 /** Answer with len bytes of data (copied) of the given Content-Type. */
 void rk_req_reply_bytes(struct rk_req *r, unsigned http_status, const char *content_type,
                         const void *data, size_t len);

@@ -161,10 +161,21 @@ def client_sequence_status_fields_and_headers():
     # list and batch read stored metadata
     lst = a.ok("GET", "/sandboxes", query={"user_id": "u1"})
     assert lst["total"] == 1 and lst["items"][0]["sandbox_id"] == sid and not lst["has_more"]
+    # a list item is the stored status (always shown alive) with the authorization hidden (the
+    # idle deadline aside: a status read may move it); a list or batch result starts with the
+    # result head like every sandbox result
+    def settled(status):
+        assert status["auto_stop_time"], status
+        return dict(status, auto_stop_time=None)
+    stored = settled(a.ok("GET", "/get_status", query={"sandbox_id": sid}))
+    item = settled(lst["items"][0])
+    assert item == dict(stored, rock_authorization_encrypted=None), (item, stored)
+    assert (lst["code"], lst["exit_code"], lst["failure_reason"]) == (None, None, None), lst
     assert a.ok("GET", "/sandboxes", query={"user_id": "other"})["total"] == 0
     assert a.ok("GET", "/sandboxes", query={"cpus": "2.0"})["total"] == 0  # numbers never match
     b = a.ok("POST", "/sandboxes/batch", {"sandbox_ids": [sid, "unknown"]})
     assert [s["sandbox_id"] for s in b["statuses"]] == [sid]
+    assert settled(b["statuses"][0]) == stored and b["code"] is None, b
     # delete, then status
     assert a.ok("POST", "/delete", {"sandbox_id": sid}) == sid + " deleted"
     st2, js = a.api("GET", "/get_status", query={"sandbox_id": sid})

@@ -19,6 +19,7 @@
 #include "base/budget.h"
 #include "base/bytepipe.h"
 #include "base/ident.h"
+#include "base/json_text.h"
 #include "base/util.h"
 #include "domain/dispatch.h"
 #include "engine/envelope.h"
@@ -26,6 +27,7 @@
 #include "host/plugin_loader.h"
 #include "obs/log.h"
 #include "domain/record.h"
+#include "domain/status_text.h"
 #include "store/store.h"
 #include "base/util.h"
 #include "config/config.h"
@@ -233,6 +235,133 @@ static void test_status_object(void **state)
         rk_rec_transition(rec, i % 2 ? RK_STATE_RUNNING : RK_STATE_STOPPED, "flip");
     json_object_object_get_ex(rec, "state_history", &v);
     assert_int_equal(json_object_array_length(v), 100);
+    json_object_put(rec);
+}
+
+/* What json-c writes for v with the answers' flags (RK_JSON_FLAGS); v is released. */
+static char *json_c_text(json_object *v)
+{
+    char *t = strdup(json_object_to_json_string_ext(v, RK_JSON_FLAGS));
+    json_object_put(v);
+    return t;
+}
+
+/* json_text.h writes byte for byte what json-c writes: every byte value in a string (an
+ * embedded NUL included), doubles integral and not, and the other value types. */
+static void test_json_text_matches_json_c(void **state)
+{
+    (void)state;
+    char all[256];
+    for (int i = 0; i < 256; i++)
+        all[i] = (char)i;
+    struct rk_buf b = {0};
+    json_object *s = json_object_new_string_len(all, 256);
+    assert_int_equal(rk_json_value(&b, s), 0);
+    char *want = json_c_text(s);
+    assert_string_equal(rk_buf_cstr(&b), want);
+    free(want);
+    rk_buf_free(&b);
+    assert_int_equal(rk_json_str(&b, all + 1), 0); /* the bytes 1..255 as a C string */
+    want = json_c_text(json_object_new_string(all + 1));
+    assert_string_equal(rk_buf_cstr(&b), want);
+    free(want);
+    rk_buf_free(&b);
+
+    const double ds[] = {0.1, 1, 2, 2.5, -0.0, 1e-7, 1e21, 123456789012345678.0, 1.0 / 3, -4};
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) {
+        assert_int_equal(rk_json_double(&b, ds[i]), 0);
+        want = json_c_text(json_object_new_double(ds[i]));
+        assert_string_equal(rk_buf_cstr(&b), want);
+        free(want);
+        rk_buf_free(&b);
+    }
+    assert_int_equal(rk_json_double(&b, 0.0 / 0.0), 0); /* JSON has no NaN */
+    assert_string_equal(rk_buf_cstr(&b), "null");
+    rk_buf_free(&b);
+
+    const char *values[] = {"null",
+                            "true",
+                            "false",
+                            "-7",
+                            "12345678901",
+                            "[1,\"a/b\",{}]",
+                            "{\"k\":[null,2.5,{\"x\":\"\\u00e9\\n\"}]}",
+                            "[]",
+                            "{}"};
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        json_object *v = json_tokener_parse(values[i]);
+        assert_int_equal(rk_json_value(&b, v), 0);
+        want = json_c_text(v);
+        assert_string_equal(rk_buf_cstr(&b), want);
+        free(want);
+        rk_buf_free(&b);
+    }
+    /* a cap holds: nothing beyond it is written */
+    struct rk_buf small = {.cap = 4};
+    assert_int_equal(rk_json_str(&small, "too long"), -1);
+    assert_true(small.len <= 4);
+    rk_buf_free(&small);
+}
+
+/* The status text of a record, member by member and in order, and its envelope as json-c
+ * writes the same envelope around the parsed status. */
+static void test_status_text_exact(void **state)
+{
+    (void)state;
+    json_object *rec = json_tokener_parse(
+        "{\"sandbox_id\":\"sb-1\",\"state\":\"running\",\"image\":\"py:3/\\\"q\\\"\","
+        "\"cpus\":2,\"memory\":\"2.00g\",\"num_gpus\":null,\"disk\":\"50G\","
+        "\"user_id\":\"u\",\"namespace\":7,\"metadata\":{\"a\":\"b\"},"
+        "\"create_time\":\"2026-12-07T10:00:00+08:00\",\"expire_time\":1796641852,"
+        "\"failure\":{\"phase\":\"image_pull\",\"message\":\"no \\\"such\\\" image\"},"
+        "\"state_history\":[{\"to_state\":\"running\"}],\"backend_state\":\"running\"}");
+    assert_non_null(rec);
+    char iso[32];
+    rk_iso_time(1796641852, iso);
+    char want[2048];
+    snprintf(
+        want, sizeof want,
+        "{\"sandbox_id\":\"sb-1\",\"status\":{\"image_pull\":{\"status\":\"failed\","
+        "\"message\":\"no \\\"such\\\" image\"}},\"state\":\"stopped\",\"port_mapping\":{},"
+        "\"host_name\":\"sb-1\",\"host_ip\":\"\",\"is_alive\":false,\"image\":\"py:3/\\\"q\\\"\","
+        "\"metadata\":{\"a\":\"b\"},\"gateway_version\":\"0.0.45\",\"swe_rex_version\":\"1.2.17\","
+        "\"user_id\":\"u\",\"experiment_id\":\"default\",\"namespace\":\"default\","
+        "\"cpus\":2.0,\"memory\":\"2.00g\",\"num_gpus\":null,\"accelerator_type\":null,"
+        "\"disk\":\"50G\",\"disk_limit_rootfs\":\"50G\",\"start_time\":null,\"stop_time\":null,"
+        "\"create_time\":\"2026-12-07T10:00:00+08:00\",\"archive_time\":null,"
+        "\"delete_time\":null,\"auto_stop_time\":\"%s\",\"auto_archive_time\":null,"
+        "\"auto_delete_time\":null,\"state_history\":[{\"to_state\":\"running\"}]}",
+        iso);
+    struct rk_buf b = {0};
+    assert_int_equal(rk_rec_status_text(rec, RK_STATE_STOPPED, 0, &b), 0);
+    assert_string_equal(rk_buf_cstr(&b), want);
+    assert_string_equal(rk_rec_status_host(rec), "sb-1");
+
+    struct rk_buf env = {0};
+    assert_int_equal(rk_envelope_success_text(&env, b.data, b.len), 0);
+    char *env_want = json_c_text(rk_envelope_success(rk_rec_status(rec, RK_STATE_STOPPED, 0)));
+    assert_string_equal(rk_buf_cstr(&env), env_want);
+    free(env_want);
+    rk_buf_free(&env);
+    rk_buf_free(&b);
+
+    /* defaults: no metadata, cpus, memory, history, host; a pending record has no stop time
+     * shown and an inactive one no auto_stop_time */
+    json_object *bare = json_tokener_parse("{\"state\":\"deleted\",\"expire_time\":5,"
+                                           "\"state_history\":{},\"metadata\":null}");
+    assert_int_equal(rk_rec_status_text(bare, RK_STATE_DELETED, 0, &b), 0);
+    json_object *st = json_tokener_parse(rk_buf_cstr(&b));
+    assert_non_null(st);
+    assert_string_equal(json_object_get_string(json_object_object_get(st, "host_name")), "-");
+    assert_string_equal(js(json_object_object_get(st, "metadata")), "{}");
+    assert_string_equal(js(json_object_object_get(st, "state_history")), "[]");
+    assert_string_equal(js(json_object_object_get(st, "cpus")), "2.0");
+    assert_string_equal(json_object_get_string(json_object_object_get(st, "memory")), "8.00g");
+    assert_null(json_object_object_get(st, "auto_stop_time"));
+    assert_string_equal(js(json_object_object_get(st, "status")), "{}");
+    json_object_put(st);
+    rk_buf_free(&b);
+    json_object_put(bare);
     json_object_put(rec);
 }
 
@@ -746,6 +875,8 @@ int main(void)
     rk_time_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_envelope_success_and_failures),
+        cmocka_unit_test(test_json_text_matches_json_c),
+        cmocka_unit_test(test_status_text_exact),
         cmocka_unit_test(test_log_repeats_rate_limited),
         cmocka_unit_test(test_shell_quote),
         cmocka_unit_test(test_hash_str),
