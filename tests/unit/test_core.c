@@ -251,9 +251,10 @@ static char *json_c_text(json_object *v)
 static void test_json_text_matches_json_c(void **state)
 {
     (void)state;
-    char all[256];
+    char all[257];
     for (int i = 0; i < 256; i++)
         all[i] = (char)i;
+    all[256] = '\0';
     struct rk_buf b = {0};
     json_object *s = json_object_new_string_len(all, 256);
     assert_int_equal(rk_json_value(&b, s), 0);
