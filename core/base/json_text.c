@@ -10,39 +10,20 @@
 static int str_n(struct rk_buf *b, const char *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
+    static const char named[] = "\b\n\r\t\f\"\\", as[] = "bnrtf\"\\"; /* json-c's short escapes */
     if (rk_buf_append(b, "\"", 1) != 0)
         return -1;
     const char *run = s; /* bytes written as they are, since the last escape */
     const unsigned char *end = (const unsigned char *)s + len;
     for (const unsigned char *p = (const unsigned char *)s; p < end; p++) {
-        char esc[7];
+        if (*p >= 0x20 && *p != '"' && *p != '\\')
+            continue;
+        char esc[6] = {'\\'};
         size_t n = 2;
-        esc[0] = '\\';
-        switch (*p) {
-        case '\b':
-            esc[1] = 'b';
-            break;
-        case '\n':
-            esc[1] = 'n';
-            break;
-        case '\r':
-            esc[1] = 'r';
-            break;
-        case '\t':
-            esc[1] = 't';
-            break;
-        case '\f':
-            esc[1] = 'f';
-            break;
-        case '"':
-            esc[1] = '"';
-            break;
-        case '\\':
-            esc[1] = '\\';
-            break;
-        default:
-            if (*p >= 0x20)
-                continue;
+        const char *hit = memchr(named, *p, sizeof named - 1);
+        if (hit) {
+            esc[1] = as[hit - named];
+        } else { /* another control character */
             memcpy(esc + 1, "u00", 3);
             esc[4] = hex[*p >> 4];
             esc[5] = hex[*p & 0xf];
