@@ -2,6 +2,10 @@
 /* The ROCK envelope and failure shapes as JSON (envelope.h); no request state. */
 #include "engine/envelope.h"
 
+#include <pthread.h>
+
+#include "base/json_text.h"
+
 int rk_status_rock_code(rk_status st)
 {
     switch (st) {
@@ -23,22 +27,47 @@ int rk_status_rock_code(rk_status st)
     }
 }
 
+/* The members a Success envelope has before its result: name and string value (NULL: null). */
+static const struct {
+    const char *name, *value;
+} success_head[] = {{"status", "Success"}, {"message", NULL}, {"error", NULL}};
+#define SUCCESS_HEAD_N (sizeof success_head / sizeof success_head[0])
+
 json_object *rk_envelope_success(json_object *result)
 {
     json_object *o = json_object_new_object();
-    json_object_object_add(o, "status", json_object_new_string("Success"));
-    json_object_object_add(o, "message", NULL);
-    json_object_object_add(o, "error", NULL);
+    for (size_t i = 0; i < SUCCESS_HEAD_N; i++)
+        json_object_object_add(o, success_head[i].name,
+                               success_head[i].value ? json_object_new_string(success_head[i].value)
+                                                     : NULL);
     json_object_object_add(o, "result", result);
     return o;
 }
 
+/* The text of success_head ('{' and its members, with the comma before "result"), written
+ * once from the table. */
+static struct rk_buf success_head_text;
+static pthread_once_t success_head_once = PTHREAD_ONCE_INIT;
+
+static void success_head_init(void)
+{
+    struct rk_buf *b = &success_head_text;
+    for (size_t i = 0; i < SUCCESS_HEAD_N; i++)
+        if (rk_buf_printf(b, "%c\"%s\":", i ? ',' : '{', success_head[i].name) != 0 ||
+            rk_json_str(b, success_head[i].value) != 0) {
+            rk_buf_free(b); /* out of memory: rk_envelope_success_text fails */
+            return;
+        }
+}
+
 int rk_envelope_success_text(struct rk_buf *out, const char *result, size_t len)
 {
-    static const char head[] =
-        "{\"status\":\"Success\",\"message\":null,\"error\":null,\"result\":";
-    if (rk_buf_reserve(out, sizeof head + len + 1) != 0 ||
-        rk_buf_append(out, head, sizeof head - 1) != 0 || rk_buf_append(out, result, len) != 0)
+    static const char key[] = ",\"result\":";
+    pthread_once(&success_head_once, success_head_init);
+    const struct rk_buf *h = &success_head_text;
+    if (!h->len || rk_buf_reserve(out, h->len + sizeof key + len + 1) != 0 ||
+        rk_buf_append(out, h->data, h->len) != 0 || rk_buf_append(out, key, sizeof key - 1) != 0 ||
+        rk_buf_append(out, result, len) != 0)
         return -1;
     return rk_buf_append(out, "}", 1);
 }
