@@ -110,7 +110,8 @@ static int append_status(struct rk_buf *b, json_object *rec, int list_item, size
     static const char auth[] = ",\"rock_authorization_encrypted\":null}";
     if ((*count)++ && rk_buf_append(b, ",", 1) != 0)
         return -1;
-    if (rk_rec_status_text(rec, rk_rec_state(rec), 1, b) != 0)
+    struct rk_rec_src src = rk_src_tree(rec);
+    if (rk_rec_status_text(&src, rk_rec_state(rec), 1, b) != 0)
         return -1;
     if (!list_item)
         return 0;

@@ -32,8 +32,7 @@
 enum read_origin {
     READ_ON_WORKER, /* the store's synchronous read on a worker: may renew the backend expiry */
     READ_IN_PLACE,  /* the in-process store's record, seen under its lock (it changes in place) */
-    READ_BY_READER, /* the loop's store reader: a record object never changed once made, which
-                     * may come again for an unchanged record (store_reader.h) */
+    READ_BY_READER, /* the loop's store reader: the record's text (store_reader.h) */
 };
 
 /* A status read's answer: the status as JSON text (rk_rec_status_text, NUL-terminated) and
@@ -54,12 +53,12 @@ static void answer_free(struct status_answer *a)
 
 /* The status of rec written once into one allocation: the text, a NUL, the host_name. 0, or
  * -1 when memory ran out. */
-static int render(json_object *rec, enum rk_state shown, int alive, char **mem, size_t *len)
+static int render(struct rk_rec_src *rec, enum rk_state shown, int alive, char **mem, size_t *len)
 {
     struct rk_buf b = {0};
     const char *host = rk_rec_status_host(rec);
     if (rk_buf_reserve(&b, 1024) != 0 || rk_rec_status_text(rec, shown, alive, &b) != 0 ||
-        rk_buf_append(&b, "", 1) != 0 || rk_buf_append(&b, host, strlen(host)) != 0) {
+        rk_buf_append(&b, "", 1) != 0 || rk_buf_append(&b, host, strlen(host)) != 0 || rec->oom) {
         rk_buf_free(&b);
         return -1;
     }
@@ -69,7 +68,8 @@ static int render(json_object *rec, enum rk_state shown, int alive, char **mem, 
 }
 
 /* A status answer of its own (a->owned) for rec. 0, or -1 when memory ran out. */
-static int render_owned(json_object *rec, enum rk_state shown, int alive, struct status_answer *a)
+static int render_owned(struct rk_rec_src *rec, enum rk_state shown, int alive,
+                        struct status_answer *a)
 {
     char *mem;
     size_t len;
@@ -79,19 +79,30 @@ static int render_owned(json_object *rec, enum rk_state shown, int alive, struct
     return 0;
 }
 
+/* render_owned of a tree. */
+static int render_tree(json_object *rec, enum rk_state shown, int alive, struct status_answer *a)
+{
+    struct rk_rec_src src = rk_src_tree(rec);
+    return render_owned(&src, shown, alive, a);
+}
+
 /* Statuses one event loop rendered, by what they were rendered from, so that a poll whose
  * record did not change is answered without rendering it again:
- *   - a record of the loop's store reader (rec): the reader hands over the object it parsed
- *     before when the record came back unchanged. A slot holds a reference to its record, so
- *     while it is there no other record can have that address;
- *   - a version of the in-process store (version, rec NULL): it names the record with its
- *     deadline, and the store never gives it to other content (rk_store_view_fn).
- * Direct-mapped by address or version. Per thread (only event loops fill one), freed when the
- * thread ends. */
+ *   - a version of the in-process store's records: it names the record with its deadline, and
+ *     the store never gives it to other content (rk_store_view_fn);
+ *   - a record text of the loop's store reader, with its deadline: the slot keeps a copy, and
+ *     the bytes decide.
+ * Direct-mapped by version or by the id's hash. Per thread (only event loops fill one), freed
+ * when the thread ends. */
 #define RENDERED_SLOTS 64
+/* The largest record text a slot keeps (as the reader's own memory): 64 x 4 KiB per loop. */
+#define RENDERED_TEXT_MAX 4096
 struct rendered {
-    json_object *rec;
-    uint64_t version;
+    uint64_t version; /* the in-process store's version, or 0: */
+    char *text;       /* the reader's record text */
+    size_t text_len;
+    int64_t expire;
+    int has_expire;
     enum rk_state shown;
     int alive;
     char *mem; /* render()'s text, NUL, host_name; NULL: empty */
@@ -104,7 +115,7 @@ static void rendered_free(void *p)
 {
     struct rendered *c = p;
     for (size_t i = 0; i < RENDERED_SLOTS; i++) {
-        json_object_put(c[i].rec);
+        free(c[i].text);
         free(c[i].mem);
     }
     free(c);
@@ -116,13 +127,28 @@ static void rendered_key_init(void)
         abort();
 }
 
-/* The status of a record of the store reader (version 0) or of a version of the in-process
- * store's records: rendered once per record object or version on this thread. *a borrows the
+/* 1 when slot sl holds the status of rec (a version when non-zero, else rec's text). */
+static int rendered_hit(const struct rendered *sl, struct rk_rec_src *rec, uint64_t version,
+                        enum rk_state shown, int alive)
+{
+    if (!sl->mem || sl->shown != shown || sl->alive != alive)
+        return 0;
+    if (version)
+        return !sl->text && sl->version == version;
+    return sl->text && sl->text_len == rec->len && sl->has_expire == rec->has_expire &&
+           (!rec->has_expire || sl->expire == rec->expire_time) &&
+           memcmp(sl->text, rec->text, rec->len) == 0;
+}
+
+/* The status of a version of the in-process store's records (version non-zero) or of a record
+ * text of the store reader: rendered once per version or text on this thread. *a borrows the
  * slot's memory (a->owned NULL) until this thread renders again. 0, or -1 when memory ran
  * out. */
-static int rendered_status(json_object *rec, uint64_t version, enum rk_state shown, int alive,
-                           struct status_answer *a)
+static int rendered_status(struct rk_rec_src *rec, const char *id, uint64_t version,
+                           enum rk_state shown, int alive, struct status_answer *a)
 {
+    if (!version && rec->len > RENDERED_TEXT_MAX)
+        return render_owned(rec, shown, alive, a);
     pthread_once(&rendered_once, rendered_key_init);
     struct rendered *c = pthread_getspecific(rendered_key);
     if (!c) {
@@ -132,18 +158,22 @@ static int rendered_status(json_object *rec, uint64_t version, enum rk_state sho
             return render_owned(rec, shown, alive, a);
         }
     }
-    json_object *key = version ? NULL : rec; /* the store's record is only borrowed */
-    struct rendered *sl =
-        &c[(version ? version : (uint64_t)((uintptr_t)rec >> 4)) % RENDERED_SLOTS];
-    if (!(sl->mem && sl->rec == key && sl->version == version && sl->shown == shown &&
-          sl->alive == alive)) {
-        char *mem;
+    struct rendered *sl = &c[(version ? version : rk_hash_str(id)) % RENDERED_SLOTS];
+    if (!rendered_hit(sl, rec, version, shown, alive)) {
+        char *mem, *text = NULL;
         size_t len;
-        if (render(rec, shown, alive, &mem, &len) != 0)
+        if (!version && !(text = malloc(rec->len ? rec->len : 1)))
             return -1;
-        json_object_put(sl->rec);
+        if (render(rec, shown, alive, &mem, &len) != 0) {
+            free(text);
+            return -1;
+        }
+        if (text)
+            memcpy(text, rec->text, rec->len);
+        free(sl->text);
         free(sl->mem);
-        *sl = (struct rendered){json_object_get(key), version, shown, alive, mem, len};
+        *sl = (struct rendered){version, text, rec->len, rec->expire_time, rec->has_expire, shown,
+                                alive,   mem,  len};
     }
     *a = (struct status_answer){sl->mem, sl->len, alive, sl->mem + sl->len + 1, NULL};
     return 0;
@@ -157,7 +187,7 @@ static int rendered_status(json_object *rec, uint64_t version, enum rk_state sho
  * is recorded on r->call unless the answer is FS_ANSWERED. */
 enum from_store { FS_ANSWERED, FS_ASK_BACKEND, FS_NEEDS_WORKER };
 static enum from_store status_from_record(struct rk_req *r, const char *id, int include_all,
-                                          rk_store_rc rc, json_object *rec, uint64_t version,
+                                          rk_store_rc rc, struct rk_rec_src *rec, uint64_t version,
                                           const char *mark, const char *err,
                                           enum read_origin origin, rk_status *st,
                                           struct status_answer *out)
@@ -170,7 +200,7 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
         *st = rk_call_set_error(r->call, RK_E_UNAVAILABLE, "sandbox store unavailable: %s", err);
         return FS_ANSWERED;
     }
-    enum rk_state stored = rc == RK_STORE_OK ? rk_rec_state(rec) : 0;
+    enum rk_state stored = rc == RK_STORE_OK ? rk_src_state(rec) : 0;
     if (rk_state_is_active(stored) && !rk_reconciler_mark_fresh(app, mark))
         return FS_ASK_BACKEND;
     if (rc == RK_STORE_NOT_FOUND || (!include_all && !rk_state_is_active(stored))) {
@@ -178,7 +208,7 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
         return FS_ANSWERED;
     }
     if (rk_state_is_active(stored)) {
-        const char *tag = rk_rec_backend(rec);
+        const char *tag = rk_src_backend(rec);
         if (!tag)
             *st = rk_call_set_error(r->call, RK_E_INVALID,
                                     "%s sandbox metadata is missing required backend",
@@ -190,26 +220,24 @@ static enum from_store status_from_record(struct rk_req *r, const char *id, int 
         if (*st != RK_OK)
             return FS_ANSWERED;
     }
-    json_object *acm;
     if (rk_state_is_active(stored) && rk_activity_can_renew(app) &&
-        json_object_object_get_ex(rec, "auto_clear_time", &acm) && acm &&
-        json_object_get_int64(acm) > 0) { /* a status poll is use too (renewal) */
-        if (origin != READ_ON_WORKER)
+        rk_src_has(rec, "auto_clear_time") &&
+        rk_src_int64(rec, "auto_clear_time") > 0) { /* a status poll is use too (renewal) */
+        if (origin != READ_ON_WORKER || !rec->tree)
             return FS_NEEDS_WORKER;
-        rk_activity_renew_used(app, rec);
+        rk_activity_renew_used(app, rec->tree);
     }
-    json_object *cf;
-    int create_failed =
-        json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf);
+    int create_failed = rk_src_bool(rec, "create_failed");
     /* A backend state the record cannot hold (e.g. failed -> stopped), as the reconciler saw it. */
     enum rk_state shown = stored;
-    const char *observed = rk_state_is_active(stored) ? rk_rec_str(rec, "backend_state") : NULL;
+    const char *observed = rk_state_is_active(stored) ? rk_src_str(rec, "backend_state") : NULL;
     if (observed && rk_state_parse(observed))
         shown = rk_state_parse(observed);
     int alive = shown == RK_STATE_RUNNING && !create_failed;
-    /* version: non-zero only for the in-process store's record (READ_IN_PLACE) */
-    if ((origin == READ_BY_READER || version ? rendered_status(rec, version, shown, alive, out)
-                                             : render_owned(rec, shown, alive, out)) != 0)
+    /* version: non-zero only for the in-process store's record (READ_IN_PLACE); a text only
+     * from the loop's reader */
+    if ((version || !rec->tree ? rendered_status(rec, id, version, shown, alive, out)
+                               : render_owned(rec, shown, alive, out)) != 0)
         *st = rk_call_set_error(r->call, RK_E_NOMEM, "out of memory rendering the status");
     return FS_ANSWERED;
 }
@@ -228,7 +256,8 @@ static rk_status status_from_store(struct rk_req *r, const char *id, int include
     rk_store_rc rc =
         rk_store_get_touch(r->app->store, id, touch_s, &rec, mark, sizeof mark, err, sizeof err);
     rk_status st;
-    *fallback = status_from_record(r, id, include_all, rc, rec, 0, mark, err, READ_ON_WORKER, &st,
+    struct rk_rec_src src = rk_src_tree(rec);
+    *fallback = status_from_record(r, id, include_all, rc, &src, 0, mark, err, READ_ON_WORKER, &st,
                                    out) == FS_ASK_BACKEND;
     json_object_put(rec);
     return st;
@@ -260,7 +289,7 @@ static rk_status sandbox_status_at(struct rk_req *r, const char *id, int include
     if (!rk_state_is_active(stored)) {
         /* Final states come from the record; no backend call (B112). */
         rk_status st =
-            render_owned(rec, stored, 0, out) == 0
+            render_tree(rec, stored, 0, out) == 0
                 ? RK_OK
                 : rk_call_set_error(r->call, RK_E_NOMEM, "out of memory rendering the status");
         json_object_put(rec);
@@ -273,7 +302,7 @@ static rk_status sandbox_status_at(struct rk_req *r, const char *id, int include
     enum rk_state shown;
     int alive;
     st = rk_lifecycle_refresh(app, r->call, &t.rec, &shown, &alive);
-    if (st == RK_OK && render_owned(t.rec, shown, alive, out) != 0)
+    if (st == RK_OK && render_tree(t.rec, shown, alive, out) != 0)
         st = rk_call_set_error(r->call, RK_E_NOMEM, "out of memory rendering the status");
     rk_target_release(&t);
     return st;
@@ -318,19 +347,33 @@ static void status_on_worker(void *arg)
 }
 
 /* rk_store_read_cb, on the loop: answer from the record, or hand the read to a worker when
- * the store failed here, the backend must be asked or the backend expiry renewed. */
-static void status_read_done(void *arg, rk_store_rc rc, json_object *rec, const char *mark,
-                             const char *err)
+ * the store failed here, the backend must be asked or the backend expiry renewed. The record
+ * is read as its text; one whose members the text readers do not read is parsed. */
+static void status_read_done(void *arg, rk_store_rc rc, const struct rk_store_found *found,
+                             const char *mark, const char *err)
 {
     struct status_read *sr = arg;
     struct rk_req *r = sr->r;
     enum from_store fs = FS_NEEDS_WORKER;
     rk_status st = RK_OK;
     struct status_answer a = {0};
+    json_object *tree = NULL;
+    struct rk_rec_src src = rk_src_tree(NULL);
+    if (rc == RK_STORE_OK && !found->rec &&
+        rk_src_text(&src, found->text, found->len, found->m, found->n, found->expire_time,
+                    found->has_expire) != 0) {
+        tree = rk_store_found_tree(found);
+        src = rk_src_tree(tree);
+        if (!tree)
+            rc = RK_STORE_ERROR; /* out of memory: a worker reads it again */
+    } else if (rc == RK_STORE_OK && found->rec) {
+        src = rk_src_tree(found->rec);
+    }
     if (rc != RK_STORE_ERROR)
-        fs = status_from_record(r, sr->id, sr->include_all, rc, rec, 0, mark, err, READ_BY_READER,
+        fs = status_from_record(r, sr->id, sr->include_all, rc, &src, 0, mark, err, READ_BY_READER,
                                 &st, &a);
-    json_object_put(rec);
+    rk_src_release(&src);
+    json_object_put(tree);
     if (fs == FS_ANSWERED) {
         sr->answer(r, sr->id, st, &a);
         answer_free(&a);
@@ -361,7 +404,8 @@ static void status_view(void *ctx, rk_store_rc rc, json_object *rec, uint64_t ve
                         const char *mark, const char *err)
 {
     struct status_view *v = ctx;
-    v->fs = status_from_record(v->r, v->id, v->include_all, rc, rec, version, mark, err,
+    struct rk_rec_src src = rk_src_tree(rec);
+    v->fs = status_from_record(v->r, v->id, v->include_all, rc, &src, version, mark, err,
                                READ_IN_PLACE, &v->st, &v->a);
 }
 

@@ -359,6 +359,24 @@ static rk_store_rc state_patch(struct rk_app *app, const char *id, struct patch 
     return rc;
 }
 
+/* The patch of a pending record the backend has running. */
+static struct patch running_patch(json_object *rec)
+{
+    json_object *obs = NULL;
+    return (struct patch){.expect = RK_STATE_PENDING,
+                          .to = RK_STATE_RUNNING,
+                          .event = "alive",
+                          .clear_observed =
+                              json_object_object_get_ex(rec, "backend_state", &obs) && obs};
+}
+
+/* A sandbox accepted at accepted (epoch ms, 0: unknown) was recorded running now. */
+static void observe_start(int64_t accepted)
+{
+    if (accepted > 0)
+        rk_histogram_observe(&start_hist, (double)(rk_epoch_ms() - accepted) / 1000.0);
+}
+
 /* Apply what the backend said about a sandbox (status() or a list pass) to its record.
  * info == NULL with st == RK_E_NOT_FOUND: the backend has no such sandbox. touch: refresh the
  * idle deadline when active (a client asked; the reconciler never touches). */
@@ -456,12 +474,9 @@ static rk_status apply_backend_state(struct rk_app *app, struct rk_call *call, j
         *shown = RK_STATE_RUNNING;
         if (stored == RK_STATE_PENDING) {
             int64_t accepted = first_start_accepted_ms(*rec_io);
-            struct patch p = {.expect = RK_STATE_PENDING,
-                              .to = RK_STATE_RUNNING,
-                              .event = "alive",
-                              .clear_observed = has_observed};
-            if (state_patch(app, id, &p, rec_io, touch) == RK_STORE_OK && accepted > 0)
-                rk_histogram_observe(&start_hist, (double)(rk_epoch_ms() - accepted) / 1000.0);
+            struct patch p = running_patch(*rec_io);
+            if (state_patch(app, id, &p, rec_io, touch) == RK_STORE_OK)
+                observe_start(accepted);
         } else if (has_observed) {
             struct patch p = {.clear_observed = 1};
             state_patch(app, id, &p, rec_io, touch);
@@ -527,25 +542,33 @@ rk_status rk_lifecycle_refresh(struct rk_app *app, struct rk_call *call, json_ob
     return apply_backend_state(app, call, rec_io, st, &info, 1, shown, alive);
 }
 
-int rk_lifecycle_glance(json_object *rec, const char *tag, struct rk_rec_glance *g)
+int rk_lifecycle_glance_src(struct rk_rec_src *rec, const char *tag, struct rk_rec_glance *g)
 {
     memset(g, 0, sizeof *g);
-    if (!rec || !rk_state_is_active(rk_rec_state(rec)))
+    if (!rk_state_is_active(rk_src_state(rec)))
         return 0;
-    const char *backend = rk_rec_backend(rec);
+    const char *backend = rk_src_backend(rec);
     if (!backend || strcmp(backend, tag) != 0)
         return 0; /* fail closed: never touch another backend's record */
     g->present = 1;
-    g->state = rk_rec_state(rec);
-    json_object *v;
-    g->observed = (json_object_object_get_ex(rec, "backend_state", &v) && v) ||
-                  (json_object_object_get_ex(rec, "failure", &v) && v);
-    if (json_object_object_get_ex(rec, "create_deadline", &v) && v)
-        g->create_deadline = json_object_get_int64(v);
-    const char *up = rk_rec_upstream_id(rec, tag);
+    g->state = rk_src_state(rec);
+    g->observed = rk_src_has(rec, "backend_state") || rk_src_has(rec, "failure");
+    if (rk_src_has(rec, "create_deadline"))
+        g->create_deadline = rk_src_int64(rec, "create_deadline");
+    const char *up = rk_src_upstream_id(rec, tag);
     if (up && !(g->upstream = strdup(up)))
         return -1;
-    return 0;
+    return rec->oom ? -1 : 0;
+}
+
+int rk_lifecycle_glance(json_object *rec, const char *tag, struct rk_rec_glance *g)
+{
+    struct rk_rec_src src = rk_src_tree(rec);
+    if (!rec) {
+        memset(g, 0, sizeof *g);
+        return 0;
+    }
+    return rk_lifecycle_glance_src(&src, tag, g);
 }
 
 void rk_lifecycle_glance_free(struct rk_rec_glance *g)
@@ -584,6 +607,75 @@ rk_status rk_lifecycle_reconcile(struct rk_app *app, struct rk_call *call, json_
     int alive;
     return apply_backend_state(app, call, rec_io, info ? RK_OK : RK_E_NOT_FOUND, info, 0, &shown,
                                &alive);
+}
+
+/* What rk_lifecycle_running_many's update found in one stored record. */
+struct running_ctx {
+    const char *tag, *upstream;
+    int64_t accepted;             /* out: when its start_async was accepted (0: unknown) */
+    enum rk_running_outcome seen; /* out: RK_RUNNING_NOW when the patch applies */
+};
+
+/* rk_store_update_fn: kept beside apply_backend_state, which records a pending record the
+ * backend reports running under its backend id with running_patch alone, unless its create
+ * failed or a restore is under way (then it takes its own path). Decided on the stored record. */
+static int running_if_plain(json_object *rec, void *arg)
+{
+    struct running_ctx *c = arg;
+    const char *up = rk_rec_upstream_id(rec, c->tag);
+    const char *backend = rk_rec_backend(rec);
+    json_object *cf;
+    if (rk_rec_state(rec) != RK_STATE_PENDING || !backend || strcmp(backend, c->tag) != 0 || !up ||
+        strcmp(up, c->upstream) != 0) { /* fail closed: never another backend's record */
+        c->seen = RK_RUNNING_CHANGED;
+        return 1;
+    }
+    if ((json_object_object_get_ex(rec, "create_failed", &cf) && json_object_get_boolean(cf)) ||
+        rk_restore_in_progress(rec)) {
+        c->seen = RK_RUNNING_OTHER;
+        return 1;
+    }
+    c->seen = RK_RUNNING_NOW;
+    c->accepted = first_start_accepted_ms(rec);
+    struct patch p = running_patch(rec);
+    return apply_patch(rec, &p);
+}
+
+void rk_lifecycle_running_many(struct rk_app *app, const char *const *ids,
+                               const char *const *upstreams, size_t n, enum rk_running_outcome *out)
+{
+    if (n == 0)
+        return;
+    struct running_ctx *cs = calloc(n, sizeof *cs);
+    void **ctxs = malloc(n * sizeof *ctxs);
+    rk_store_rc *rcs = malloc(n * sizeof *rcs);
+    char err[RK_STORE_ERRLEN] = "out of memory";
+    int ok = cs && ctxs && rcs;
+    for (size_t i = 0; ok && i < n; i++) {
+        cs[i] =
+            (struct running_ctx){.tag = app->plugin->desc->backend_tag, .upstream = upstreams[i]};
+        ctxs[i] = &cs[i];
+    }
+    if (ok)
+        ok = rk_store_update_many(app->store, ids, n, running_if_plain, ctxs, rcs, err,
+                                  sizeof err) == RK_STORE_OK;
+    for (size_t i = 0; i < n; i++) {
+        rk_store_rc rc = ok ? rcs[i] : RK_STORE_ERROR;
+        if (rc == RK_STORE_OK) {
+            out[i] = RK_RUNNING_NOW;
+            observe_start(cs[i].accepted);
+        } else if (rc == RK_STORE_ABORTED && cs[i].seen == RK_RUNNING_OTHER) {
+            out[i] = RK_RUNNING_OTHER;
+        } else if (rc == RK_STORE_ABORTED || rc == RK_STORE_NOT_FOUND) {
+            out[i] = RK_RUNNING_CHANGED;
+        } else {
+            out[i] = RK_RUNNING_FAILED;
+            rk_warn("sandbox %s: cannot record it running: %s", ids[i], err);
+        }
+    }
+    free(cs);
+    free(ctxs);
+    free(rcs);
 }
 
 /* ---- delete -------------------------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include <json-c/json.h>
 
 #include "domain/dispatch.h"
+#include "domain/record_src.h"
 #include "obs/metrics.h"
 #include "rock-admin/operator.h"
 #include "store/store.h"
@@ -66,6 +67,8 @@ struct rk_rec_glance {
 
 /** Fill g from rec (read only; NULL: no record) for backend tag; 0, or -1 out of memory. */
 int rk_lifecycle_glance(json_object *rec, const char *tag, struct rk_rec_glance *g);
+/** rk_lifecycle_glance of a record read as a tree or as its scanned text. */
+int rk_lifecycle_glance_src(struct rk_rec_src *rec, const char *tag, struct rk_rec_glance *g);
 /** Release what rk_lifecycle_glance kept. */
 void rk_lifecycle_glance_free(struct rk_rec_glance *g);
 /** 0 when rk_lifecycle_reconcile would change nothing for a record glanced as g given what the
@@ -80,6 +83,22 @@ int rk_lifecycle_glance_same(const struct rk_rec_glance *a, const struct rk_rec_
  *  idle touch. *rec_io may be replaced. */
 rk_status rk_lifecycle_reconcile(struct rk_app *app, struct rk_call *call, json_object **rec_io,
                                  const struct rk_status_info *info);
+
+/** What rk_lifecycle_running_many did with one sandbox. */
+enum rk_running_outcome {
+    RK_RUNNING_NOW = 1, /* recorded running now */
+    RK_RUNNING_CHANGED, /* not pending under that backend id (any more): nothing to do */
+    RK_RUNNING_OTHER,   /* a failed create or a restore: left to rk_lifecycle_reconcile */
+    RK_RUNNING_FAILED   /* the store failed (logged) */
+};
+
+/** The backend reports the sandboxes ids[0..n) running under the backend ids upstreams[i]. The
+ *  records pending under that id are recorded running as rk_lifecycle_reconcile records them,
+ *  all in one store update (rk_store_update_many: two round trips with Redis), each decided on
+ *  the stored record; out[i] says what became of each. */
+void rk_lifecycle_running_many(struct rk_app *app, const char *const *ids,
+                               const char *const *upstreams, size_t n,
+                               enum rk_running_outcome *out);
 
 /**
  * Restore an archived sandbox (RK_CAP_RESTORE): if the plugin has the

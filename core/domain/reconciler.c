@@ -387,19 +387,40 @@ struct snapshot {
     int oom;
 };
 
-/* rk_store_view_each_fn: glance at one record in place. A settled record (running under its
- * backend id, nothing observed: almost every record of a deployment at rest) is not copied. With
- * Redis the others (pending, stopped, failed: those a pass is likely to change) are kept whole
- * for the apply step, which then needs no second round trip. The in-process store keeps none:
- * reading a record again costs what the copy would, and the apply step reads only the few the
- * listing changes (a burst's pending records wait through several passes, copied in each). */
-static int glance_one(void *ctx, size_t i, json_object *rec)
+/* rk_store_scan_each_fn: glance at one record as the store found it (Redis: its text, no tree
+ * built). A settled record (running under its backend id, nothing observed: almost every record
+ * of a deployment at rest) is not copied, nor is a pending one (in a create burst, every record
+ * of every pass: the pass records those the listing shows running 64 at a time, deciding on the
+ * stored record, and reads again the few others it changes). With Redis the rest (stopped,
+ * failed: those a pass is likely to change) are kept whole for the apply step, which then needs
+ * no second round trip. The in-process store keeps none: reading a record again costs what the
+ * copy would. */
+static void glance_found(void *ctx, size_t i, const struct rk_store_found *found)
 {
     struct snapshot *sn = ctx;
     struct rk_rec_glance *g = &sn->g[i];
-    if (rk_lifecycle_glance(rec, sn->tag, g) != 0)
+    memset(g, 0, sizeof *g);
+    if (!found)
+        return;
+    json_object *tree = NULL;
+    struct rk_rec_src src = rk_src_tree(found->rec);
+    if (!found->rec && rk_src_text(&src, found->text, found->len, found->m, found->n, 0, 0) != 0) {
+        tree = rk_store_found_tree(found); /* a type the text readers do not read: parsed */
+        src = rk_src_tree(tree);
+        if (!tree) {
+            sn->oom = 1;
+            return;
+        }
+    }
+    if (rk_lifecycle_glance_src(&src, sn->tag, g) != 0)
         sn->oom = 1;
-    return sn->keep && g->present && !(g->state == RK_STATE_RUNNING && g->upstream && !g->observed);
+    rk_src_release(&src);
+    if (sn->keep && g->present && g->state != RK_STATE_PENDING &&
+        !(g->state == RK_STATE_RUNNING && g->upstream && !g->observed))
+        sn->kept[i] = tree         ? json_object_get(tree)
+                      : found->rec ? json_object_get(found->rec)
+                                   : rk_store_found_tree(found);
+    json_object_put(tree);
 }
 
 /* Glance at the active records ids[0..n) into sn, beating between chunks. */
@@ -408,9 +429,10 @@ static rk_store_rc read_records(struct rk_app *app, struct beat *b, char **ids, 
 {
     for (size_t off = 0; off < n; off += READ_CHUNK) {
         size_t m = n - off < READ_CHUNK ? n - off : READ_CHUNK;
-        struct snapshot part = {.g = sn->g + off, .tag = sn->tag, .keep = sn->keep};
-        rk_store_rc rc = rk_store_view_many(app->store, (const char *const *)ids + off, m,
-                                            glance_one, &part, sn->kept + off, err, errlen);
+        struct snapshot part = {
+            .g = sn->g + off, .kept = sn->kept + off, .tag = sn->tag, .keep = sn->keep};
+        rk_store_rc rc = rk_store_scan_many(app->store, (const char *const *)ids + off, m,
+                                            glance_found, &part, err, errlen);
         if (rc == RK_STORE_OK && part.oom) {
             snprintf(err, errlen, "out of memory");
             rc = RK_STORE_ERROR;
@@ -553,6 +575,52 @@ static int apply_one(struct rk_app *app, struct rk_call *call, const char *id,
     return changed;
 }
 
+/** Records a pass records running in one store update (rk_lifecycle_running_many). */
+#define RUNNING_BATCH 64
+
+/* The records of a pass that the backend lists running and the snapshot saw pending under the
+ * listed backend id, with nothing observed: recorded running together (the common case of a
+ * create burst), each decided on its stored record. */
+struct running_batch {
+    size_t at[RUNNING_BATCH]; /* their places in the pass */
+    const struct listed *e[RUNNING_BATCH];
+    size_t n;
+};
+
+/* 1 when record i (glanced as g, listed as e) goes into the running batch. */
+static int batchable(const struct rk_rec_glance *g, const struct listed *e)
+{
+    return e && e->state == RK_STATE_RUNNING && !e->failed && e->upstream_id && g->present &&
+           g->state == RK_STATE_PENDING && !g->observed && g->upstream &&
+           strcmp(g->upstream, e->upstream_id) == 0;
+}
+
+/* Record the batch running; a record that takes its own path (a failed create, a restore) is
+ * applied alone. The number whose state changed. */
+static int flush_running(struct rk_app *app, struct rk_call *call, struct running_batch *rb,
+                         char **ids, struct snapshot *sn, char *acted)
+{
+    const char *bid[RUNNING_BATCH], *bup[RUNNING_BATCH];
+    enum rk_running_outcome out[RUNNING_BATCH];
+    int changed = 0;
+    for (size_t j = 0; j < rb->n; j++) {
+        bid[j] = ids[rb->at[j]];
+        bup[j] = rb->e[j]->upstream_id;
+    }
+    rk_lifecycle_running_many(app, bid, bup, rb->n, out);
+    for (size_t j = 0; j < rb->n; j++) {
+        size_t i = rb->at[j];
+        if (out[j] == RK_RUNNING_NOW) {
+            changed++;
+            rk_info("reconciler: sandbox %s: pending -> running", bid[j]);
+        } else if (out[j] == RK_RUNNING_OTHER) {
+            changed += apply_one(app, call, ids[i], &sn->g[i], &sn->kept[i], rb->e[j], &acted[i]);
+        }
+    }
+    rb->n = 0;
+    return changed;
+}
+
 /* Step 1 of a pass: the glances of the active records ids[0..n) into sn, from the memory of
  * settled records where it may be used and from the store for the rest (their number in
  * *n_read). */
@@ -661,10 +729,23 @@ int rk_reconciler_run_once(struct rk_app *app)
     /* 3. Apply: only differences are written (rk_lifecycle_reconcile patches on change). */
     changed = 0;
     size_t i = 0;
-    for (; i < n && !app->stopping && pass_beat(&beat) == 0; i++)
-        if (sn.g[i].present)
-            changed += apply_one(app, call, ids[i], &sn.g[i], &sn.kept[i],
-                                 find_listed(&l, ids[i], sn.g[i].upstream), &acted[i]);
+    struct running_batch rb = {.n = 0};
+    for (; i < n && !app->stopping && pass_beat(&beat) == 0; i++) {
+        if (!sn.g[i].present)
+            continue;
+        const struct listed *e = find_listed(&l, ids[i], sn.g[i].upstream);
+        if (batchable(&sn.g[i], e)) {
+            acted[i] = 1; /* read again next pass, whatever happens to it */
+            rb.at[rb.n] = i;
+            rb.e[rb.n++] = e;
+            if (rb.n == RUNNING_BATCH)
+                changed += flush_running(app, call, &rb, ids, &sn, acted);
+        } else {
+            changed += apply_one(app, call, ids[i], &sn.g[i], &sn.kept[i], e, &acted[i]);
+        }
+    }
+    if (rb.n && !beat.lost && !app->stopping)
+        changed += flush_running(app, call, &rb, ids, &sn, acted);
     if (beat.lost) {
         rk_info("reconciler: the lease went to another admin during a pass of %lld ms; it "
                 "stopped there",

@@ -42,11 +42,8 @@ int rk_state_is_active(enum rk_state st)
 
 const char *rk_rec_str(json_object *rec, const char *key)
 {
-    json_object *v;
-    if (rec && json_object_object_get_ex(rec, key, &v) && v &&
-        json_object_is_type(v, json_type_string))
-        return json_object_get_string(v);
-    return NULL;
+    struct rk_rec_src src = rk_src_tree(rec);
+    return rk_src_str(&src, key);
 }
 
 void rk_rec_set_str(json_object *rec, const char *key, const char *value)
@@ -54,29 +51,43 @@ void rk_rec_set_str(json_object *rec, const char *key, const char *value)
     json_object_object_add(rec, key, value ? json_object_new_string(value) : NULL);
 }
 
+enum rk_state rk_src_state(struct rk_rec_src *rec)
+{
+    return rk_state_parse(rk_src_str(rec, "state"));
+}
+
 enum rk_state rk_rec_state(json_object *rec)
 {
-    return rk_state_parse(rk_rec_str(rec, "state"));
+    struct rk_rec_src src = rk_src_tree(rec);
+    return rk_src_state(&src);
+}
+
+const char *rk_src_backend(struct rk_rec_src *rec)
+{
+    const char *b = rk_src_sub_str(rec, "extended_params", "backend");
+    return b && *b ? b : NULL;
 }
 
 const char *rk_rec_backend(json_object *rec)
 {
-    json_object *ep;
-    if (!json_object_object_get_ex(rec, "extended_params", &ep) || !ep)
+    struct rk_rec_src src = rk_src_tree(rec);
+    return rk_src_backend(&src);
+}
+
+const char *rk_src_upstream_id(struct rk_rec_src *rec, const char *tag)
+{
+    if (!tag)
         return NULL;
-    const char *b = rk_rec_str(ep, "backend");
-    return b && *b ? b : NULL;
+    char key[128];
+    snprintf(key, sizeof key, "%s_id", tag);
+    const char *id = rk_src_sub_str(rec, "extended_params", key);
+    return id && *id ? id : NULL;
 }
 
 const char *rk_rec_upstream_id(json_object *rec, const char *tag)
 {
-    json_object *ep;
-    if (!tag || !json_object_object_get_ex(rec, "extended_params", &ep) || !ep)
-        return NULL;
-    char key[128];
-    snprintf(key, sizeof key, "%s_id", tag);
-    const char *id = rk_rec_str(ep, key);
-    return id && *id ? id : NULL;
+    struct rk_rec_src src = rk_src_tree(rec);
+    return rk_src_upstream_id(&src, tag);
 }
 
 void rk_rec_set_backend(json_object *rec, const char *tag, const char *upstream_id)

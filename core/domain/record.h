@@ -19,6 +19,7 @@
 
 #include <json-c/json.h>
 
+#include "domain/record_src.h"
 #include "rock-admin/operator.h"
 
 /** "pending", "running", ... ; NULL for invalid values. */
@@ -34,10 +35,16 @@ const char *rk_rec_str(json_object *rec, const char *key);
 void rk_rec_set_str(json_object *rec, const char *key, const char *value);
 /** Stored state of a record (0 if missing). */
 enum rk_state rk_rec_state(json_object *rec);
-/** extended_params.backend or NULL. */
+/** rk_rec_state of a record read as a tree or as text. */
+enum rk_state rk_src_state(struct rk_rec_src *rec);
+/** extended_params.backend or NULL (also when it is empty). */
 const char *rk_rec_backend(json_object *rec);
+/** rk_rec_backend of a record read as a tree or as text. */
+const char *rk_src_backend(struct rk_rec_src *rec);
 /** extended_params.<tag>_id or NULL. */
 const char *rk_rec_upstream_id(json_object *rec, const char *tag);
+/** rk_rec_upstream_id of a record read as a tree or as text. */
+const char *rk_src_upstream_id(struct rk_rec_src *rec, const char *tag);
 /** Set extended_params.backend = tag and extended_params.<tag>_id = id (if id). */
 void rk_rec_set_backend(json_object *rec, const char *tag, const char *upstream_id);
 

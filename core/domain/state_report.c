@@ -132,47 +132,61 @@ static int fits(void *ctx, size_t i, json_object *rec)
     return yes;
 }
 
-/* Apply report r to rec, its record as read (pending under the reported id). */
-static void apply(struct rk_app *app, struct rk_call *call, const struct report *r,
-                  json_object *rec)
+/* A report whose record takes rk_lifecycle_reconcile's own path (a failed create, a restore):
+ * its record read again, applied when it still fits. */
+static void apply_one(struct rk_app *app, struct rk_call *call, struct report *r)
 {
+    const char *id = r->id;
+    json_object *rec = NULL;
+    char err[RK_STORE_ERRLEN];
+    struct fit_ctx f = {.r = &r, .tag = app->plugin->desc->backend_tag};
+    if (rk_store_view_many(app->store, &id, 1, fits, &f, &rec, err, sizeof err) != RK_STORE_OK ||
+        !rec) {
+        sr_ignored++;
+        return;
+    }
     struct rk_status_info info = {.state = RK_STATE_RUNNING, .upstream_id = r->upstream};
     if (rk_lifecycle_reconcile(app, call, &rec, &info) != RK_OK)
         rk_call_clear_error(call);
-    if (rec && rk_rec_state(rec) == RK_STATE_RUNNING) {
-        sr_applied++;
-        rk_info("sandbox %s: pending -> running (reported by the plugin)", r->id);
-    } else {
-        sr_ignored++; /* the stored record changed since it was read: the patch expected pending */
-    }
+    sr_ignored++; /* a failed create or a restore does not become running from a report */
     json_object_put(rec);
 }
 
-/* Apply the n reports of a chunk: their records in one read, then each report that still fits. */
+/* Apply the n reports of a chunk: the records still pending under the reported backend ids
+ * recorded running together (rk_lifecycle_running_many: one store update of them all). */
 static void apply_chunk(struct rk_app *app, struct report *const *chunk, size_t n)
 {
-    const char *ids[REPORT_CHUNK];
-    json_object *recs[REPORT_CHUNK];
-    for (size_t i = 0; i < n; i++)
-        ids[i] = chunk[i]->id;
-    struct rk_call *call = rk_call_new("state-report", -1, rk_now_ms() + REPORT_BATCH_MS);
-    char err[RK_STORE_ERRLEN];
-    struct fit_ctx f = {.r = chunk, .tag = app->plugin->desc->backend_tag};
-    if (!call ||
-        rk_store_view_many(app->store, ids, n, fits, &f, recs, err, sizeof err) != RK_STORE_OK) {
-        sr_failed += n; /* the next pass brings the news again */
-        rk_debug("state reports for %zu sandboxes (%s, ...): %s", n, ids[0],
-                 call ? err : "out of memory");
-        rk_call_free(call);
+    const char *ids[REPORT_CHUNK], *ups[REPORT_CHUNK];
+    enum rk_running_outcome out[REPORT_CHUNK];
+    if (app->stopping)
         return;
-    }
     for (size_t i = 0; i < n; i++) {
-        if (!recs[i])
+        ids[i] = chunk[i]->id;
+        ups[i] = chunk[i]->upstream;
+    }
+    rk_lifecycle_running_many(app, ids, ups, n, out);
+    struct rk_call *call = NULL;
+    for (size_t i = 0; i < n; i++) {
+        switch (out[i]) {
+        case RK_RUNNING_NOW:
+            sr_applied++;
+            rk_info("sandbox %s: pending -> running (reported by the plugin)", ids[i]);
+            break;
+        case RK_RUNNING_OTHER:
+            if (!call)
+                call = rk_call_new("state-report", -1, rk_now_ms() + REPORT_BATCH_MS);
+            if (call)
+                apply_one(app, call, chunk[i]);
+            else
+                sr_failed++;
+            break;
+        case RK_RUNNING_CHANGED:
             sr_ignored++; /* gone, or no longer pending under that backend id */
-        else if (app->stopping)
-            json_object_put(recs[i]);
-        else
-            apply(app, call, chunk[i], recs[i]);
+            break;
+        default:
+            sr_failed++; /* the store failed: the next list pass brings the news again */
+            break;
+        }
     }
     rk_call_free(call);
 }

@@ -22,31 +22,27 @@ static int key(struct rk_buf *b, const char *k)
 }
 
 /* "key": the record's member (null when absent). */
-static int member(struct rk_buf *b, json_object *rec, const char *k)
+static int member(struct rk_buf *b, struct rk_rec_src *rec, const char *k)
 {
-    json_object *v = NULL;
-    json_object_object_get_ex(rec, k, &v);
-    return key(b, k) || rk_json_value(b, v);
+    return key(b, k) || rk_src_value(b, rec, k);
 }
 
 /* "key": the record's string member, def when it is absent or not a string (TS rejects null). */
-static int str_nonnull(struct rk_buf *b, json_object *rec, const char *k, const char *def)
+static int str_nonnull(struct rk_buf *b, struct rk_rec_src *rec, const char *k, const char *def)
 {
-    const char *s = rk_rec_str(rec, k);
+    const char *s = rk_src_str(rec, k);
     return key(b, k) || rk_json_str(b, s ? s : def);
 }
 
 /* "status": the phases: {} normally; a failed phase when the backend reported a failure, so
  * the Python SDK stops waiting at once (Pitfall 7). */
-static int phases(struct rk_buf *b, json_object *rec)
+static int phases(struct rk_buf *b, struct rk_rec_src *rec)
 {
-    json_object *failure;
     if (key(b, "status") || rk_buf_append(b, "{", 1))
         return -1;
-    if (json_object_object_get_ex(rec, "failure", &failure) && failure &&
-        json_object_is_type(failure, json_type_object)) {
-        const char *phase = rk_rec_str(failure, "phase");
-        const char *msg = rk_rec_str(failure, "message");
+    if (rk_src_is(rec, "failure", RK_JSON_OBJECT)) {
+        const char *phase = rk_src_sub_str(rec, "failure", "phase");
+        const char *msg = rk_src_sub_str(rec, "failure", "message");
         if (key(b, phase ? phase : "backend") || rk_buf_append(b, "{", 1) || key(b, "status") ||
             rk_json_str(b, "failed") || key(b, "message") || rk_json_str(b, msg ? msg : "failed") ||
             rk_buf_append(b, "}", 1))
@@ -55,15 +51,16 @@ static int phases(struct rk_buf *b, json_object *rec)
     return rk_buf_append(b, "}", 1);
 }
 
-const char *rk_rec_status_host(json_object *rec)
+const char *rk_rec_status_host(struct rk_rec_src *rec)
 {
-    const char *host = rk_rec_str(rec, "host_name");
+    const char *host = rk_src_str(rec, "host_name");
     if (!host || !*host)
-        host = rk_rec_str(rec, "sandbox_id");
+        host = rk_src_str(rec, "sandbox_id");
     return host && *host ? host : "-";
 }
 
-int rk_rec_status_text(json_object *rec, enum rk_state state, int is_alive, struct rk_buf *out)
+int rk_rec_status_text(struct rk_rec_src *rec, enum rk_state state, int is_alive,
+                       struct rk_buf *out)
 {
     struct rk_buf *b = out;
     if (rk_buf_append(b, "{", 1) || str_nonnull(b, rec, "sandbox_id", "") || phases(b, rec) ||
@@ -73,17 +70,13 @@ int rk_rec_status_text(json_object *rec, enum rk_state state, int is_alive, stru
         key(b, "is_alive") || rk_buf_append(b, is_alive ? "true" : "false", is_alive ? 4 : 5) ||
         str_nonnull(b, rec, "image", ""))
         return -1;
-    json_object *md;
-    if (json_object_object_get_ex(rec, "metadata", &md) && md) {
+    if (rk_src_has(rec, "metadata")) {
         if (member(b, rec, "metadata"))
             return -1;
     } else if (key(b, "metadata") || rk_buf_append(b, "{}", 2)) {
         return -1;
     }
-    json_object *cpus;
-    double c = 2.0;
-    if (json_object_object_get_ex(rec, "cpus", &cpus) && cpus)
-        c = json_object_get_double(cpus);
+    double c = rk_src_has(rec, "cpus") ? rk_src_double(rec, "cpus") : 2.0;
     if (key(b, "gateway_version") || rk_json_str(b, RK_GATEWAY_VERSION) ||
         key(b, "swe_rex_version") || rk_json_str(b, RK_SWE_REX_VERSION) ||
         str_nonnull(b, rec, "user_id", "default") ||
@@ -92,18 +85,15 @@ int rk_rec_status_text(json_object *rec, enum rk_state state, int is_alive, stru
         str_nonnull(b, rec, "memory", "8.00g") || member(b, rec, "num_gpus") ||
         member(b, rec, "accelerator_type") || member(b, rec, "disk"))
         return -1;
-    json_object *disk = NULL;
-    json_object_object_get_ex(rec, "disk", &disk);
-    if (key(b, "disk_limit_rootfs") || rk_json_value(b, disk) || member(b, rec, "start_time") ||
-        member(b, rec, "stop_time") || member(b, rec, "create_time") ||
-        member(b, rec, "archive_time") || member(b, rec, "delete_time") || key(b, "auto_stop_time"))
+    int64_t exp = 0;
+    if (key(b, "disk_limit_rootfs") || rk_src_value(b, rec, "disk") ||
+        member(b, rec, "start_time") || member(b, rec, "stop_time") ||
+        member(b, rec, "create_time") || member(b, rec, "archive_time") ||
+        member(b, rec, "delete_time") || key(b, "auto_stop_time"))
         return -1;
-    json_object *exp;
-    if (rk_state_is_active(rk_rec_state(rec)) &&
-        json_object_object_get_ex(rec, "expire_time", &exp) && exp &&
-        json_object_get_int64(exp) > 0) {
+    if (rk_state_is_active(rk_src_state(rec)) && rk_src_expire(rec, &exp) && exp > 0) {
         char iso[32];
-        rk_iso_time(json_object_get_int64(exp), iso);
+        rk_iso_time(exp, iso);
         if (rk_json_str(b, iso))
             return -1;
     } else if (rk_buf_append(b, "null", 4)) {
@@ -112,14 +102,14 @@ int rk_rec_status_text(json_object *rec, enum rk_state state, int is_alive, stru
     if (key(b, "auto_archive_time") || rk_buf_append(b, "null", 4) || key(b, "auto_delete_time") ||
         rk_buf_append(b, "null", 4) || key(b, "state_history"))
         return -1;
-    json_object *hist;
-    if (json_object_object_get_ex(rec, "state_history", &hist) && hist &&
-        json_object_is_type(hist, json_type_array)) {
-        if (rk_json_value(b, hist))
+    if (rk_src_is(rec, "state_history", RK_JSON_ARRAY)) {
+        if (rk_src_value(b, rec, "state_history"))
             return -1;
     } else if (rk_buf_append(b, "[]", 2)) {
         return -1;
     }
+    if (rec->oom)
+        return -1;
     return rk_buf_append(b, "}", 1);
 }
 
@@ -127,7 +117,8 @@ json_object *rk_rec_status(json_object *rec, enum rk_state state, int is_alive)
 {
     struct rk_buf b = {0};
     json_object *o = NULL;
-    if (rk_rec_status_text(rec, state, is_alive, &b) == 0)
+    struct rk_rec_src src = rk_src_tree(rec);
+    if (rk_rec_status_text(&src, state, is_alive, &b) == 0)
         o = json_tokener_parse(rk_buf_cstr(&b));
     rk_buf_free(&b);
     return o;

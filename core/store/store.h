@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/json_scan.h"
+
 /** Result of a store operation. */
 typedef enum rk_store_rc {
     RK_STORE_OK = 0,
@@ -115,6 +117,14 @@ typedef int (*rk_store_update_fn)(json_object *rec, void *ctx);
  *  NULL it receives a new reference to the record as written. */
 rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
                             json_object **out, char *err, size_t errlen);
+
+/** rk_store_update of the records ids[0..n), with fn and ctxs[i] for each, their outcomes in
+ *  rcs[i]. The Redis store reads them in one round trip and writes them in one more (records
+ *  changed meanwhile are updated again one by one). RK_STORE_OK, or RK_STORE_ERROR when none
+ *  could be tried (every rcs[i] says so then). */
+rk_store_rc rk_store_update_many(struct rk_store *st, const char *const *ids, size_t n,
+                                 rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs,
+                                 char *err, size_t errlen);
 
 /** Ids of active records (pending or running). *ids_out is a malloc'd array
  *  of malloc'd strings; free with rk_store_free_ids. */
@@ -250,6 +260,35 @@ typedef int rk_store_view_each_fn(void *ctx, size_t i, json_object *rec);
 rk_store_rc rk_store_view_many(struct rk_store *st, const char *const *ids, size_t n,
                                rk_store_view_each_fn *fn, void *ctx, json_object **kept, char *err,
                                size_t errlen);
+
+/** A record as a read found it: its JSON text, scanned (base/json_scan.h), with the idle
+ *  deadline the store keeps beside it; or, for a text the scanner does not read (and for the
+ *  in-process store, whose records are trees), the record itself. Everything is the store's,
+ *  valid during the callback it is shown to only. */
+struct rk_store_found {
+    json_object *rec; /* the record as a tree (a text the scanner does not read; the in-process
+                       * store's records), or NULL: the text */
+    const char *text; /* the record's bytes */
+    size_t len;
+    const struct rk_json_member *m; /* the text's members */
+    size_t n;
+    int64_t expire_time; /* the record's idle deadline (the touch's when it touched) */
+    int has_expire;      /* 0: none (expire_time unused) */
+};
+
+/** The found record as a tree, as rk_store_get_touch gives it (new reference; NULL when memory
+ *  ran out or the text is not JSON). */
+json_object *rk_store_found_tree(const struct rk_store_found *found);
+
+/** What rk_store_scan_many shows: record i as found (NULL when there is none), without
+ *  "expire_time"; runs under the in-process store's lock: short, and never calls the store. */
+typedef void rk_store_scan_each_fn(void *ctx, size_t i, const struct rk_store_found *found);
+
+/** Show each record of ids[0..n) to fn as rk_store_view_many does, with Redis as its scanned
+ *  text, so that a caller who only looks at a few members builds no tree (the reconciler's
+ *  glance at every pending record of a pass). */
+rk_store_rc rk_store_scan_many(struct rk_store *st, const char *const *ids, size_t n,
+                               rk_store_scan_each_fn *fn, void *ctx, char *err, size_t errlen);
 
 /** Take or renew the lease `name` for owner for ttl_ms milliseconds:
  *  RK_STORE_OK when owner holds it now, RK_STORE_EXISTS when another owner

@@ -179,6 +179,56 @@ rk_store_rc rk_store_view_many(struct rk_store *st, const char *const *ids, size
     return RK_STORE_OK;
 }
 
+json_object *rk_store_found_tree(const struct rk_store_found *found)
+{
+    if (found->rec)
+        return json_object_get(found->rec);
+    json_tokener *tok = json_tokener_new();
+    if (!tok)
+        return NULL;
+    json_object *o = json_tokener_parse_ex(tok, found->text, (int)found->len);
+    json_tokener_free(tok);
+    /* the scanner read it: json-c reads it too (an object), unless memory ran out */
+    if (o && found->has_expire &&
+        json_object_object_add(o, "expire_time", json_object_new_int64(found->expire_time)) != 0) {
+        json_object_put(o);
+        o = NULL;
+    }
+    return o;
+}
+
+/* rk_store_view_each_fn of rk_store_scan_many on a store without a scan of its own: the record
+ * shown as found. */
+struct scan_shim {
+    rk_store_scan_each_fn *fn;
+    void *ctx;
+};
+
+static int scan_shim(void *ctx, size_t i, json_object *rec)
+{
+    struct scan_shim *sh = ctx;
+    struct rk_store_found found = {.rec = rec};
+    sh->fn(sh->ctx, i, rec ? &found : NULL);
+    return 0;
+}
+
+/* Show many records as found. */
+rk_store_rc rk_store_scan_many(struct rk_store *st, const char *const *ids, size_t n,
+                               rk_store_scan_each_fn *fn, void *ctx, char *err, size_t errlen)
+{
+    if (st && fn && st->ops->scan_many) {
+        err_reset(err, errlen);
+        if (n > 0 && !ids)
+            return invalid(st, "argument", err, errlen);
+        for (size_t i = 0; i < n; i++)
+            if (!name_ok(ids[i]))
+                return invalid(st, "sandbox id", err, errlen);
+        return n ? counted(st, st->ops->scan_many(st, ids, n, fn, ctx, err, errlen)) : RK_STORE_OK;
+    }
+    struct scan_shim sh = {fn, ctx};
+    return rk_store_view_many(st, ids, n, fn ? scan_shim : NULL, &sh, NULL, err, errlen);
+}
+
 /* Read-modify-write one record. */
 rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
                             json_object **out, char *err, size_t errlen)
@@ -190,6 +240,30 @@ rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update
     if (rc != RK_STORE_OK)
         return rc;
     return counted(st, st->ops->update(st, id, fn, ctx, out, err, errlen));
+}
+
+/* Read-modify-write several records. */
+rk_store_rc rk_store_update_many(struct rk_store *st, const char *const *ids, size_t n,
+                                 rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs,
+                                 char *err, size_t errlen)
+{
+    err_reset(err, errlen);
+    rk_store_rc rc = check(st, fn != NULL && (n == 0 || (ids && ctxs && rcs)), err, errlen, NULL);
+    for (size_t i = 0; rc == RK_STORE_OK && i < n; i++)
+        rc = check(st, true, err, errlen, "sandbox id", ids[i], NULL);
+    if (rc != RK_STORE_OK) {
+        for (size_t i = 0; rcs && i < n; i++)
+            rcs[i] = rc;
+        return rc;
+    }
+    if (n == 0)
+        return RK_STORE_OK;
+    if (!st->ops->update_many) {
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = rk_store_update(st, ids[i], fn, ctxs[i], NULL, err, errlen);
+        return RK_STORE_OK;
+    }
+    return counted(st, st->ops->update_many(st, ids, n, fn, ctxs, rcs, err, errlen));
 }
 
 /* List active ids. */

@@ -82,17 +82,25 @@ bool rk_store_rec_active(json_object *rec)
     if (!rec || !json_object_object_get_ex(rec, "state", &state) ||
         !json_object_is_type(state, json_type_string))
         return false;
-    const char *s = json_object_get_string(state);
-    return strcmp(s, "pending") == 0 || strcmp(s, "running") == 0;
+    return rk_store_state_active(json_object_get_string(state));
+}
+
+bool rk_store_state_active(const char *s)
+{
+    return s && (strcmp(s, "pending") == 0 || strcmp(s, "running") == 0);
 }
 
 int64_t rk_store_touch_deadline(json_object *rec, int64_t now_s, int64_t current)
 {
     json_object *v;
-    if (now_s <= 0 || !json_object_object_get_ex(rec, "auto_clear_time", &v) || !v)
+    if (!json_object_object_get_ex(rec, "auto_clear_time", &v) || !v)
         return 0;
-    int64_t minutes = json_object_get_int64(v);
-    if (minutes <= 0 || minutes >= INT64_MAX / 120)
+    return rk_store_idle_deadline(json_object_get_int64(v), now_s, current);
+}
+
+int64_t rk_store_idle_deadline(int64_t minutes, int64_t now_s, int64_t current)
+{
+    if (now_s <= 0 || minutes <= 0 || minutes >= INT64_MAX / 120)
         return 0;
     int64_t deadline = now_s + minutes * 60;
     return deadline > current ? deadline : 0;

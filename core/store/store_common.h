@@ -31,6 +31,9 @@ typedef rk_store_rc rk_store_create_fn(struct rk_store *st, const char *id, json
 typedef rk_store_rc rk_store_update_op_fn(struct rk_store *st, const char *id,
                                           rk_store_update_fn fn, void *ctx, json_object **out,
                                           char *err, size_t errlen);
+typedef rk_store_rc rk_store_update_many_op_fn(struct rk_store *st, const char *const *ids,
+                                               size_t n, rk_store_update_fn fn, void *const *ctxs,
+                                               rk_store_rc *rcs, char *err, size_t errlen);
 typedef rk_store_rc rk_store_list_active_fn(struct rk_store *st, char ***ids_out, size_t *n_out,
                                             char *err, size_t errlen);
 typedef rk_store_rc rk_store_touch_fn(struct rk_store *st, const char *id, int64_t expire_time,
@@ -69,6 +72,9 @@ typedef void rk_store_view_touch_fn(struct rk_store *st, const char *id, int64_t
 typedef rk_store_rc rk_store_view_many_op_fn(struct rk_store *st, const char *const *ids, size_t n,
                                              rk_store_view_each_fn *fn, void *ctx,
                                              json_object **kept, char *err, size_t errlen);
+typedef rk_store_rc rk_store_scan_many_op_fn(struct rk_store *st, const char *const *ids, size_t n,
+                                             rk_store_scan_each_fn *fn, void *ctx, char *err,
+                                             size_t errlen);
 typedef rk_store_rc rk_store_set_mark_fn(struct rk_store *st, const char *value, char *err,
                                          size_t errlen);
 typedef rk_store_rc rk_store_lease_fn(struct rk_store *st, const char *name, const char *owner,
@@ -106,6 +112,7 @@ struct rk_store_ops {
     rk_store_get_many_fn *get_many;
     rk_store_create_fn *create;
     rk_store_update_op_fn *update;
+    rk_store_update_many_op_fn *update_many; /* NULL: one update after the other */
     rk_store_list_active_fn *list_active;
     rk_store_touch_fn *touch;
     rk_store_expired_fn *expired;
@@ -121,6 +128,7 @@ struct rk_store_ops {
     rk_store_get_touch_fn *get_touch;
     rk_store_view_touch_fn *view_touch;  /* NULL: the backend offers no in-place view */
     rk_store_view_many_op_fn *view_many; /* NULL: get_many in chunks, each record shown */
+    rk_store_scan_many_op_fn *scan_many; /* NULL: view_many, each record shown as a tree */
     rk_store_set_mark_fn *set_mark;
     rk_store_lease_fn *lease;
     /* indexed list pages and per-state counts */
@@ -160,10 +168,16 @@ rk_store_rc rk_store_fail(char *err, size_t errlen, const char *fmt, ...)
 /** 1 if rec's "state" is "pending" or "running". */
 bool rk_store_rec_active(json_object *rec);
 
+/** 1 if state (NULL: none) names an active state: "pending" or "running". */
+bool rk_store_state_active(const char *state);
+
 /** The idle touch of a read at now_s, both stores' one rule: for an active record rec whose
  *  idle deadline is current (0 = none), now_s + its auto_clear_time minutes when positive and
  *  later than current; else 0 (no touch). */
 int64_t rk_store_touch_deadline(json_object *rec, int64_t now_s, int64_t current);
+
+/** rk_store_touch_deadline for a record whose auto_clear_time is minutes (0: none). */
+int64_t rk_store_idle_deadline(int64_t minutes, int64_t now_s, int64_t current);
 
 /** 1 if rec's "state" is "deleted" (subject to the retention). */
 bool rk_store_rec_deleted(json_object *rec);

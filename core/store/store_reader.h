@@ -25,11 +25,11 @@
 struct rk_store_reader;
 
 /** Called exactly once per accepted read, on the loop's thread from rk_store_reader_run (or
- *  rk_store_reader_free). rc as rk_store_get_touch; rec (RK_STORE_OK) is a reference the callee
- *  releases, and the reader may hold another one (a remembered record): read it, never change it;
- *  mark is the reconciler's mark ("" when none); err describes an RK_STORE_ERROR. */
-typedef void rk_store_read_cb(void *arg, rk_store_rc rc, json_object *rec, const char *mark,
-                              const char *err);
+ *  rk_store_reader_free). rc as rk_store_get_touch; found (RK_STORE_OK) is the record, to read
+ *  and never to change; mark is the reconciler's mark ("" when none); err describes an
+ *  RK_STORE_ERROR. */
+typedef void rk_store_read_cb(void *arg, rk_store_rc rc, const struct rk_store_found *found,
+                              const char *mark, const char *err);
 
 /** 1 when the store's reads may wait on the network (Redis), 0 when they answer from memory
  *  (the in-process store: a read may run on an event loop as it is). */

@@ -273,8 +273,10 @@ void rkr_create_undo(struct redis_store *rs, const char *id, const struct rkr_cr
 /* store_redis_records.c */
 rk_store_get_fn rkr_get;
 rk_store_get_many_fn rkr_get_many;
+rk_store_scan_many_op_fn rkr_scan_many;
 rk_store_create_fn rkr_create;
 rk_store_update_op_fn rkr_update;
+rk_store_update_many_op_fn rkr_update_many;
 rk_store_touch_fn rkr_touch;
 rk_store_get_touch_fn rkr_get_touch;
 /* store_redis_index.c */

@@ -13,14 +13,16 @@
  * come in the order of the commands, so the oldest pending read carries the nearest
  * deadline. Callbacks are delivered after hiredis returns, never from inside it.
  *
- * Parsed records are remembered (struct rec_slot): a sandbox polled again whose record and
- * deadline came back byte for byte the same is not parsed again, its caller gets a reference
- * to the object parsed before. The bytes decide, so nothing can be stale: any change to the
- * record or its deadline is a new parse. Callers only read what they are given.
+ * A record is handed over as its text, scanned in place (base/json_scan.h): no json-c tree
+ * is built for a poll. The touch reads the two members it needs from the scan. A text the
+ * scanner does not read (not of the form json-c writes) is parsed as before. Scanned texts are
+ * remembered (struct rec_slot): a sandbox polled again whose record came back byte for byte the
+ * same is not copied or scanned again. The bytes decide, so nothing can be stale.
  */
 #include "store/store_reader.h"
 #include "store/store_redis_internal.h"
 
+#include "base/json_scan.h"
 #include "base/util.h"
 #include "obs/log.h"
 #include "obs/metrics.h"
@@ -36,21 +38,26 @@
 
 /* Reads one reader keeps in flight; beyond them reads go to the workers. */
 #define READER_PENDING_MAX 4096
-/* Parsed records one reader remembers (direct-mapped by the id's hash), and the largest record
- * remembered: at most 64 x 4 KiB of record text and its objects per event loop. */
+/* Members of a record the scanner locates (a record has about 40). */
+#define REC_MEMBERS_MAX 96
+/* Scanned records one reader remembers (direct-mapped by the id's hash), and the largest one. */
 #define REC_CACHE_SLOTS 64
 #define REC_CACHE_MAX_BYTES 4096
-/* The longest idle deadline (ZSCORE reply) a remembered record is compared with. */
-#define SCORE_MAX 40
 
-/* One remembered record: exactly what rkr_record_from made of raw and score. */
+/* A record's text, copied out of its reply and scanned: never changed once made, shared by the
+ * reads that found it and its slot (loop thread only: a plain count). */
+struct scanned {
+    int refs;
+    int n; /* members in m, -1: the scanner does not read the text */
+    struct rk_json_member *m;
+    size_t len;
+    char raw[]; /* the text, then the members */
+};
+
+/* One remembered record. */
 struct rec_slot {
-    char *id;  /* NULL: empty */
-    char *raw; /* the record's bytes */
-    size_t raw_len;
-    char score[SCORE_MAX]; /* the ZSCORE reply's bytes */
-    int score_len;         /* -1: no deadline (nil) */
-    json_object *rec;      /* one reference, read-only from here on */
+    char *id; /* NULL: empty */
+    struct scanned *sc;
 };
 
 /* One read: MGET + ZSCORE (+ the touch), one callback. */
@@ -65,10 +72,10 @@ struct read {
     int parts;       /* replies still to come */
     int failed;
     rk_store_rc rc;
-    json_object *rec;
-    struct rec_slot *slot; /* this id's slot; its record has this read's bytes (seen in MGET) */
-    char *raw;             /* a record not yet remembered: its bytes, to remember with it */
-    size_t raw_len;
+    json_object *rec;   /* the record parsed (a text the scanner does not read) */
+    struct scanned *sc; /* the record's text, one reference */
+    int64_t expire;
+    int has_expire;
     char mark[RK_STORE_MARK_MAX];
     char err[RK_STORE_ERRLEN];
     char id[RK_STORE_MAX_NAME + 1];
@@ -293,14 +300,35 @@ static void part_done(struct read *q, const redisReply *r)
     }
 }
 
-/* ---- remembered records ------------------------------------------------------------------- */
+/* ---- records ------------------------------------------------------------------------------ */
 
-static void slot_clear(struct rec_slot *sl)
+static void scanned_put(struct scanned *sc)
 {
-    json_object_put(sl->rec);
-    free(sl->id);
-    free(sl->raw);
-    memset(sl, 0, sizeof *sl);
+    if (sc && --sc->refs == 0)
+        free(sc);
+}
+
+/* The text of reply rec copied and scanned (one reference), or NULL when memory ran out. */
+static struct scanned *scanned_new(const redisReply *rec)
+{
+    struct rk_json_member m[REC_MEMBERS_MAX];
+    int n = rk_json_scan_object(rec->str, rec->len, m, REC_MEMBERS_MAX);
+    size_t at = (sizeof(struct scanned) + rec->len + _Alignof(struct rk_json_member) - 1) /
+                _Alignof(struct rk_json_member) * _Alignof(struct rk_json_member);
+    struct scanned *sc = malloc(at + (n > 0 ? (size_t)n : 0) * sizeof *m);
+    if (!sc)
+        return NULL;
+    sc->refs = 1;
+    sc->n = n;
+    sc->len = rec->len;
+    memcpy(sc->raw, rec->str, rec->len);
+    sc->m = (struct rk_json_member *)(void *)((char *)sc + at);
+    for (int i = 0; i < n; i++) { /* the same spans, in the copy */
+        sc->m[i] = m[i];
+        sc->m[i].key.p = sc->raw + (m[i].key.p - rec->str);
+        sc->m[i].value.p = sc->raw + (m[i].value.p - rec->str);
+    }
+    return sc;
 }
 
 static struct rec_slot *slot_of(struct rk_store_reader *rd, const char *id)
@@ -308,39 +336,33 @@ static struct rec_slot *slot_of(struct rk_store_reader *rd, const char *id)
     return &rd->cache[rk_hash_str(id) % REC_CACHE_SLOTS];
 }
 
-/* The ZSCORE reply as the slots keep it: its length (-1: nil), or -2 when it is not kept. */
-static int score_bytes(const redisReply *r)
+/* The scanned text of reply rec for id: the remembered one when its bytes are the same, else a
+ * new one, remembered when small enough. One reference for the caller, NULL when memory ran
+ * out. */
+static struct scanned *scanned_for(struct rk_store_reader *rd, const char *id,
+                                   const redisReply *rec)
 {
-    if (r->type == REDIS_REPLY_NIL)
-        return -1;
-    if (r->type == REDIS_REPLY_STRING && r->len < SCORE_MAX)
-        return (int)r->len;
-    return -2;
+    struct rec_slot *sl = slot_of(rd, id);
+    if (sl->id && strcmp(sl->id, id) == 0 && sl->sc->len == rec->len &&
+        memcmp(sl->sc->raw, rec->str, rec->len) == 0) {
+        sl->sc->refs++;
+        return sl->sc;
+    }
+    struct scanned *sc = scanned_new(rec);
+    if (!sc || rec->len > REC_CACHE_MAX_BYTES)
+        return sc;
+    char *kept = strdup(id);
+    if (!kept)
+        return sc;
+    free(sl->id);
+    scanned_put(sl->sc);
+    sl->id = kept;
+    sl->sc = sc;
+    sc->refs++;
+    return sc;
 }
 
-/* Remember q's record (parsed from q->raw, with score r) in its id's slot. */
-static void slot_fill(struct read *q, const redisReply *r)
-{
-    int len = score_bytes(r);
-    struct rec_slot *sl = slot_of(q->rd, q->id);
-    if (!q->raw || len == -2)
-        return;
-    char *id = strdup(q->id);
-    if (!id)
-        return;
-    slot_clear(sl);
-    sl->id = id;
-    sl->raw = q->raw;
-    sl->raw_len = q->raw_len;
-    q->raw = NULL;
-    sl->score_len = len;
-    if (len > 0)
-        memcpy(sl->score, r->str, (size_t)len);
-    sl->rec = json_object_get(q->rec);
-}
-
-/* MGET record mark. A record whose bytes its slot holds is not parsed here: on_zscore takes the
- * slot's object when the deadline matches too. */
+/* MGET record mark: the record's text, scanned, kept for on_zscore. */
 static void on_mget(redisAsyncContext *ac, void *reply, void *priv)
 {
     (void)ac;
@@ -357,20 +379,54 @@ static void on_mget(redisAsyncContext *ac, void *reply, void *priv)
     if (r->element[1]->type == REDIS_REPLY_STRING)
         snprintf(q->mark, sizeof q->mark, "%.*s", (int)r->element[1]->len, r->element[1]->str);
     const redisReply *rec = r->element[0];
-    if (rec->type == REDIS_REPLY_STRING && rec->len <= REC_CACHE_MAX_BYTES) {
-        struct rec_slot *sl = slot_of(q->rd, q->id);
-        if (sl->id && strcmp(sl->id, q->id) == 0 && sl->raw_len == rec->len &&
-            memcmp(sl->raw, rec->str, rec->len) == 0) {
-            q->slot = sl;
-            return;
-        }
-        q->raw = malloc(rec->len ? rec->len : 1);
-        if (q->raw) {
-            memcpy(q->raw, rec->str, rec->len);
-            q->raw_len = rec->len;
-        }
+    if (rec->type != REDIS_REPLY_STRING) { /* nil: not found; anything else an error */
+        q->rc = rkr_record_from(rec, NULL, &q->rec, q->id, q->err, sizeof q->err);
+        return;
     }
-    q->rc = rkr_record_from(rec, NULL, &q->rec, q->id, q->err, sizeof q->err);
+    q->sc = scanned_for(q->rd, q->id, rec);
+    if (!q->sc) {
+        q->failed = 1;
+        snprintf(q->err, sizeof q->err, "store: out of memory");
+    }
+}
+
+/* The idle deadline of q's scanned record, from the ZSCORE reply r, and the touch's deadline
+ * (returned, 0: no touch) computed from them as rkr_touch_due does on a tree. -1 when the text
+ * is not one the scanner reads, or a member the touch reads has a type json-c would convert
+ * (parse it instead). */
+static int64_t text_touch(struct read *q, const redisReply *r, bool *had)
+{
+    const struct rk_json_member *m = q->sc->m;
+    if (q->sc->n < 0)
+        return -1;
+    size_t n = (size_t)q->sc->n;
+    const struct rk_json_span *st = rk_json_member_get(m, n, "state");
+    const struct rk_json_span *acm = rk_json_member_get(m, n, "auto_clear_time");
+    const struct rk_json_span *own = rk_json_member_get(m, n, "expire_time");
+    if ((acm && acm->kind != RK_JSON_NULL && acm->kind != RK_JSON_INT) ||
+        (own && own->kind != RK_JSON_NULL && own->kind != RK_JSON_INT))
+        return -1;
+    char state[16];
+    bool active = st && rk_store_state_active(rk_json_decode(st, state, sizeof state));
+    *had = false;
+    if (active && r->type == REDIS_REPLY_STRING) { /* as rkr_record_add_score */
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.*s", (int)(r->len < 63 ? r->len : 63), r->str);
+        q->expire = (int64_t)strtod(buf, NULL);
+        *had = true;
+    } else if (own && own->kind == RK_JSON_INT) {
+        q->expire = rk_json_int(own);
+        *had = true;
+    }
+    q->has_expire = *had;
+    if (!active || !acm || acm->kind != RK_JSON_INT)
+        return 0;
+    int64_t deadline = rk_store_idle_deadline(rk_json_int(acm), q->touch_s, *had ? q->expire : 0);
+    if (deadline) {
+        q->expire = deadline;
+        q->has_expire = 1;
+    }
+    return deadline;
 }
 
 /* The touch's reply. A ZADD GT the server does not know fails this read (its caller reads again
@@ -391,36 +447,15 @@ static void on_zscore(redisAsyncContext *ac, void *reply, void *priv)
     struct read *q = priv;
     const redisReply *r = reply;
     part_done(q, r);
-    if (q->failed)
-        return;
-    struct rec_slot *sl = q->slot;
-    if (sl) {
-        /* The record's bytes are the slot's (on_mget, the reply just before this one). */
-        int len = score_bytes(r);
-        if (len != -2 && len == sl->score_len &&
-            (len <= 0 || memcmp(sl->score, r->str, (size_t)len) == 0)) {
-            q->rec = json_object_get(sl->rec);
-        } else {
-            /* the deadline moved: parse the same bytes again and remember them with it */
-            q->raw = sl->raw;
-            q->raw_len = sl->raw_len;
-            sl->raw = NULL;
-            slot_clear(sl);
-            redisReply text = {.type = REDIS_REPLY_STRING, .str = q->raw, .len = q->raw_len};
-            q->rc = rkr_record_from(&text, NULL, &q->rec, q->id, q->err, sizeof q->err);
-            if (q->rec) {
-                rkr_record_add_score(q->rec, r);
-                slot_fill(q, r);
-            }
-        }
-    } else if (q->rec) {
-        rkr_record_add_score(q->rec, r);
-        slot_fill(q, r);
-    }
-    if (!q->rec)
+    if (q->failed || q->rc != RK_STORE_OK)
         return;
     bool had = false;
-    int64_t deadline = rkr_touch_due(q->rec, q->touch_s, &had);
+    int64_t deadline = q->sc ? text_touch(q, r, &had) : 0;
+    if (deadline < 0) { /* parse it as before */
+        redisReply text = {.type = REDIS_REPLY_STRING, .str = q->sc->raw, .len = q->sc->len};
+        q->rc = rkr_record_from(&text, r, &q->rec, q->id, q->err, sizeof q->err);
+        deadline = q->rec ? rkr_touch_due(q->rec, q->touch_s, &had) : 0;
+    }
     if (deadline == 0)
         return;
     struct cmd c;
@@ -450,8 +485,19 @@ static void deliver(struct rk_store_reader *rd)
             atomic_fetch_add(&rd->rs->base.errors, 1);
         }
         rk_metrics_store("get_touch", (double)(rk_mono_ns() - q->start_ns) / 1e9);
-        q->cb(q->arg, q->rc, q->rec, q->mark, q->err);
-        free(q->raw);
+        struct rk_store_found found = {0};
+        if (q->rc == RK_STORE_OK) {
+            found.rec = q->rec;
+            found.text = q->sc ? q->sc->raw : NULL;
+            found.len = q->sc ? q->sc->len : 0;
+            found.m = q->sc && !q->rec ? q->sc->m : NULL;
+            found.n = q->sc && !q->rec && q->sc->n > 0 ? (size_t)q->sc->n : 0;
+            found.expire_time = q->expire;
+            found.has_expire = q->has_expire;
+        }
+        q->cb(q->arg, q->rc, q->rc == RK_STORE_OK ? &found : NULL, q->mark, q->err);
+        json_object_put(q->rec);
+        scanned_put(q->sc);
         free(q);
     }
 }
@@ -559,8 +605,10 @@ void rk_store_reader_free(struct rk_store_reader *rd)
             q->failed = 1;
         }
     deliver(rd);
-    for (size_t i = 0; i < REC_CACHE_SLOTS; i++)
-        slot_clear(&rd->cache[i]);
+    for (size_t i = 0; i < REC_CACHE_SLOTS; i++) {
+        free(rd->cache[i].id);
+        scanned_put(rd->cache[i].sc);
+    }
     close(rd->epfd);
     free(rd);
 }

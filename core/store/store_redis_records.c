@@ -47,18 +47,20 @@ rk_store_rc rkr_record_from(const redisReply *rec, const redisReply *score, json
     return RK_STORE_OK;
 }
 
-/* Fetch n records and their idle deadlines in one MULTI/EXEC round trip. */
-static rk_store_rc get_many_chunk(struct rk_store *st, const char *const *ids, size_t n,
-                                  json_object **out, char *err, size_t errlen)
+/* n records and their idle deadlines in one MULTI/EXEC round trip: *ex is the EXEC reply (two
+ * elements per id: GET, ZSCORE), inside *replies (release with free_replies). */
+static rk_store_rc read_chunk(struct rk_store *st, const char *const *ids, size_t n,
+                              redisReply ***replies, const redisReply **ex, char *err,
+                              size_t errlen)
 {
     struct redis_store *rs = rkr_store(st);
     size_t ncmd = 2 * n + 2;
     struct cmd *cmds = calloc(ncmd, sizeof *cmds);
     char(*keys)[KEY_MAX] = malloc(n * sizeof *keys);
-    redisReply **replies = calloc(ncmd, sizeof *replies);
+    *replies = calloc(ncmd, sizeof **replies);
     char zkey[KEY_MAX];
     rk_store_rc rc = RK_STORE_OK;
-    if (!cmds || !keys || !replies) {
+    if (!cmds || !keys || !*replies) {
         rc = rk_store_fail(err, errlen, "store: out of memory");
         goto out;
     }
@@ -70,39 +72,106 @@ static rk_store_rc get_many_chunk(struct rk_store *st, const char *const *ids, s
         rkr_cmd_build(&cmds[2 + 2 * i], "ZSCORE", zkey, ids[i], (const char *)NULL);
     }
     rkr_cmd_build(&cmds[ncmd - 1], "EXEC", (const char *)NULL);
-    rc = rkr_run_read(rs, cmds, ncmd, replies, err, errlen);
+    rc = rkr_run_read(rs, cmds, ncmd, *replies, err, errlen);
     if (rc != RK_STORE_OK)
         goto out;
-    const redisReply *ex = replies[ncmd - 1];
-    if (ex->type == REDIS_REPLY_ERROR) {
-        rc = rkr_reply_fail(ex, err, errlen);
-        goto out;
-    }
-    if (ex->type != REDIS_REPLY_ARRAY || ex->elements != 2 * n) {
+    *ex = (*replies)[ncmd - 1];
+    if ((*ex)->type == REDIS_REPLY_ERROR)
+        rc = rkr_reply_fail(*ex, err, errlen);
+    else if ((*ex)->type != REDIS_REPLY_ARRAY || (*ex)->elements != 2 * n)
         rc = rk_store_fail(err, errlen, "redis error: unexpected EXEC reply");
-        goto out;
-    }
+    for (size_t i = 0; rc == RK_STORE_OK && i < n; i++)
+        if ((*ex)->element[2 * i]->type == REDIS_REPLY_ERROR)
+            rc = rkr_reply_fail((*ex)->element[2 * i], err, errlen);
+out:
+    free(keys);
+    free(cmds);
+    return rc;
+}
+
+/* Release read_chunk's replies for n ids. */
+static void free_replies(redisReply **replies, size_t n)
+{
+    if (replies)
+        for (size_t i = 0; i < 2 * n + 2; i++)
+            if (replies[i])
+                freeReplyObject(replies[i]);
+    free(replies);
+}
+
+/* Fetch n records and their idle deadlines in one MULTI/EXEC round trip. */
+static rk_store_rc get_many_chunk(struct rk_store *st, const char *const *ids, size_t n,
+                                  json_object **out, char *err, size_t errlen)
+{
+    redisReply **replies = NULL;
+    const redisReply *ex = NULL;
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    rk_store_rc rc = read_chunk(st, ids, n, &replies, &ex, err, errlen);
     for (size_t i = 0; i < n && rc == RK_STORE_OK; i++) {
-        const redisReply *rec = ex->element[2 * i];
-        if (rec->type == REDIS_REPLY_ERROR) {
-            rc = rkr_reply_fail(rec, err, errlen);
-            break;
-        }
-        rk_store_rc r = rkr_record_from(rec, ex->element[2 * i + 1], &out[i], ids[i], err, errlen);
+        rk_store_rc r = rkr_record_from(ex->element[2 * i], ex->element[2 * i + 1], &out[i], ids[i],
+                                        err, errlen);
         if (r == RK_STORE_ERROR)
             rc = r;
     }
     if (rc != RK_STORE_OK)
         rk_store_put_records(out, n);
-out:
-    if (replies)
-        for (size_t i = 0; i < ncmd; i++)
-            if (replies[i])
-                freeReplyObject(replies[i]);
-    free(replies);
-    free(keys);
-    free(cmds);
+    free_replies(replies, n);
     return rc;
+}
+
+/* Members of a record rkr_scan_many locates (a record has about 40). */
+#define SCAN_MEMBERS_MAX 96
+
+/* Show n records as found, in one MULTI/EXEC round trip: each reply's text scanned where it
+ * lies, parsed only when the scanner does not read it. */
+static rk_store_rc scan_chunk(struct rk_store *st, const char *const *ids, size_t n, size_t off,
+                              rk_store_scan_each_fn *fn, void *ctx, char *err, size_t errlen)
+{
+    redisReply **replies = NULL;
+    const redisReply *ex = NULL;
+    rk_store_rc rc = read_chunk(st, ids, n, &replies, &ex, err, errlen);
+    for (size_t i = 0; i < n && rc == RK_STORE_OK; i++) {
+        const redisReply *rec = ex->element[2 * i];
+        if (rec->type == REDIS_REPLY_NIL) {
+            fn(ctx, off + i, NULL);
+            continue;
+        }
+        struct rk_json_member m[SCAN_MEMBERS_MAX];
+        int nm = rec->type == REDIS_REPLY_STRING
+                     ? rk_json_scan_object(rec->str, rec->len, m, SCAN_MEMBERS_MAX)
+                     : -1;
+        if (nm >= 0) {
+            struct rk_store_found found = {
+                .text = rec->str, .len = rec->len, .m = m, .n = (size_t)nm};
+            fn(ctx, off + i, &found);
+            continue;
+        }
+        json_object *o = NULL;
+        rc = rkr_record_from(rec, NULL, &o, ids[i], err, errlen);
+        if (rc == RK_STORE_OK) {
+            struct rk_store_found found = {.rec = o};
+            fn(ctx, off + i, &found);
+        } else if (rc == RK_STORE_NOT_FOUND) {
+            rc = RK_STORE_OK;
+            fn(ctx, off + i, NULL);
+        }
+        json_object_put(o);
+    }
+    free_replies(replies, n);
+    return rc;
+}
+
+rk_store_rc rkr_scan_many(struct rk_store *st, const char *const *ids, size_t n,
+                          rk_store_scan_each_fn *fn, void *ctx, char *err, size_t errlen)
+{
+    for (size_t off = 0; off < n; off += GET_CHUNK) {
+        size_t m = n - off < GET_CHUNK ? n - off : GET_CHUNK;
+        rk_store_rc rc = scan_chunk(st, ids + off, m, off, fn, ctx, err, errlen);
+        if (rc != RK_STORE_OK)
+            return rc;
+    }
+    return RK_STORE_OK;
 }
 
 /* Fetch n records in chunks of GET_CHUNK (one round trip each), so a list of
@@ -250,51 +319,73 @@ static bool rec_pending(json_object *rec)
            strcmp(json_object_get_string(stv), "pending") == 0;
 }
 
-/* One optimistic attempt of rk_store_update: 1 means "retry". The MULTI block writes the
- * record and only the index entries its change moves (the active set, the idle deadlines,
- * bycreated, the per-state sets, the job set): every write of a record goes through
- * here or a script that keeps the same entries (rkr_lua_create), atomically, so entries a
- * change does not move are already right. */
-static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn, void *ctx,
-                          json_object **out, rk_store_rc *rc, char *err, size_t errlen)
-{
-    struct redis_store *rs = op->rs;
+/* One record's write, prepared from what its read found: the commands of its part of a MULTI
+ * block, which writes the record and only the index entries its change moves (the active set,
+ * the idle deadlines, bycreated, the per-state sets, the job set). Every write of a record goes
+ * through here or a script that keeps the same entries (rkr_lua_create), atomically, so entries
+ * a change does not move are already right. */
+struct prepared {
+    json_object *rec; /* the record as changed (its text is in wr) */
+    bool active;
+    char score[64]; /* the idle deadline read with it ("": none) */
     char rkey[KEY_MAX], akey[KEY_MAX], zkey[KEY_MAX], jkey[KEY_MAX];
-    rkr_key_of(rs, rkey, "sandbox:", id);
-    rkr_key_of(rs, akey, "active", NULL);
-    rkr_key_of(rs, zkey, "expire", NULL);
-    rkr_key_of(rs, jkey, "jobs", NULL);
-    struct cmd rd[3];
-    redisReply *rr[3];
-    rkr_cmd_build(&rd[0], "WATCH", rkey, (const char *)NULL);
-    rkr_cmd_build(&rd[1], "GET", rkey, (const char *)NULL);
-    rkr_cmd_build(&rd[2], "ZSCORE", zkey, id, (const char *)NULL);
-    *rc = rkr_op_pipeline(op, rd, 3, rr, err, errlen);
-    if (*rc != RK_STORE_OK)
-        return 0;
+    struct index_keys ik;
+    char ttl[32];
+    char *old_key, *new_key; /* list-order keys (the index commands name them) */
+    struct cmd wr[10];
+    int nw;
+};
+
+/* Release what a prepared write holds. */
+static void prepared_clear(struct prepared *p)
+{
+    json_object_put(p->rec);
+    free(p->old_key);
+    free(p->new_key);
+    p->rec = NULL;
+    p->old_key = p->new_key = NULL;
+}
+
+/* The read of id's record for an update: WATCH, GET and ZSCORE into rd[0..3). */
+static void read_cmds(struct redis_store *rs, struct prepared *p, const char *id, struct cmd rd[3])
+{
+    rkr_key_of(rs, p->rkey, "sandbox:", id);
+    rkr_key_of(rs, p->akey, "active", NULL);
+    rkr_key_of(rs, p->zkey, "expire", NULL);
+    rkr_key_of(rs, p->jkey, "jobs", NULL);
+    rkr_cmd_build(&rd[0], "WATCH", p->rkey, (const char *)NULL);
+    rkr_cmd_build(&rd[1], "GET", p->rkey, (const char *)NULL);
+    rkr_cmd_build(&rd[2], "ZSCORE", p->zkey, id, (const char *)NULL);
+}
+
+/* Apply fn to the record the replies rr[0..3) of read_cmds found, and prepare its write in p.
+ * Frees the replies. 0: a write is prepared (p->rec holds the record); else *rc says why not
+ * (RK_STORE_NOT_FOUND, RK_STORE_ABORTED, RK_STORE_ERROR). */
+static int prepare(struct redis_store *rs, struct prepared *p, const char *id, redisReply **rr,
+                   rk_store_update_fn fn, void *ctx, rk_store_rc *rc, char *err, size_t errlen)
+{
     json_object *rec = NULL;
+    *rc = RK_STORE_OK;
     for (int i = 0; i < 3; i++)
         if (rr[i]->type == REDIS_REPLY_ERROR && *rc == RK_STORE_OK)
             *rc = rkr_reply_fail(rr[i], err, errlen);
     if (*rc == RK_STORE_OK)
         *rc = rkr_record_from(rr[1], NULL, &rec, id, err, errlen);
-    char score[64] = "";
+    p->score[0] = 0;
     if (rr[2]->type == REDIS_REPLY_STRING)
-        snprintf(score, sizeof score, "%.*s", (int)(rr[2]->len < 63 ? rr[2]->len : 63), rr[2]->str);
+        snprintf(p->score, sizeof p->score, "%.*s", (int)(rr[2]->len < 63 ? rr[2]->len : 63),
+                 rr[2]->str);
     for (int i = 0; i < 3; i++)
         freeReplyObject(rr[i]);
-    if (*rc != RK_STORE_OK) {
-        unwatch(op);
-        return 0;
-    }
+    if (*rc != RK_STORE_OK)
+        return -1;
     bool was_active = rk_store_rec_active(rec), was_pending = rec_pending(rec);
     bool had_job = rk_store_rec_has_job(rec);
     char *old_key = rk_store_list_key(rec, id);
     if (!old_key) {
         *rc = rk_store_fail(err, errlen, "store: out of memory");
         json_object_put(rec);
-        unwatch(op);
-        return 0;
+        return -1;
     }
     int f = fn(rec, ctx);
     if (f != 0 || !json_object_is_type(rec, json_type_object)) {
@@ -304,14 +395,12 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
                   : rk_store_fail(err, errlen, "store: update callback failed for %s", id);
         json_object_put(rec);
         free(old_key);
-        unwatch(op);
-        return 0;
+        return -1;
     }
     bool active = rk_store_rec_active(rec), pending = rec_pending(rec);
     bool has_job = rk_store_rec_has_job(rec);
     char *new_key = rk_store_list_key(rec, id);
-    char ttl[32];
-    snprintf(ttl, sizeof ttl, "%lld",
+    snprintf(p->ttl, sizeof p->ttl, "%lld",
              (long long)(rk_store_rec_deleted(rec) ? rs->base.deleted_retention_s : 0));
     const char *json = json_object_to_json_string_ext(rec, JSON_C_TO_STRING_PLAIN);
     if (!json || !new_key) {
@@ -319,59 +408,108 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
         json_object_put(rec);
         free(old_key);
         free(new_key);
-        unwatch(op);
-        return 0;
+        return -1;
     }
-    struct cmd wr[12];
-    redisReply *wrr[12];
-    struct index_keys ik;
     int nw = 0;
-    rkr_cmd_build(&wr[nw++], "MULTI", (const char *)NULL);
-    if (strcmp(ttl, "0") != 0) /* deleted: kept for the retention, then gone */
-        rkr_cmd_build(&wr[nw++], "SET", rkey, json, "EX", ttl, (const char *)NULL);
+    struct cmd *wr = p->wr;
+    if (strcmp(p->ttl, "0") != 0) /* deleted: kept for the retention, then gone */
+        rkr_cmd_build(&wr[nw++], "SET", p->rkey, json, "EX", p->ttl, (const char *)NULL);
     else
-        rkr_cmd_build(&wr[nw++], "SET", rkey, json, (const char *)NULL);
+        rkr_cmd_build(&wr[nw++], "SET", p->rkey, json, (const char *)NULL);
     if (active && !was_active) {
-        rkr_cmd_build(&wr[nw++], "SADD", akey, id, (const char *)NULL);
+        rkr_cmd_build(&wr[nw++], "SADD", p->akey, id, (const char *)NULL);
     } else if (!active && was_active) {
-        rkr_cmd_build(&wr[nw++], "SREM", akey, id, (const char *)NULL);
-        rkr_cmd_build(&wr[nw++], "ZREM", zkey, id, (const char *)NULL);
+        rkr_cmd_build(&wr[nw++], "SREM", p->akey, id, (const char *)NULL);
+        rkr_cmd_build(&wr[nw++], "ZREM", p->zkey, id, (const char *)NULL);
     }
     if (active != was_active || (active && (pending != was_pending || strcmp(old_key, new_key))))
-        rkr_index_cmds(rs, &ik, wr, &nw, id, active, pending, old_key, new_key);
+        rkr_index_cmds(rs, &p->ik, wr, &nw, id, active, pending, old_key, new_key);
     if (has_job != had_job)
-        rkr_cmd_build(&wr[nw++], has_job ? "SADD" : "SREM", jkey, id, (const char *)NULL);
-    rkr_cmd_build(&wr[nw++], "EXEC", (const char *)NULL);
-    *rc = rkr_op_pipeline(op, wr, (size_t)nw, wrr, err, errlen);
-    free(old_key);
-    free(new_key);
-    if (*rc != RK_STORE_OK) {
-        json_object_put(rec);
-        return 0;
-    }
-    const redisReply *ex = wrr[nw - 1];
-    int retry = 0;
-    if (ex->type == REDIS_REPLY_NIL) {
-        retry = 1;
-    } else if (ex->type == REDIS_REPLY_ERROR) {
+        rkr_cmd_build(&wr[nw++], has_job ? "SADD" : "SREM", p->jkey, id, (const char *)NULL);
+    p->old_key = old_key;
+    p->new_key = new_key;
+    p->nw = nw;
+    p->rec = rec;
+    p->active = active;
+    return 0;
+}
+
+/* The EXEC reply ex: 1 when a watched record changed meanwhile (nothing was written: retry),
+ * else 0 with *rc the outcome. */
+static int exec_outcome(const redisReply *ex, rk_store_rc *rc, char *err, size_t errlen)
+{
+    *rc = RK_STORE_OK;
+    if (ex->type == REDIS_REPLY_NIL)
+        return 1;
+    if (ex->type == REDIS_REPLY_ERROR)
         *rc = rkr_reply_fail(ex, err, errlen);
-    } else if (ex->type != REDIS_REPLY_ARRAY) {
+    else if (ex->type != REDIS_REPLY_ARRAY)
         *rc = rk_store_fail(err, errlen, "redis error: unexpected EXEC reply");
-    } else {
+    else
         for (size_t i = 0; i < ex->elements && *rc == RK_STORE_OK; i++)
             if (ex->element[i]->type == REDIS_REPLY_ERROR)
                 *rc = rkr_reply_fail(ex->element[i], err, errlen);
+    return 0;
+}
+
+/* MULTI, the prepared writes p[0..n) that have a record, EXEC: one round trip. 1 to retry (a
+ * watched record changed), else 0 with *rc the outcome. */
+static int write_prepared(struct rop *op, struct prepared *p, size_t n, rk_store_rc *rc, char *err,
+                          size_t errlen)
+{
+    size_t total = 2;
+    for (size_t i = 0; i < n; i++)
+        total += p[i].rec ? (size_t)p[i].nw : 0;
+    struct cmd *wr = malloc(total * sizeof *wr);
+    redisReply **wrr = malloc(total * sizeof *wrr);
+    if (!wr || !wrr) {
+        free(wr);
+        free(wrr);
+        *rc = rk_store_fail(err, errlen, "store: out of memory");
+        return 0;
     }
-    for (int i = 0; i < nw; i++)
-        freeReplyObject(wrr[i]);
+    size_t nw = 0;
+    rkr_cmd_build(&wr[nw++], "MULTI", (const char *)NULL);
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; p[i].rec && k < p[i].nw; k++)
+            wr[nw++] = p[i].wr[k];
+    rkr_cmd_build(&wr[nw++], "EXEC", (const char *)NULL);
+    int retry = 0;
+    *rc = rkr_op_pipeline(op, wr, nw, wrr, err, errlen);
+    if (*rc == RK_STORE_OK) {
+        retry = exec_outcome(wrr[nw - 1], rc, err, errlen);
+        for (size_t i = 0; i < nw; i++)
+            freeReplyObject(wrr[i]);
+    }
+    free(wr);
+    free(wrr);
+    return retry;
+}
+
+/* One optimistic attempt of rk_store_update: 1 means "retry". */
+static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn, void *ctx,
+                          json_object **out, rk_store_rc *rc, char *err, size_t errlen)
+{
+    struct prepared p = {0};
+    struct cmd rd[3];
+    redisReply *rr[3];
+    read_cmds(op->rs, &p, id, rd);
+    *rc = rkr_op_pipeline(op, rd, 3, rr, err, errlen);
+    if (*rc != RK_STORE_OK)
+        return 0;
+    if (prepare(op->rs, &p, id, rr, fn, ctx, rc, err, errlen) != 0) {
+        unwatch(op);
+        return 0;
+    }
+    int retry = write_prepared(op, &p, 1, rc, err, errlen);
     if (!retry && *rc == RK_STORE_OK && out) {
-        if (active && score[0])
-            json_object_object_add(rec, "expire_time",
-                                   json_object_new_int64((int64_t)strtod(score, NULL)));
-        *out = rec;
-        rec = NULL;
+        if (p.active && p.score[0])
+            json_object_object_add(p.rec, "expire_time",
+                                   json_object_new_int64((int64_t)strtod(p.score, NULL)));
+        *out = p.rec;
+        p.rec = NULL;
     }
-    json_object_put(rec);
+    prepared_clear(&p);
     return retry;
 }
 
@@ -400,6 +538,63 @@ rk_store_rc rkr_update(struct rk_store *st, const char *id, rk_store_update_fn f
     }
     rkr_op_end(&op);
     return rk_store_fail(err, errlen, "store contention: too many concurrent updates");
+}
+
+/* Several updates in two round trips: every record read under WATCH in one pipeline, every
+ * write in one MULTI block. When any of the records changed meanwhile, the block writes nothing
+ * and each of those updates is done again on its own (rkr_update). */
+rk_store_rc rkr_update_many(struct rk_store *st, const char *const *ids, size_t n,
+                            rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs, char *err,
+                            size_t errlen)
+{
+    struct redis_store *rs = rkr_store(st);
+    struct prepared *p = calloc(n, sizeof *p);
+    struct cmd *rd = malloc(3 * n * sizeof *rd);
+    redisReply **rr = malloc(3 * n * sizeof *rr);
+    rk_store_rc rc = RK_STORE_OK;
+    struct rop op;
+    int have_op = 0;
+    if (!p || !rd || !rr) {
+        rc = rk_store_fail(err, errlen, "store: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        read_cmds(rs, &p[i], ids[i], &rd[3 * i]);
+    if ((rc = rkr_op_begin(rs, &op, err, errlen)) != RK_STORE_OK)
+        goto out;
+    have_op = 1;
+    if ((rc = rkr_op_pipeline(&op, rd, 3 * n, rr, err, errlen)) != RK_STORE_OK)
+        goto out;
+    size_t writes = 0;
+    for (size_t i = 0; i < n; i++)
+        if (prepare(rs, &p[i], ids[i], &rr[3 * i], fn, ctxs[i], &rcs[i], err, errlen) == 0)
+            writes++;
+    if (!writes) {
+        unwatch(&op);
+        goto out;
+    }
+    rk_store_rc wrc;
+    int retry = write_prepared(&op, p, n, &wrc, err, errlen);
+    if (!retry && wrc == RK_STORE_OK && rkr_op_wait_replicas(&op, err, errlen) != RK_STORE_OK)
+        wrc = RK_STORE_ERROR;
+    rkr_op_end(&op);
+    have_op = 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i].rec)
+            rcs[i] = retry ? rkr_update(st, ids[i], fn, ctxs[i], NULL, err, errlen) : wrc;
+out:
+    if (rc != RK_STORE_OK)
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = rc;
+    if (have_op)
+        rkr_op_end(&op);
+    if (p)
+        for (size_t i = 0; i < n; i++)
+            prepared_clear(&p[i]);
+    free(p);
+    free(rd);
+    free(rr);
+    return rc;
 }
 
 /* Set the idle deadline only for ids in the active set (one Lua script). */

@@ -193,6 +193,39 @@ def two_admins_share_the_queue_and_one_finishes_what_a_killed_one_left():
 
 
 @test
+def two_admins_record_each_sandbox_of_a_burst_running_exactly_once():
+    # Both admins' state-report appliers and the elected reconciler record pending sandboxes
+    # running in batches (one Redis update of many records, a record changed meanwhile done
+    # again alone): every sandbox must end up running, recorded so once, with the index sets
+    # moved along.
+    redis = Redis()
+    sim = sim_with(create_delay_ms=5, ready_delay_ms=800, max_sandboxes=1000)
+    a = admin_on(sim, redis=redis, create_concurrency=16)
+    b = admin_on(sim, redis=redis, create_concurrency=16)
+    answers = []
+    threads = [threading.Thread(target=lambda adm=adm: answers.extend(burst(adm, 300, 16)))
+               for adm in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(answers) == 600 and all(x[0] == 200 and x[1]["status"] == "Success"
+                                       for x in answers), answers[:3]
+    ids = [x[1]["result"]["sandbox_id"] for x in answers]
+    wait_all_alive(a, ids, timeout=120)
+    wait_until(lambda: redis.cli("SCARD", "rock:state:pending") == "0", 10, 0.1,
+               "the pending index to empty")
+    assert redis.cli("SCARD", "rock:state:running") == "600"
+    started = (metric(a, "rock_admin_sandbox_start_seconds_count") +
+               metric(b, "rock_admin_sandbox_start_seconds_count"))
+    assert started == 600, started  # each pending -> running recorded exactly once
+    for sid in ids[::60]:
+        st = a.ok("GET", "/get_status", query={"sandbox_id": sid})
+        to_running = [h for h in st["state_history"] if h.get("to_state") == "running"]
+        assert st["state"] == "running" and len(to_running) == 1, st
+
+
+@test
 def deleting_a_queued_sandbox_never_reaches_the_backend_create():
     sim = sim_with(create_delay_ms=1500)
     admin = admin_on(sim, create_concurrency=1)

@@ -19,6 +19,7 @@
 #include "base/budget.h"
 #include "base/bytepipe.h"
 #include "base/ident.h"
+#include "base/json_scan.h"
 #include "base/json_text.h"
 #include "base/util.h"
 #include "domain/dispatch.h"
@@ -26,6 +27,7 @@
 #include "host/host.h"
 #include "host/plugin_loader.h"
 #include "obs/log.h"
+#include "domain/lifecycle.h"
 #include "domain/record.h"
 #include "domain/status_text.h"
 #include "store/store.h"
@@ -334,9 +336,10 @@ static void test_status_text_exact(void **state)
         "\"auto_delete_time\":null,\"state_history\":[{\"to_state\":\"running\"}]}",
         iso);
     struct rk_buf b = {0};
-    assert_int_equal(rk_rec_status_text(rec, RK_STATE_STOPPED, 0, &b), 0);
+    struct rk_rec_src src = rk_src_tree(rec);
+    assert_int_equal(rk_rec_status_text(&src, RK_STATE_STOPPED, 0, &b), 0);
     assert_string_equal(rk_buf_cstr(&b), want);
-    assert_string_equal(rk_rec_status_host(rec), "sb-1");
+    assert_string_equal(rk_rec_status_host(&src), "sb-1");
 
     struct rk_buf env = {0};
     assert_int_equal(rk_envelope_success_text(&env, b.data, b.len), 0);
@@ -350,7 +353,8 @@ static void test_status_text_exact(void **state)
      * shown and an inactive one no auto_stop_time */
     json_object *bare = json_tokener_parse("{\"state\":\"deleted\",\"expire_time\":5,"
                                            "\"state_history\":{},\"metadata\":null}");
-    assert_int_equal(rk_rec_status_text(bare, RK_STATE_DELETED, 0, &b), 0);
+    src = rk_src_tree(bare);
+    assert_int_equal(rk_rec_status_text(&src, RK_STATE_DELETED, 0, &b), 0);
     json_object *st = json_tokener_parse(rk_buf_cstr(&b));
     assert_non_null(st);
     assert_string_equal(json_object_get_string(json_object_object_get(st, "host_name")), "-");
@@ -364,6 +368,228 @@ static void test_status_text_exact(void **state)
     rk_buf_free(&b);
     json_object_put(bare);
     json_object_put(rec);
+}
+
+/* ---- a record read as its text (base/json_scan.h, domain/record_src.h) --------- */
+
+/* Append the reconciler's glance at rec (rk_lifecycle_glance_src, tag "opensandbox"). */
+static int glance_text(struct rk_buf *b, struct rk_rec_src *rec)
+{
+    struct rk_rec_glance g;
+    if (rk_lifecycle_glance_src(rec, "opensandbox", &g) != 0)
+        return -1;
+    char line[256];
+    snprintf(line, sizeof line, "|glance %d %d %d %lld %s", g.present, (int)g.state, g.observed,
+             (long long)g.create_deadline, g.upstream ? g.upstream : "(none)");
+    rk_lifecycle_glance_free(&g);
+    return rk_buf_append(b, line, strlen(line));
+}
+
+/* Everything the record readers answer for rec, as one line: the status, its host, the backend
+ * tag, the typed members the status path reads, the reconciler's glance (a new string). */
+static char *readers_answer(struct rk_rec_src *rec, int alive)
+{
+    struct rk_buf b = {0};
+    const char *host = rk_rec_status_host(rec), *tag = rk_src_backend(rec);
+    char extra[128];
+    snprintf(extra, sizeof extra, "|%s|%s|%lld|%d|%d|%d|%d", host, tag ? tag : "(none)",
+             (long long)rk_src_int64(rec, "auto_clear_time"), rk_src_bool(rec, "create_failed"),
+             rk_src_has(rec, "auto_clear_time"), rk_src_is(rec, "failure", RK_JSON_OBJECT),
+             (int)rk_src_state(rec));
+    assert_int_equal(rk_rec_status_text(rec, rk_src_state(rec), alive, &b), 0);
+    assert_int_equal(rk_buf_append(&b, extra, strlen(extra)), 0);
+    assert_int_equal(glance_text(&b, rec), 0);
+    assert_false(rec->oom);
+    char *out = strdup(rk_buf_cstr(&b));
+    rk_buf_free(&b);
+    return out;
+}
+
+/* The readers' answers for text read as scanned text (with the deadline expire when
+ * has_expire), and as the tree json-c parses from it (expire_time set the same way): into
+ * *from_text / *from_tree. Returns 1 when the scanner and the text readers took it, 0 when it is
+ * left to json-c (then *from_text is NULL), -1 when json-c does not read it as an object, -2
+ * when the scanner took what json-c does not. */
+static int status_both_ways(const char *text, int64_t expire, int has_expire, int alive,
+                            char **from_text, char **from_tree)
+{
+    size_t len = strlen(text);
+    *from_text = *from_tree = NULL;
+    json_tokener *tok = json_tokener_new();
+    json_object *tree = json_tokener_parse_ex(tok, text, (int)len);
+    int complete = json_tokener_get_error(tok) == json_tokener_success;
+    json_tokener_free(tok);
+    struct rk_json_member m[96];
+    int n = rk_json_scan_object(text, len, m, 96);
+    if (!tree || !complete || !json_object_is_type(tree, json_type_object)) {
+        json_object_put(tree);
+        return n >= 0 ? -2 : -1;
+    }
+    if (has_expire)
+        json_object_object_add(tree, "expire_time", json_object_new_int64(expire));
+    struct rk_rec_src tsrc = rk_src_tree(tree);
+    *from_tree = readers_answer(&tsrc, alive);
+    /* without a deadline from the store, the record's own one (as the reader reads it) */
+    const struct rk_json_span *own =
+        n >= 0 ? rk_json_member_get(m, (size_t)n, "expire_time") : NULL;
+    if (!has_expire && own && own->kind != RK_JSON_NULL && own->kind != RK_JSON_INT) {
+        n = -1; /* the reader parses it */
+    } else if (!has_expire && own && own->kind == RK_JSON_INT) {
+        expire = rk_json_int(own);
+        has_expire = 1;
+    }
+    struct rk_rec_src src;
+    int took = n >= 0 && rk_src_text(&src, text, len, m, (size_t)n, expire, has_expire) == 0;
+    if (took) {
+        *from_text = readers_answer(&src, alive);
+        rk_src_release(&src);
+    }
+    json_object_put(tree);
+    return took;
+}
+
+/* A record as rock-admin stores it: json-c's PLAIN text of the tree. */
+static char *stored_text(const char *json)
+{
+    json_object *o = json_tokener_parse(json);
+    assert_non_null(o);
+    char *t = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    json_object_put(o);
+    return t;
+}
+
+static void test_status_from_text_same_as_tree(void **state)
+{
+    (void)state;
+    /* stored records of every shape the status reads: "/" (json-c writes "\/"), named escapes,
+     * doubles kept as written, nested values, failures, defaults, nulls, odd member types */
+    static const char *const recs[] = {
+        "{\"sandbox_id\":\"sb-1\",\"state\":\"running\",\"image\":\"ghcr.io/org/py:3.11\","
+        "\"cpus\":2,\"memory\":\"2.00g\",\"num_gpus\":null,\"disk\":\"50G\",\"user_id\":\"u/1\","
+        "\"namespace\":7,\"metadata\":{\"a\":\"b/c\",\"n\":[1,2.50,-3e2,true,null,{}]},"
+        "\"create_time\":\"2026-12-07T10:00:00+08:00\",\"auto_clear_time\":30,"
+        "\"extended_params\":{\"backend\":\"opensandbox\",\"opensandbox_id\":\"x\"},"
+        "\"failure\":{\"phase\":\"image/pull\",\"message\":\"no \\\"such\\\"\\n\\t image\\\\\"},"
+        "\"state_history\":[{\"to_state\":\"running\",\"at\":1.0}],\"backend_state\":\"stopped\"}",
+        "{\"state\":\"pending\",\"cpus\":0.5,\"create_failed\":true,\"host_name\":\"h\\b\\f\\r\","
+        "\"extended_params\":{\"backend\":\"\"},\"failure\":\"not an object\",\"metadata\":[]}",
+        "{\"state\":\"deleted\",\"expire_time\":5,\"state_history\":{},\"metadata\":null,"
+        "\"cpus\":null,\"auto_clear_time\":null,\"create_failed\":null,\"extended_params\":7}",
+        "{\"state\":\"running\",\"expire_time\":null,\"sandbox_id\":\"\",\"host_name\":\"\","
+        "\"image\":null,\"memory\":12,\"failure\":{\"phase\":null,\"message\":5},"
+        "\"create_failed\":false,\"num_gpus\":1.25,\"accelerator_type\":\"\\u00e9\\u0001\"}",
+        "{\"state\":\"running\",\"auto_clear_time\":2.5,\"cpus\":\"4\",\"create_failed\":1}",
+        "{\"state\":\"stopped\"}",
+        "{}",
+    };
+    size_t took = 0;
+    for (size_t i = 0; i < sizeof recs / sizeof recs[0]; i++) {
+        char *text = stored_text(recs[i]);
+        for (int e = 0; e < 3; e++) {
+            char *a, *b;
+            int r = status_both_ways(text, e == 2 ? 1796641852 : 0, e != 0, (int)i & 1, &a, &b);
+            assert_true(r >= 0);
+            if (r == 1) {
+                assert_string_equal(a, b);
+                took++;
+            }
+            free(a);
+            free(b);
+        }
+        free(text);
+    }
+    /* the \u escapes (record 4) and odd types (record 5) are json-c's; the rest the scanner's */
+    assert_int_equal(took, 3 * (sizeof recs / sizeof recs[0] - 2));
+}
+
+static void test_json_scan_refuses_what_it_cannot_copy(void **state)
+{
+    (void)state;
+    struct rk_json_member m[8];
+    static const char *const refused[] = {
+        "{\"a\":\"\\u0041\"}",
+        "{\"a\":\"x\001\"}",
+        "{\"a\": 1}",
+        "{\"a\":[1, 2]}",
+        "{\"a\":-0}",
+        "{\"a\":99999999999999999999}",
+        "{\"a\":1e999}",
+        "{\"a\":1,\"a\":2}",
+        "{\"a\":{\"b\":1,\"b\":2}}",
+        "{\"a\\/\":1}",
+        "{\"a\":01}",
+        "{\"a\":1.}",
+        "{\"a\":tru}",
+        "{\"a\":1,}",
+        "[1]",
+        "{\"a\":1}x",
+        "{\"a\":\"x}",
+        "{\"a\":\"\\x\"}",
+        "",
+        "{\"a\":[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]}",
+        "{\"1\":1,\"2\":2,\"3\":3,\"4\":4,\"5\":5,\"6\":6,\"7\":7,\"8\":8,\"9\":9}",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (rk_json_scan_object(refused[i], strlen(refused[i]), m, 8) >= 0)
+            fail_msg("the scanner took %s", refused[i]);
+    const char *ok =
+        " {\"a\":\"x\\/y\\\\/\",\"b\":{\"c\":[1,2.50,-3E+2,true,false,null]},\"d\":-7} \n";
+    assert_int_equal(rk_json_scan_object(ok, strlen(ok), m, 8), 3);
+    const struct rk_json_span *a = rk_json_member_get(m, 3, "a");
+    const struct rk_json_span *b = rk_json_member_get(m, 3, "b");
+    const struct rk_json_span *d = rk_json_member_get(m, 3, "d");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_non_null(d);
+    assert_null(rk_json_member_get(m, 3, "c"));
+    assert_int_equal(a->kind, RK_JSON_STRING);
+    assert_int_equal(b->kind, RK_JSON_OBJECT);
+    assert_int_equal(d->kind, RK_JSON_INT);
+    assert_int_equal(rk_json_int(d), -7);
+    char out[16];
+    assert_string_equal(rk_json_decode(a, out, sizeof out), "x/y\\/");
+    assert_null(rk_json_decode(a, out, 5)); /* does not fit */
+    struct rk_buf buf = {0};
+    assert_int_equal(rk_json_copy(&buf, a), 0);
+    assert_int_equal(rk_json_copy(&buf, b), 0);
+    assert_string_equal(rk_buf_cstr(&buf), "\"x/y\\\\/\"{\"c\":[1,2.50,-3E+2,true,false,null]}");
+    rk_buf_free(&buf);
+}
+
+/* Random damage to a stored record: whatever the scanner takes, json-c reads as an object too,
+ * and the status written from the text is the tree's, byte for byte. */
+static void test_status_from_text_under_damage(void **state)
+{
+    (void)state;
+    char *base = stored_text(
+        "{\"sandbox_id\":\"sb-9\",\"state\":\"running\",\"image\":\"a/b:c\",\"cpus\":1.5,"
+        "\"metadata\":{\"k\":\"v\\\"w\"},\"auto_clear_time\":10,\"create_failed\":false,"
+        "\"backend_state\":\"running\","
+        "\"failure\":{\"phase\":\"p\",\"message\":\"m\"},\"state_history\":[{\"t\":1}],"
+        "\"disk\":\"5G\",\"num_gpus\":0,\"expire_time\":12,\"create_deadline\":99,"
+        "\"extended_params\":{\"backend\":\"opensandbox\",\"opensandbox_id\":\"u-1\"}}");
+    static const char alphabet[] = "{}[]\":,\\/01-.eE+tfnu ax\x01\x7f\xc3";
+    size_t len = strlen(base), took = 0;
+    srand(7);
+    for (int it = 0; it < 20000; it++) {
+        char text[1024];
+        memcpy(text, base, len + 1);
+        for (int k = 1 + rand() % 3; k > 0; k--)
+            text[(size_t)rand() % len] = alphabet[(size_t)rand() % (sizeof alphabet - 1)];
+        char *a, *b;
+        int r = status_both_ways(text, 1796641852, it & 1, 1, &a, &b);
+        if (r == -2)
+            fail_msg("the scanner took what json-c does not: %s", text);
+        if (r == 1) {
+            if (strcmp(a, b) != 0)
+                fail_msg("%s\ntext: %s\ntree: %s", text, a, b);
+            took++;
+        }
+        free(a);
+        free(b);
+    }
+    assert_true(took > 1000); /* the test exercised the text path */
+    free(base);
 }
 
 /* ---- the gate's decision (domain/dispatch.h) ---------------------------------
@@ -878,6 +1104,9 @@ int main(void)
         cmocka_unit_test(test_envelope_success_and_failures),
         cmocka_unit_test(test_json_text_matches_json_c),
         cmocka_unit_test(test_status_text_exact),
+        cmocka_unit_test(test_status_from_text_same_as_tree),
+        cmocka_unit_test(test_json_scan_refuses_what_it_cannot_copy),
+        cmocka_unit_test(test_status_from_text_under_damage),
         cmocka_unit_test(test_log_repeats_rate_limited),
         cmocka_unit_test(test_shell_quote),
         cmocka_unit_test(test_hash_str),

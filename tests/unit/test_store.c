@@ -278,6 +278,72 @@ static void test_update(void **state)
     assert_null(out);
 }
 
+/* Update callback of a batch: ctx names what to do ("running", "decline", "explode"). */
+static int batch_step(json_object *rec, void *ctx)
+{
+    if (strcmp(ctx, "decline") == 0)
+        return 1;
+    if (strcmp(ctx, "explode") == 0)
+        return -1;
+    return set_state(rec, ctx);
+}
+
+/* Several updates at once: each record gets its own outcome, the written ones move in the
+ * active index as one update would move them, and the others are left as they were. */
+static void test_update_many(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    create_expect(tc->st, "m-1", "pending", "img", 100, RK_STORE_OK);
+    create_expect(tc->st, "m-2", "pending", "img", 0, RK_STORE_OK);
+    create_expect(tc->st, "m-3", "pending", "img", 0, RK_STORE_OK);
+    create_expect(tc->st, "m-4", "running", "img", 0, RK_STORE_OK);
+    create_expect(tc->st, "m-5", "pending", "img", 0, RK_STORE_OK);
+    const char *ids[] = {"m-1", "m-2", "ghost", "m-3", "m-4", "m-5"};
+    void *ctxs[] = {"running", "decline", "running", "explode", "deleted", "running"};
+    rk_store_rc rcs[6];
+    assert_int_equal(rk_store_update_many(tc->st, ids, 6, batch_step, ctxs, rcs, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(rcs[0], RK_STORE_OK);
+    assert_int_equal(rcs[1], RK_STORE_ABORTED);
+    assert_int_equal(rcs[2], RK_STORE_NOT_FOUND);
+    assert_int_equal(rcs[3], RK_STORE_ERROR);
+    assert_int_equal(rcs[4], RK_STORE_OK);
+    assert_int_equal(rcs[5], RK_STORE_OK);
+    static const char *const want[] = {"running", "pending", NULL, "pending", "deleted", "running"};
+    for (size_t i = 0; i < 6; i++) {
+        json_object *got = NULL;
+        rk_store_rc rc = rk_store_get(tc->st, ids[i], &got, err, sizeof err);
+        if (!want[i]) {
+            assert_int_equal(rc, RK_STORE_NOT_FOUND);
+            continue;
+        }
+        assert_int_equal(rc, RK_STORE_OK);
+        assert_string_equal(member(got, "state"), want[i]);
+        if (i == 0)
+            assert_int_equal(expire_of(got), 100); /* the idle deadline stays */
+        json_object_put(got);
+    }
+    char **act = NULL;
+    size_t n = 0;
+    assert_int_equal(rk_store_list_active(tc->st, &act, &n, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 4); /* m-4 deleted: out of the active set */
+    assert_false(has_id(act, n, "m-4"));
+    rk_store_free_ids(act, n);
+    size_t pending = 0, running = 0;
+    assert_int_equal(rk_store_count_states(tc->st, &pending, &running, err, sizeof err),
+                     RK_STORE_OK);
+    assert_int_equal(pending, 2); /* m-2, m-3 */
+    assert_int_equal(running, 2); /* m-1, m-5 */
+    /* nothing to do, and refusals */
+    assert_int_equal(rk_store_update_many(tc->st, ids, 0, batch_step, ctxs, rcs, err, sizeof err),
+                     RK_STORE_OK);
+    const char *bad[] = {"m-1", ""};
+    assert_int_equal(rk_store_update_many(tc->st, bad, 2, batch_step, ctxs, rcs, err, sizeof err),
+                     RK_STORE_ERROR);
+    assert_int_equal(rcs[0], RK_STORE_ERROR);
+}
+
 /* The active index follows the state; create is refused while active and
  * replaces a deleted record. */
 static void test_active_index_and_replace(void **state)
@@ -871,6 +937,73 @@ static void test_view_many(void **state)
     assert_int_equal(v.seen[3], 2);
 }
 
+/* What test_scan_many saw of each record: its image, and whether as text or as a tree. */
+struct scanned_seen {
+    int seen[5];
+    int as_text[5];
+    char images[5][16];
+};
+
+static void note_scan(void *ctx, size_t i, const struct rk_store_found *found)
+{
+    struct scanned_seen *v = ctx;
+    v->seen[i]++;
+    if (!found) {
+        snprintf(v->images[i], sizeof v->images[i], "-");
+        return;
+    }
+    v->as_text[i] = !found->rec;
+    json_object *tree = rk_store_found_tree(found);
+    assert_non_null(tree);
+    snprintf(v->images[i], sizeof v->images[i], "%s", member(tree, "image"));
+    if (!found->rec) { /* the scanned members are the text's */
+        const struct rk_json_span *img = rk_json_member_get(found->m, found->n, "image");
+        assert_non_null(img);
+        assert_int_equal(img->n, strlen(member(tree, "image")));
+        assert_memory_equal(img->p, member(tree, "image"), img->n);
+    }
+    json_object_put(tree);
+}
+
+/* The reconciler's glance read: every record shown once (none: NULL); Redis shows a record of
+ * json-c's form as its scanned text and any other one parsed. */
+static void test_scan_many(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN];
+    create_expect(tc->st, "s1", "running", "img-a", 0, RK_STORE_OK);
+    create_expect(tc->st, "s2", "pending", "img-b", 0, RK_STORE_OK);
+    create_expect(tc->st, "s4", "pending", "img-d", 0, RK_STORE_OK);
+    create_expect(tc->st, "s5", "pending", "img-e", 0, RK_STORE_OK);
+    if (tc->kind == BACKEND_REDIS) { /* a record not of json-c's form (spaces): parsed */
+        char key[128];
+        snprintf(key, sizeof key, "%ssandbox:s5", tc->prefix);
+        redisContext *c = raw_conn(g_redis.port);
+        redisReply *r =
+            redisCommand(c, "SET %s %s", key, "{ \"state\": \"pending\", \"image\": \"img-e\" }");
+        freeReplyObject(r);
+        redisFree(c);
+    }
+    const char *ids[] = {"s1", "s2", "s3", "s4", "s5"};
+    struct scanned_seen v;
+    memset(&v, 0, sizeof v);
+    assert_int_equal(rk_store_scan_many(tc->st, ids, 5, note_scan, &v, err, sizeof err),
+                     RK_STORE_OK);
+    static const char *const want[] = {"img-a", "img-b", "-", "img-d", "img-e"};
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(v.seen[i], 1);
+        assert_string_equal(v.images[i], want[i]);
+    }
+    int redis = tc->kind == BACKEND_REDIS;
+    assert_int_equal(v.as_text[0], redis);
+    assert_int_equal(v.as_text[1], redis);
+    assert_int_equal(v.as_text[3], redis);
+    assert_int_equal(v.as_text[4], 0);
+    const char *bad[] = {"s1", ""};
+    assert_int_equal(rk_store_scan_many(tc->st, bad, 2, note_scan, &v, err, sizeof err),
+                     RK_STORE_ERROR);
+}
+
 /* B90: a second reserve of the same name fails. */
 static void test_b90_reserve_is_exclusive(void **state)
 {
@@ -1311,6 +1444,50 @@ static void test_redis_watch_retries(void **state)
     json_object *got = NULL;
     assert_int_equal(rk_store_get(tc->st, "w-1", &got, err, sizeof err), RK_STORE_OK);
     assert_null(member(got, "mine"));
+    json_object_put(got);
+}
+
+/* A batch whose record another client changes between the read and the write: the block
+ * writes nothing, and each update is done again on its own over what is stored then. ctx: a
+ * conflict_ctx whose key is rewritten once (none when c is NULL). */
+static int batch_conflicting(json_object *rec, void *arg)
+{
+    struct conflict_ctx *bc = arg;
+    if (bc->calls++ == 0 && bc->c) { /* once: the first attempt's read is stale now */
+        redisReply *r =
+            redisCommand(bc->c, "SET %s {\"state\":\"pending\",\"image\":\"new\"}", bc->key);
+        freeReplyObject(r);
+    }
+    json_object_object_add(rec, "state", json_object_new_string("running"));
+    return 0;
+}
+
+static void test_redis_update_many_conflict(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], key[128];
+    create_expect(tc->st, "c-1", "pending", "img", 0, RK_STORE_OK);
+    create_expect(tc->st, "c-2", "pending", "img", 0, RK_STORE_OK);
+    snprintf(key, sizeof key, "%ssandbox:c-1", tc->prefix);
+    struct conflict_ctx bc = {raw_conn(g_redis.port), key, 0}, quiet = {NULL, NULL, 0};
+    const char *ids[] = {"c-1", "c-2"};
+    void *ctxs[] = {&bc, &quiet};
+    rk_store_rc rcs[2];
+    assert_int_equal(
+        rk_store_update_many(tc->st, ids, 2, batch_conflicting, ctxs, rcs, err, sizeof err),
+        RK_STORE_OK);
+    assert_int_equal(rcs[0], RK_STORE_OK);
+    assert_int_equal(rcs[1], RK_STORE_OK);
+    assert_int_equal(bc.calls, 2);    /* the batch, then its own update */
+    assert_int_equal(quiet.calls, 2); /* the batch wrote nothing: c-2 again too */
+    redisFree(bc.c);
+    json_object *got = NULL;
+    assert_int_equal(rk_store_get(tc->st, "c-1", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "state"), "running");
+    assert_string_equal(member(got, "image"), "new"); /* applied over the other client's write */
+    json_object_put(got);
+    assert_int_equal(rk_store_get(tc->st, "c-2", &got, err, sizeof err), RK_STORE_OK);
+    assert_string_equal(member(got, "state"), "running");
     json_object_put(got);
 }
 
@@ -2010,6 +2187,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         BOTH(test_create_get),
         BOTH(test_update),
+        BOTH(test_update_many),
         BOTH(test_active_index_and_replace),
         BOTH(test_get_many),
         BOTH(test_job_index),
@@ -2022,6 +2200,7 @@ int main(void)
         BOTH(test_create_queue),
         BOTH(test_create_queued_record),
         BOTH(test_view_many),
+        BOTH(test_scan_many),
         BOTH(test_b90_reserve_is_exclusive),
         BOTH(test_b91_commit_makes_visible),
         BOTH(test_b92_rollback_releases),
@@ -2038,6 +2217,7 @@ int main(void)
         REDIS_ONLY(test_redis_update_moves_only_changed_entries),
         REDIS_ONLY(test_redis_unparsable_reservation),
         REDIS_ONLY(test_redis_watch_retries),
+        REDIS_ONLY(test_redis_update_many_conflict),
         REDIS_ONLY(test_redis_outage_and_recovery),
         REDIS_ONLY(test_redis_password),
         REDIS_ONLY(test_redis_open_and_unreachable),
