@@ -67,6 +67,15 @@ static const struct rk_json_span *text_get(const struct rk_rec_src *s, const cha
     return rk_json_member_get(s->m, s->n, key);
 }
 
+/* The tree's member key: NULL when it is absent or JSON null (json-c's getters read NULL as
+ * their zero value). */
+static json_object *tree_get(const struct rk_rec_src *s, const char *key)
+{
+    json_object *v = NULL;
+    json_object_object_get_ex(s->tree, key, &v);
+    return v;
+}
+
 /* The string v decoded into the source's arena, or NULL when memory ran out. */
 static const char *decoded(struct rk_rec_src *s, const struct rk_json_span *v)
 {
@@ -106,12 +115,8 @@ const char *rk_src_str(struct rk_rec_src *s, const char *key)
 
 const char *rk_src_sub_str(struct rk_rec_src *s, const char *obj, const char *key)
 {
-    if (s->tree) {
-        json_object *o;
-        if (!json_object_object_get_ex(s->tree, obj, &o) || !o)
-            return NULL;
-        return tree_str(o, key);
-    }
+    if (s->tree)
+        return tree_str(tree_get(s, obj), key);
     const struct rk_json_span *o = text_get(s, obj);
     struct rk_json_member sub[SUB_MEMBERS_MAX];
     int n =
@@ -122,10 +127,8 @@ const char *rk_src_sub_str(struct rk_rec_src *s, const char *obj, const char *ke
 
 int rk_src_has(struct rk_rec_src *s, const char *key)
 {
-    if (s->tree) {
-        json_object *v;
-        return json_object_object_get_ex(s->tree, key, &v) && v;
-    }
+    if (s->tree)
+        return tree_get(s, key) != NULL;
     const struct rk_json_span *v = text_get(s, key);
     return v && v->kind != RK_JSON_NULL;
 }
@@ -133,9 +136,9 @@ int rk_src_has(struct rk_rec_src *s, const char *key)
 int rk_src_is(struct rk_rec_src *s, const char *key, enum rk_json_kind kind)
 {
     if (s->tree) {
-        json_object *v;
-        json_type t = kind == RK_JSON_OBJECT ? json_type_object : json_type_array;
-        return json_object_object_get_ex(s->tree, key, &v) && v && json_object_is_type(v, t);
+        json_object *v = tree_get(s, key);
+        return v &&
+               json_object_is_type(v, kind == RK_JSON_OBJECT ? json_type_object : json_type_array);
     }
     const struct rk_json_span *v = text_get(s, key);
     return v && v->kind == kind;
@@ -143,44 +146,32 @@ int rk_src_is(struct rk_rec_src *s, const char *key, enum rk_json_kind kind)
 
 int rk_src_value(struct rk_buf *b, struct rk_rec_src *s, const char *key)
 {
-    if (s->tree) {
-        json_object *v = NULL;
-        json_object_object_get_ex(s->tree, key, &v);
-        return rk_json_value(b, v);
-    }
+    if (s->tree)
+        return rk_json_value(b, tree_get(s, key));
     const struct rk_json_span *v = text_get(s, key);
     return v ? rk_json_copy(b, v) : rk_buf_append(b, "null", 4);
 }
 
 int64_t rk_src_int64(struct rk_rec_src *s, const char *key)
 {
-    if (s->tree) {
-        json_object *v = NULL;
-        json_object_object_get_ex(s->tree, key, &v);
-        return json_object_get_int64(v);
-    }
+    if (s->tree)
+        return json_object_get_int64(tree_get(s, key));
     const struct rk_json_span *v = text_get(s, key); /* admitted: int or null (typed[]) */
     return v && v->kind == RK_JSON_INT ? rk_json_int(v) : 0;
 }
 
 double rk_src_double(struct rk_rec_src *s, const char *key)
 {
-    if (s->tree) {
-        json_object *v = NULL;
-        json_object_object_get_ex(s->tree, key, &v);
-        return json_object_get_double(v);
-    }
+    if (s->tree)
+        return json_object_get_double(tree_get(s, key));
     const struct rk_json_span *v = text_get(s, key); /* admitted: a number or null */
     return v && (v->kind == RK_JSON_INT || v->kind == RK_JSON_DOUBLE) ? rk_json_number(v) : 0.0;
 }
 
 int rk_src_bool(struct rk_rec_src *s, const char *key)
 {
-    if (s->tree) {
-        json_object *v = NULL;
-        json_object_object_get_ex(s->tree, key, &v);
-        return json_object_get_boolean(v);
-    }
+    if (s->tree)
+        return json_object_get_boolean(tree_get(s, key));
     const struct rk_json_span *v = text_get(s, key); /* admitted: a boolean or null */
     return v && v->kind == RK_JSON_BOOL && v->p[0] == 't';
 }
@@ -188,11 +179,10 @@ int rk_src_bool(struct rk_rec_src *s, const char *key)
 int rk_src_expire(struct rk_rec_src *s, int64_t *v)
 {
     if (s->tree) {
-        json_object *e;
-        if (!json_object_object_get_ex(s->tree, "expire_time", &e) || !e)
-            return 0;
-        *v = json_object_get_int64(e);
-        return 1;
+        json_object *e = tree_get(s, "expire_time");
+        if (e)
+            *v = json_object_get_int64(e);
+        return e != NULL;
     }
     *v = s->expire_time;
     return s->has_expire;
