@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * A stored record to read from: its json-c tree, or its JSON text scanned in place
- * (base/json_scan.h) when a status poll read it from the store, so that no tree is built for
+ * (lib/rkjson.h) when a status poll read it from the store, so that no tree is built for
  * it. The readers below answer the same for both forms; rk_src_text admits only texts whose
  * members they can read exactly as json-c would.
  */
@@ -11,7 +11,7 @@
 #include <json-c/json.h>
 #include <stdint.h>
 
-#include "base/json_scan.h"
+#include "rkjson.h"
 #include "base/util.h"
 
 /** A record read either way. Fill with rk_src_tree or rk_src_text; rk_src_release after. */
@@ -19,7 +19,7 @@ struct rk_rec_src {
     json_object *tree; /* the tree (borrowed), or NULL: the text */
     const char *text;  /* the text (borrowed) */
     size_t len;
-    const struct rk_json_member *m; /* its members (borrowed) */
+    const struct rku_json_member *m; /* its members (borrowed) */
     size_t n;
     int64_t expire_time; /* the text's idle deadline, when has_expire */
     int has_expire;
@@ -33,7 +33,7 @@ struct rk_rec_src rk_src_tree(json_object *rec);
 /** Read text[0..len), scanned into m[0..n) (all borrowed), whose idle deadline is expire_time
  *  when has_expire (the store keeps it beside the text). 0, or -1 when a member the readers
  *  interpret has a type they do not read as json-c does (parse the text instead). */
-int rk_src_text(struct rk_rec_src *s, const char *text, size_t len, const struct rk_json_member *m,
+int rk_src_text(struct rk_rec_src *s, const char *text, size_t len, const struct rku_json_member *m,
                 size_t n, int64_t expire_time, int has_expire);
 
 /** Free what the source allocated (the record is not the source's). */
@@ -48,8 +48,8 @@ const char *rk_src_sub_str(struct rk_rec_src *s, const char *obj, const char *ke
 /** 1 when member key is there and not null. */
 int rk_src_has(struct rk_rec_src *s, const char *key);
 
-/** 1 when member key is an object (RK_JSON_OBJECT) or an array (RK_JSON_ARRAY): kind. */
-int rk_src_is(struct rk_rec_src *s, const char *key, enum rk_json_kind kind);
+/** 1 when member key is an object (RKU_JSON_OBJECT) or an array (RKU_JSON_ARRAY): kind. */
+int rk_src_is(struct rk_rec_src *s, const char *key, enum rku_json_kind kind);
 
 /** Append member key's value as json-c writes it with RK_JSON_FLAGS (null when absent). -1
  *  when the buffer's cap would be exceeded or memory ran out. */

@@ -40,7 +40,7 @@ static int phases(struct rk_buf *b, struct rk_rec_src *rec)
 {
     if (key(b, "status") || rk_buf_append(b, "{", 1))
         return -1;
-    if (rk_src_is(rec, "failure", RK_JSON_OBJECT)) {
+    if (rk_src_is(rec, "failure", RKU_JSON_OBJECT)) {
         const char *phase = rk_src_sub_str(rec, "failure", "phase");
         const char *msg = rk_src_sub_str(rec, "failure", "message");
         if (key(b, phase ? phase : "backend") || rk_buf_append(b, "{", 1) || key(b, "status") ||
@@ -102,7 +102,7 @@ int rk_rec_status_text(struct rk_rec_src *rec, enum rk_state state, int is_alive
     if (key(b, "auto_archive_time") || rk_buf_append(b, "null", 4) || key(b, "auto_delete_time") ||
         rk_buf_append(b, "null", 4) || key(b, "state_history"))
         return -1;
-    if (rk_src_is(rec, "state_history", RK_JSON_ARRAY)) {
+    if (rk_src_is(rec, "state_history", RKU_JSON_ARRAY)) {
         if (rk_src_value(b, rec, "state_history"))
             return -1;
     } else if (rk_buf_append(b, "[]", 2)) {

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/json_scan.h"
+#include "rkjson.h"
 
 /** Result of a store operation. */
 typedef enum rk_store_rc {
@@ -261,7 +261,7 @@ rk_store_rc rk_store_view_many(struct rk_store *st, const char *const *ids, size
                                rk_store_view_each_fn *fn, void *ctx, json_object **kept, char *err,
                                size_t errlen);
 
-/** A record as a read found it: its JSON text, scanned (base/json_scan.h), with the idle
+/** A record as a read found it: its JSON text, scanned (lib/rkjson.h), with the idle
  *  deadline the store keeps beside it; or, for a text the scanner does not read (and for the
  *  in-process store, whose records are trees), the record itself. Everything is the store's,
  *  valid during the callback it is shown to only. */
@@ -270,7 +270,7 @@ struct rk_store_found {
                        * store's records), or NULL: the text */
     const char *text; /* the record's bytes */
     size_t len;
-    const struct rk_json_member *m; /* the text's members */
+    const struct rku_json_member *m; /* the text's members */
     size_t n;
     int64_t expire_time; /* the record's idle deadline (the touch's when it touched) */
     int has_expire;      /* 0: none (expire_time unused) */

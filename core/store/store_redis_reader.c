@@ -13,7 +13,7 @@
  * come in the order of the commands, so the oldest pending read carries the nearest
  * deadline. Callbacks are delivered after hiredis returns, never from inside it.
  *
- * A record is handed over as its text, scanned in place (base/json_scan.h): no json-c tree
+ * A record is handed over as its text, scanned in place (lib/rkjson.h): no json-c tree
  * is built for a poll. The touch reads the two members it needs from the scan. A text the
  * scanner does not read (not of the form json-c writes) is parsed as before. Scanned texts are
  * remembered (struct rec_slot): a sandbox polled again whose record came back byte for byte the
@@ -22,7 +22,7 @@
 #include "store/store_reader.h"
 #include "store/store_redis_internal.h"
 
-#include "base/json_scan.h"
+#include "rkjson.h"
 #include "base/util.h"
 #include "obs/log.h"
 #include "obs/metrics.h"
@@ -49,7 +49,7 @@
 struct scanned {
     int refs;
     int n; /* members in m, -1: the scanner does not read the text */
-    struct rk_json_member *m;
+    struct rku_json_member *m;
     size_t len;
     char raw[]; /* the text, then the members */
 };
@@ -311,10 +311,10 @@ static void scanned_put(struct scanned *sc)
 /* The text of reply rec copied and scanned (one reference), or NULL when memory ran out. */
 static struct scanned *scanned_new(const redisReply *rec)
 {
-    struct rk_json_member m[REC_MEMBERS_MAX];
-    int n = rk_json_scan_object(rec->str, rec->len, m, REC_MEMBERS_MAX);
-    size_t at = (sizeof(struct scanned) + rec->len + _Alignof(struct rk_json_member) - 1) /
-                _Alignof(struct rk_json_member) * _Alignof(struct rk_json_member);
+    struct rku_json_member m[REC_MEMBERS_MAX];
+    int n = rku_json_scan_object(rec->str, rec->len, m, REC_MEMBERS_MAX);
+    size_t at = (sizeof(struct scanned) + rec->len + _Alignof(struct rku_json_member) - 1) /
+                _Alignof(struct rku_json_member) * _Alignof(struct rku_json_member);
     struct scanned *sc = malloc(at + (n > 0 ? (size_t)n : 0) * sizeof *m);
     if (!sc)
         return NULL;
@@ -322,7 +322,7 @@ static struct scanned *scanned_new(const redisReply *rec)
     sc->n = n;
     sc->len = rec->len;
     memcpy(sc->raw, rec->str, rec->len);
-    sc->m = (struct rk_json_member *)(void *)((char *)sc + at);
+    sc->m = (struct rku_json_member *)(void *)((char *)sc + at);
     for (int i = 0; i < n; i++) { /* the same spans, in the copy */
         sc->m[i] = m[i];
         sc->m[i].key.p = sc->raw + (m[i].key.p - rec->str);
@@ -396,32 +396,32 @@ static void on_mget(redisAsyncContext *ac, void *reply, void *priv)
  * (parse it instead). */
 static int64_t text_touch(struct read *q, const redisReply *r, bool *had)
 {
-    const struct rk_json_member *m = q->sc->m;
+    const struct rku_json_member *m = q->sc->m;
     if (q->sc->n < 0)
         return -1;
     size_t n = (size_t)q->sc->n;
-    const struct rk_json_span *st = rk_json_member_get(m, n, "state");
-    const struct rk_json_span *acm = rk_json_member_get(m, n, "auto_clear_time");
-    const struct rk_json_span *own = rk_json_member_get(m, n, "expire_time");
-    if ((acm && acm->kind != RK_JSON_NULL && acm->kind != RK_JSON_INT) ||
-        (own && own->kind != RK_JSON_NULL && own->kind != RK_JSON_INT))
+    const struct rku_json_span *st = rku_json_member_get(m, n, "state");
+    const struct rku_json_span *acm = rku_json_member_get(m, n, "auto_clear_time");
+    const struct rku_json_span *own = rku_json_member_get(m, n, "expire_time");
+    if ((acm && acm->kind != RKU_JSON_NULL && acm->kind != RKU_JSON_INT) ||
+        (own && own->kind != RKU_JSON_NULL && own->kind != RKU_JSON_INT))
         return -1;
     char state[16];
-    bool active = st && rk_store_state_active(rk_json_decode(st, state, sizeof state));
+    bool active = st && rk_store_state_active(rku_json_decode(st, state, sizeof state));
     *had = false;
     if (active && r->type == REDIS_REPLY_STRING) { /* as rkr_record_add_score */
         char buf[64];
         snprintf(buf, sizeof buf, "%.*s", (int)(r->len < 63 ? r->len : 63), r->str);
         q->expire = (int64_t)strtod(buf, NULL);
         *had = true;
-    } else if (own && own->kind == RK_JSON_INT) {
-        q->expire = rk_json_int(own);
+    } else if (own && own->kind == RKU_JSON_INT) {
+        q->expire = rku_json_int(own);
         *had = true;
     }
     q->has_expire = *had;
-    if (!active || !acm || acm->kind != RK_JSON_INT)
+    if (!active || !acm || acm->kind != RKU_JSON_INT)
         return 0;
-    int64_t deadline = rk_store_idle_deadline(rk_json_int(acm), q->touch_s, *had ? q->expire : 0);
+    int64_t deadline = rk_store_idle_deadline(rku_json_int(acm), q->touch_s, *had ? q->expire : 0);
     if (deadline) {
         q->expire = deadline;
         q->has_expire = 1;

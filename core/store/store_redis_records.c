@@ -137,9 +137,9 @@ static rk_store_rc scan_chunk(struct rk_store *st, const char *const *ids, size_
             fn(ctx, off + i, NULL);
             continue;
         }
-        struct rk_json_member m[SCAN_MEMBERS_MAX];
+        struct rku_json_member m[SCAN_MEMBERS_MAX];
         int nm = rec->type == REDIS_REPLY_STRING
-                     ? rk_json_scan_object(rec->str, rec->len, m, SCAN_MEMBERS_MAX)
+                     ? rku_json_scan_object(rec->str, rec->len, m, SCAN_MEMBERS_MAX)
                      : -1;
         if (nm >= 0) {
             struct rk_store_found found = {

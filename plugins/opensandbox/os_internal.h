@@ -15,7 +15,8 @@
  *                       stream); it runs jobs and knows nothing of the exchanges
  *    4. os_http.c       one HTTP exchange: pooled handles (librkutil), the call's deadline,
  *                       cancellation, bounded buffering; hands command streams to os_loop.c
- *    5. os_lcapi.c      the lifecycle server's client: requests, JSON replies, failure texts
+ *    5. os_lcapi.c      the lifecycle server's client: requests, JSON replies, list pages (read
+ *                       in place with librkutil's scanner where they allow it), failure texts
  *    6. os_endpoint.c   endpoint discovery and its per-instance cache
  *    7. os_proxy.c      ops.proxy_target and its guards (reserved ports, credential headers)
  *    8. os_lifecycle.c  create (with lost-reply adoption), status, kill, list
@@ -47,6 +48,7 @@
 
 #include "rkcurlloop.h"
 #include "rkh1.h"
+#include "rkjson.h"
 
 /** Port execd listens on inside every sandbox. */
 /** The "execd answered" set (os_ep_ready_*): its hash buckets, the most entries it keeps and
@@ -348,6 +350,39 @@ rk_status os_lc_request(struct os_inst *inst, struct rk_call *call, const char *
 struct json_object *os_lc_body_json(const struct os_xfer *x);
 /** String member of a JSON object or NULL. */
 const char *os_lc_jstr(struct json_object *o, const char *key);
+/** "reason: message", or whichever of the two is given (malloc'd), NULL when neither. */
+char *os_lc_reason_text(const char *reason, const char *message);
+
+/** One sandbox of a lifecycle list page, its strings decoded (NULL when absent or not a
+ *  string); valid until the next os_lc_page_next or os_lc_page_close. */
+struct os_lc_item {
+    const char *id;
+    const char *rock_id;                          /* metadata[<meta_key>] */
+    const char *state, *reason, *message, *since; /* status.state, .reason, .message,
+                                                   * .lastTransitionAt */
+};
+/** A list page (GET /sandboxes) being read: in place when its text is of the compact form
+ *  librkutil's scanner reads (the lifecycle server's), else parsed with json-c; the items read
+ *  either way are the same. */
+struct os_lc_page {
+    const char *meta_key;
+    int scanned;                /* 1: read in place, 0: parsed */
+    struct rku_json_span items; /* scanned: the items array, in the caller's body */
+    size_t at;                  /* scanned: where the next item starts */
+    char *scratch;              /* scanned: the current item's decoded strings */
+    size_t cap;
+    struct json_object *tree; /* parsed: the page */
+    struct json_object *arr;  /* parsed: its items */
+    size_t i, n;
+    int more; /* pagination.hasNextPage */
+};
+/** Open the page body[0..len) (kept by the caller until os_lc_page_close); the items' rock ids
+ *  are read from metadata[meta_key]. -1 when it is not a list page (no "items" array). */
+int os_lc_page_open(struct os_lc_page *pg, const char *body, size_t len, const char *meta_key);
+/** The next item into *it: 1, or 0 after the last one. */
+int os_lc_page_next(struct os_lc_page *pg, struct os_lc_item *it);
+/** Release what the page holds. */
+void os_lc_page_close(struct os_lc_page *pg);
 /** Record "opensandbox <op> failed for <osid>: <detail>" for a non-2xx answer. */
 rk_status os_lc_http_fail(struct os_inst *inst, struct rk_call *call, rk_status code,
                           const char *op, const char *osid, const struct os_xfer *x);

@@ -2,9 +2,9 @@
 /**
  * @file os_lcapi.c
  * @brief The lifecycle server's client: request composition ({protocol}://{endpoint}/v1...,
- *        the API key), JSON replies, failure texts and the sandbox paths, shared by every
- *        file that talks to the lifecycle server (os_endpoint.c, os_lifecycle.c, os_renew.c,
- *        os_pause.c, os_snapshot.c).
+ *        the API key), JSON replies, list pages (read in place where they allow it), failure
+ *        texts and the sandbox paths, shared by every file that talks to the lifecycle server
+ *        (os_endpoint.c, os_lifecycle.c, os_renew.c, os_pause.c, os_snapshot.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +58,157 @@ const char *os_lc_jstr(json_object *o, const char *key)
     if (o && json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string))
         return json_object_get_string(v);
     return NULL;
+}
+
+char *os_lc_reason_text(const char *reason, const char *message)
+{
+    struct os_sb sb = {0};
+    if (reason && message)
+        os_sb_printf(&sb, "%s: %s", reason, message);
+    else if (reason || message)
+        os_sb_puts(&sb, reason ? reason : message);
+    else
+        return NULL;
+    return os_sb_take(&sb);
+}
+
+/* ---- list pages ----------------------------------------------------------------------------
+ * A reconciler pass reads every page of GET /sandboxes (200 sandboxes each) on every pass: a
+ * json-c tree of each page was most of what the pass cost the admin in a create burst. The
+ * lifecycle server writes compact JSON (FastAPI's JSONResponse: no whitespace, UTF-8 as it
+ * is), which librkutil's scanner reads in place; a page it refuses (\u escapes, whitespace,
+ * repeated names, a hasNextPage that is not a boolean: what json-c would read its own way) is
+ * parsed with json-c, so both forms give the same items. */
+
+/** Members of a page, an item, its metadata or status the scanner locates (the scanner refuses
+ *  nested objects of more anyway). */
+#define PAGE_MEMBERS_MAX 32
+
+/* Open pg on the scanned page; -1 when the scanner does not take it. */
+static int page_scan(struct os_lc_page *pg, const char *body, size_t len)
+{
+    struct rku_json_member m[PAGE_MEMBERS_MAX];
+    int n = rku_json_scan_object(body, len, m, PAGE_MEMBERS_MAX);
+    if (n < 0)
+        return -1;
+    const struct rku_json_span *items = rku_json_member_get(m, (size_t)n, "items");
+    if (!items || items->kind != RKU_JSON_ARRAY)
+        return -1; /* not a list page: json-c says so the same way */
+    const struct rku_json_span *pag = rku_json_member_get(m, (size_t)n, "pagination");
+    pg->more = 0;
+    if (pag && pag->kind == RKU_JSON_OBJECT) {
+        struct rku_json_member pm[PAGE_MEMBERS_MAX];
+        int pn = rku_json_scan_object(pag->p, pag->n, pm, PAGE_MEMBERS_MAX);
+        const struct rku_json_span *v =
+            pn < 0 ? NULL : rku_json_member_get(pm, (size_t)pn, "hasNextPage");
+        if (pn < 0 || (v && v->kind != RKU_JSON_BOOL))
+            return -1; /* json-c converts other types its own way */
+        pg->more = v && v->p[0] == 't';
+    }
+    pg->items = *items;
+    pg->scanned = 1;
+    return 0;
+}
+
+int os_lc_page_open(struct os_lc_page *pg, const char *body, size_t len, const char *meta_key)
+{
+    memset(pg, 0, sizeof *pg);
+    pg->meta_key = meta_key;
+    if (body && page_scan(pg, body, len) == 0)
+        return 0;
+    struct os_xfer x = {.body = (char *)body, .body_len = len};
+    json_object *o = os_lc_body_json(&x), *items = NULL, *pag = NULL, *v;
+    if (!o || !json_object_object_get_ex(o, "items", &items) ||
+        !json_object_is_type(items, json_type_array)) {
+        json_object_put(o);
+        return -1;
+    }
+    if (json_object_object_get_ex(o, "pagination", &pag) &&
+        json_object_object_get_ex(pag, "hasNextPage", &v))
+        pg->more = json_object_get_boolean(v);
+    pg->tree = o;
+    pg->arr = items;
+    pg->n = json_object_array_length(items);
+    return 0;
+}
+
+/* The string member key of the scanned object members m[0..n), decoded into the scratch at
+ * *used, or NULL. */
+static const char *scan_str(struct os_lc_page *pg, const struct rku_json_member *m, int n,
+                            const char *key, size_t *used)
+{
+    const struct rku_json_span *v = n > 0 ? rku_json_member_get(m, (size_t)n, key) : NULL;
+    if (!v || v->kind != RKU_JSON_STRING)
+        return NULL;
+    char *out = rku_json_decode(v, pg->scratch + *used, pg->cap - *used);
+    if (out)
+        *used += strlen(out) + 1;
+    return out;
+}
+
+/* The members of the scanned object value v (of an item) into m, or 0 when v is none. */
+static int scan_sub(const struct rku_json_span *v, struct rku_json_member *m)
+{
+    if (!v || v->kind != RKU_JSON_OBJECT)
+        return 0;
+    int n = rku_json_scan_object(v->p, v->n, m, PAGE_MEMBERS_MAX);
+    return n < 0 ? 0 : n; /* cannot fail: the page was scanned whole */
+}
+
+/* The next scanned item: 1, 0 after the last one, -1 out of memory. */
+static int page_next_scanned(struct os_lc_page *pg, struct os_lc_item *it)
+{
+    struct rku_json_span el;
+    if (rku_json_array_next(&pg->items, &pg->at, &el) != 1)
+        return 0;
+    if (el.kind != RKU_JSON_OBJECT)
+        return 1;             /* an item with nothing in it, as json-c reads one */
+    if (el.n + 8 > pg->cap) { /* the decoded strings of one item fit in its text */
+        char *nb = realloc(pg->scratch, el.n + 8);
+        if (!nb)
+            return -1;
+        pg->scratch = nb;
+        pg->cap = el.n + 8;
+    }
+    struct rku_json_member m[PAGE_MEMBERS_MAX], md[PAGE_MEMBERS_MAX], st[PAGE_MEMBERS_MAX];
+    int n = scan_sub(&el, m);
+    int nmd = scan_sub(rku_json_member_get(m, (size_t)n, "metadata"), md);
+    int nst = scan_sub(rku_json_member_get(m, (size_t)n, "status"), st);
+    size_t used = 0;
+    it->id = scan_str(pg, m, n, "id", &used);
+    it->rock_id = scan_str(pg, md, nmd, pg->meta_key, &used);
+    it->state = scan_str(pg, st, nst, "state", &used);
+    it->reason = scan_str(pg, st, nst, "reason", &used);
+    it->message = scan_str(pg, st, nst, "message", &used);
+    it->since = scan_str(pg, st, nst, "lastTransitionAt", &used);
+    return 1;
+}
+
+int os_lc_page_next(struct os_lc_page *pg, struct os_lc_item *it)
+{
+    memset(it, 0, sizeof *it);
+    if (pg->scanned)
+        return page_next_scanned(pg, it);
+    if (pg->i >= pg->n)
+        return 0;
+    json_object *o = json_object_array_get_idx(pg->arr, pg->i++), *md = NULL, *st = NULL;
+    it->id = os_lc_jstr(o, "id");
+    if (o && json_object_object_get_ex(o, "metadata", &md))
+        it->rock_id = os_lc_jstr(md, pg->meta_key);
+    if (o && json_object_object_get_ex(o, "status", &st)) {
+        it->state = os_lc_jstr(st, "state");
+        it->reason = os_lc_jstr(st, "reason");
+        it->message = os_lc_jstr(st, "message");
+        it->since = os_lc_jstr(st, "lastTransitionAt");
+    }
+    return 1;
+}
+
+void os_lc_page_close(struct os_lc_page *pg)
+{
+    json_object_put(pg->tree);
+    free(pg->scratch);
+    memset(pg, 0, sizeof *pg);
 }
 
 /** Record "opensandbox <op> failed for <osid>: <detail>" for a non-2xx answer. */

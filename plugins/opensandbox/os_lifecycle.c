@@ -42,15 +42,7 @@ static void found_free(struct lc_found *f, size_t n)
 /** Reason text of a status object: "reason: message" or either part. */
 static char *status_reason(json_object *st)
 {
-    const char *reason = os_lc_jstr(st, "reason"), *msg = os_lc_jstr(st, "message");
-    struct os_sb sb = {0};
-    if (reason && msg)
-        os_sb_printf(&sb, "%s: %s", reason, msg);
-    else if (reason || msg)
-        os_sb_puts(&sb, reason ? reason : msg);
-    else
-        return NULL;
-    return os_sb_take(&sb);
+    return os_lc_reason_text(os_lc_jstr(st, "reason"), os_lc_jstr(st, "message"));
 }
 
 /** List sandboxes whose metadata rock_sandbox_id equals rock_id (all pages, bounded). */
@@ -64,7 +56,7 @@ static rk_status lc_find(struct os_inst *inst, struct rk_call *call, const char 
     if (!enc)
         return inst->host->set_error(call, RK_E_NOMEM, "opensandbox %s failed: out of memory", op);
     struct lc_found *list = NULL;
-    size_t n = 0;
+    size_t n = 0, cap = 0;
     rk_status rs = RK_OK;
     for (int page = 1; page <= OS_LIST_MAX_PAGES && rs == RK_OK; page++) {
         os_sb_printf(&sb, "/sandboxes?metadata=%s&page=%d&pageSize=200", enc, page);
@@ -84,44 +76,42 @@ static rk_status lc_find(struct os_inst *inst, struct rk_call *call, const char 
             os_xfer_cleanup(&x);
             break;
         }
-        json_object *o = os_lc_body_json(&x), *items = NULL, *pg = NULL, *v;
-        os_xfer_cleanup(&x);
-        int more = 0;
-        if (o && json_object_object_get_ex(o, "items", &items) &&
-            json_object_is_type(items, json_type_array)) {
-            size_t cnt = json_object_array_length(items);
-            struct lc_found *nl = realloc(list, (n + cnt + 1) * sizeof(*list));
-            if (!nl) {
-                json_object_put(o);
-                rs = RK_E_NOMEM;
-                break;
-            }
-            list = nl;
-            for (size_t i = 0; i < cnt; i++) {
-                json_object *it = json_object_array_get_idx(items, i), *st = NULL;
-                const char *id = os_lc_jstr(it, "id");
-                if (!id)
-                    continue;
-                json_object_object_get_ex(it, "status", &st);
-                const char *state = os_lc_jstr(st, "state");
-                list[n].id = strdup(id);
-                list[n].state = state ? strdup(state) : NULL;
-                list[n].reason = status_reason(st);
-                const char *since = os_lc_jstr(st, "lastTransitionAt");
-                list[n].since = since ? strdup(since) : NULL;
-                n++;
-            }
-            if (json_object_object_get_ex(o, "pagination", &pg) &&
-                json_object_object_get_ex(pg, "hasNextPage", &v))
-                more = json_object_get_boolean(v);
-        } else {
-            json_object_put(o);
+        struct os_lc_page pg;
+        if (os_lc_page_open(&pg, x.body, x.body_len, OS_META_ROCK_ID) != 0) {
+            os_xfer_cleanup(&x);
             rs = inst->host->set_error(call, RK_E_UPSTREAM,
                                        "opensandbox %s failed for %s: malformed list response", op,
                                        rock_id);
             break;
         }
-        json_object_put(o);
+        struct os_lc_item it;
+        int got;
+        while ((got = os_lc_page_next(&pg, &it)) == 1) {
+            if (!it.id)
+                continue;
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 16;
+                struct lc_found *nl = realloc(list, nc * sizeof(*list));
+                if (!nl) {
+                    got = -1;
+                    break;
+                }
+                list = nl;
+                cap = nc;
+            }
+            list[n].id = strdup(it.id);
+            list[n].state = it.state ? strdup(it.state) : NULL;
+            list[n].reason = os_lc_reason_text(it.reason, it.message);
+            list[n].since = it.since ? strdup(it.since) : NULL;
+            n++;
+        }
+        int more = pg.more;
+        os_lc_page_close(&pg);
+        os_xfer_cleanup(&x);
+        if (got < 0) {
+            rs = RK_E_NOMEM;
+            break;
+        }
         if (!more)
             break;
     }
@@ -548,49 +538,41 @@ rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, 
             os_xfer_cleanup(&x);
             goto out;
         }
-        json_object *o = os_lc_body_json(&x), *items = NULL, *pg = NULL, *v;
-        os_xfer_cleanup(&x);
-        if (!o || !json_object_object_get_ex(o, "items", &items) ||
-            !json_object_is_type(items, json_type_array)) {
-            json_object_put(o);
+        struct os_lc_page pg;
+        if (os_lc_page_open(&pg, x.body, x.body_len, OS_META_ROCK_ID) != 0) {
+            os_xfer_cleanup(&x);
             rs = h->set_error(call, RK_E_UPSTREAM,
                               "opensandbox list failed: malformed list response");
             goto out;
         }
-        size_t cnt = json_object_array_length(items);
-        for (size_t i = 0; i < cnt; i++) {
-            json_object *it = json_object_array_get_idx(items, i), *st = NULL, *md = NULL;
-            const char *id = os_lc_jstr(it, "id");
-            const char *rock_id = NULL;
-            if (json_object_object_get_ex(it, "metadata", &md))
-                rock_id = os_lc_jstr(md, OS_META_ROCK_ID);
-            if (!id || !rock_id || !*rock_id)
+        struct os_lc_item it;
+        int got;
+        while ((got = os_lc_page_next(&pg, &it)) == 1) {
+            if (!it.id || !it.rock_id || !*it.rock_id)
                 continue; /* not created by rock-admin */
-            json_object_object_get_ex(it, "status", &st);
-            char *reason = status_reason(st);
+            char *reason = os_lc_reason_text(it.reason, it.message);
             struct rk_status_info info = {0};
             int check = 0;
-            const char *since = os_lc_jstr(st, "lastTransitionAt");
-            rs = fill_status(inst, call, os_lc_jstr(st, "state"), reason, id, since, &check, &info);
+            rs = fill_status(inst, call, it.state, reason, it.id, it.since, &check, &info);
             free(reason);
-            if (rs != RK_OK) {
-                json_object_put(o);
-                goto out;
-            }
+            if (rs != RK_OK)
+                break;
             if (check) { /* not ready for commands until its execd answers */
-                inst->execd_check(inst, rock_id, id, since);
-                if (held_add(&held, rock_id, id, since) == 0)
+                inst->execd_check(inst, it.rock_id, it.id, it.since);
+                if (held_add(&held, it.rock_id, it.id, it.since) == 0)
                     continue; /* reported after the last page */
                 info.state = RK_STATE_PENDING;
             }
-            info.upstream_id = id;
-            fn(ctx, rock_id, &info);
+            info.upstream_id = it.id;
+            fn(ctx, it.rock_id, &info);
         }
-        int more = 0;
-        if (json_object_object_get_ex(o, "pagination", &pg) &&
-            json_object_object_get_ex(pg, "hasNextPage", &v))
-            more = json_object_get_boolean(v);
-        json_object_put(o);
+        int more = pg.more;
+        os_lc_page_close(&pg);
+        os_xfer_cleanup(&x);
+        if (got < 0)
+            rs = h->set_error(call, RK_E_NOMEM, "opensandbox list failed: out of memory");
+        if (rs != RK_OK)
+            goto out;
         if (!more) {
             held_report(inst, &held, fn, ctx);
             goto out;

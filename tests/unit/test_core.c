@@ -19,7 +19,7 @@
 #include "base/budget.h"
 #include "base/bytepipe.h"
 #include "base/ident.h"
-#include "base/json_scan.h"
+#include "rkjson.h"
 #include "base/json_text.h"
 #include "base/util.h"
 #include "domain/dispatch.h"
@@ -370,7 +370,7 @@ static void test_status_text_exact(void **state)
     json_object_put(rec);
 }
 
-/* ---- a record read as its text (base/json_scan.h, domain/record_src.h) --------- */
+/* ---- a record read as its text (lib/rkjson.h, domain/record_src.h) --------- */
 
 /* Append the reconciler's glance at rec (rk_lifecycle_glance_src, tag "opensandbox"). */
 static int glance_text(struct rk_buf *b, struct rk_rec_src *rec)
@@ -394,7 +394,7 @@ static char *readers_answer(struct rk_rec_src *rec, int alive)
     char extra[128];
     snprintf(extra, sizeof extra, "|%s|%s|%lld|%d|%d|%d|%d", host, tag ? tag : "(none)",
              (long long)rk_src_int64(rec, "auto_clear_time"), rk_src_bool(rec, "create_failed"),
-             rk_src_has(rec, "auto_clear_time"), rk_src_is(rec, "failure", RK_JSON_OBJECT),
+             rk_src_has(rec, "auto_clear_time"), rk_src_is(rec, "failure", RKU_JSON_OBJECT),
              (int)rk_src_state(rec));
     assert_int_equal(rk_rec_status_text(rec, rk_src_state(rec), alive, &b), 0);
     assert_int_equal(rk_buf_append(&b, extra, strlen(extra)), 0);
@@ -419,8 +419,8 @@ static int status_both_ways(const char *text, int64_t expire, int has_expire, in
     json_object *tree = json_tokener_parse_ex(tok, text, (int)len);
     int complete = json_tokener_get_error(tok) == json_tokener_success;
     json_tokener_free(tok);
-    struct rk_json_member m[96];
-    int n = rk_json_scan_object(text, len, m, 96);
+    struct rku_json_member m[96];
+    int n = rku_json_scan_object(text, len, m, 96);
     if (!tree || !complete || !json_object_is_type(tree, json_type_object)) {
         json_object_put(tree);
         return n >= 0 ? -2 : -1;
@@ -430,12 +430,12 @@ static int status_both_ways(const char *text, int64_t expire, int has_expire, in
     struct rk_rec_src tsrc = rk_src_tree(tree);
     *from_tree = readers_answer(&tsrc, alive);
     /* without a deadline from the store, the record's own one (as the reader reads it) */
-    const struct rk_json_span *own =
-        n >= 0 ? rk_json_member_get(m, (size_t)n, "expire_time") : NULL;
-    if (!has_expire && own && own->kind != RK_JSON_NULL && own->kind != RK_JSON_INT) {
+    const struct rku_json_span *own =
+        n >= 0 ? rku_json_member_get(m, (size_t)n, "expire_time") : NULL;
+    if (!has_expire && own && own->kind != RKU_JSON_NULL && own->kind != RKU_JSON_INT) {
         n = -1; /* the reader parses it */
-    } else if (!has_expire && own && own->kind == RK_JSON_INT) {
-        expire = rk_json_int(own);
+    } else if (!has_expire && own && own->kind == RKU_JSON_INT) {
+        expire = rku_json_int(own);
         has_expire = 1;
     }
     struct rk_rec_src src;
@@ -505,7 +505,7 @@ static void test_status_from_text_same_as_tree(void **state)
 static void test_json_scan_refuses_what_it_cannot_copy(void **state)
 {
     (void)state;
-    struct rk_json_member m[8];
+    struct rku_json_member m[8];
     static const char *const refused[] = {
         "{\"a\":\"\\u0041\"}",
         "{\"a\":\"x\001\"}",
@@ -530,30 +530,51 @@ static void test_json_scan_refuses_what_it_cannot_copy(void **state)
         "{\"1\":1,\"2\":2,\"3\":3,\"4\":4,\"5\":5,\"6\":6,\"7\":7,\"8\":8,\"9\":9}",
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        if (rk_json_scan_object(refused[i], strlen(refused[i]), m, 8) >= 0)
+        if (rku_json_scan_object(refused[i], strlen(refused[i]), m, 8) >= 0)
             fail_msg("the scanner took %s", refused[i]);
     const char *ok =
         " {\"a\":\"x\\/y\\\\/\",\"b\":{\"c\":[1,2.50,-3E+2,true,false,null]},\"d\":-7} \n";
-    assert_int_equal(rk_json_scan_object(ok, strlen(ok), m, 8), 3);
-    const struct rk_json_span *a = rk_json_member_get(m, 3, "a");
-    const struct rk_json_span *b = rk_json_member_get(m, 3, "b");
-    const struct rk_json_span *d = rk_json_member_get(m, 3, "d");
+    assert_int_equal(rku_json_scan_object(ok, strlen(ok), m, 8), 3);
+    const struct rku_json_span *a = rku_json_member_get(m, 3, "a");
+    const struct rku_json_span *b = rku_json_member_get(m, 3, "b");
+    const struct rku_json_span *d = rku_json_member_get(m, 3, "d");
     assert_non_null(a);
     assert_non_null(b);
     assert_non_null(d);
-    assert_null(rk_json_member_get(m, 3, "c"));
-    assert_int_equal(a->kind, RK_JSON_STRING);
-    assert_int_equal(b->kind, RK_JSON_OBJECT);
-    assert_int_equal(d->kind, RK_JSON_INT);
-    assert_int_equal(rk_json_int(d), -7);
+    assert_null(rku_json_member_get(m, 3, "c"));
+    assert_int_equal(a->kind, RKU_JSON_STRING);
+    assert_int_equal(b->kind, RKU_JSON_OBJECT);
+    assert_int_equal(d->kind, RKU_JSON_INT);
+    assert_int_equal(rku_json_int(d), -7);
     char out[16];
-    assert_string_equal(rk_json_decode(a, out, sizeof out), "x/y\\/");
-    assert_null(rk_json_decode(a, out, 5)); /* does not fit */
-    struct rk_buf buf = {0};
-    assert_int_equal(rk_json_copy(&buf, a), 0);
-    assert_int_equal(rk_json_copy(&buf, b), 0);
-    assert_string_equal(rk_buf_cstr(&buf), "\"x/y\\\\/\"{\"c\":[1,2.50,-3E+2,true,false,null]}");
-    rk_buf_free(&buf);
+    assert_string_equal(rku_json_decode(a, out, sizeof out), "x/y\\/");
+    assert_null(rku_json_decode(a, out, 5)); /* does not fit */
+    char copy[64];
+    size_t cn = rku_json_copy(a, copy);
+    cn += rku_json_copy(b, copy + cn);
+    copy[cn] = 0;
+    assert_string_equal(copy, "\"x/y\\\\/\"{\"c\":[1,2.50,-3E+2,true,false,null]}");
+    /* the array's elements one by one */
+    const struct rku_json_span *arr = NULL;
+    struct rku_json_member bm[2];
+    assert_int_equal(rku_json_scan_object(b->p, b->n, bm, 2), 1);
+    arr = rku_json_member_get(bm, 1, "c");
+    assert_non_null(arr);
+    static const char *const elems[] = {"1", "2.50", "-3E+2", "true", "false", "null"};
+    size_t at = 0, k = 0;
+    struct rku_json_span el;
+    while (rku_json_array_next(arr, &at, &el) == 1) {
+        assert_true(k < 6);
+        assert_int_equal(el.n, strlen(elems[k]));
+        assert_memory_equal(el.p, elems[k], el.n);
+        k++;
+    }
+    assert_int_equal(k, 6);
+    assert_int_equal(rku_json_array_next(arr, &at, &el), 0); /* stays at the end */
+    assert_int_equal(rku_json_array_next(a, &at, &el), -1);  /* not an array */
+    struct rku_json_span empty = {"[]", 2, RKU_JSON_ARRAY};
+    at = 0;
+    assert_int_equal(rku_json_array_next(&empty, &at, &el), 0);
 }
 
 /* Random damage to a stored record: whatever the scanner takes, json-c reads as an object too,

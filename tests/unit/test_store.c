@@ -957,7 +957,7 @@ static void note_scan(void *ctx, size_t i, const struct rk_store_found *found)
     assert_non_null(tree);
     snprintf(v->images[i], sizeof v->images[i], "%s", member(tree, "image"));
     if (!found->rec) { /* the scanned members are the text's */
-        const struct rk_json_span *img = rk_json_member_get(found->m, found->n, "image");
+        const struct rku_json_span *img = rku_json_member_get(found->m, found->n, "image");
         assert_non_null(img);
         assert_int_equal(img->n, strlen(member(tree, "image")));
         assert_memory_equal(img->p, member(tree, "image"), img->n);

@@ -461,6 +461,129 @@ static void test_list_reports_checked_after_last_page(void **state)
     stop(inst);
 }
 
+/** What a list page's reader gave: its items as one text, and whether it was read in place. */
+static char *page_items(const char *body, size_t len, int *scanned, int *more)
+{
+    struct os_lc_page pg;
+    if (os_lc_page_open(&pg, body, len, "rock_sandbox_id") != 0)
+        return NULL;
+    struct os_sb sb = {0};
+    struct os_lc_item it;
+    while (os_lc_page_next(&pg, &it) == 1) {
+        const char *f[] = {it.id, it.rock_id, it.state, it.reason, it.message, it.since};
+        for (size_t i = 0; i < 6; i++)
+            os_sb_printf(&sb, "%s|", f[i] ? f[i] : "(null)");
+        os_sb_puts(&sb, "\n");
+    }
+    *scanned = pg.scanned;
+    *more = pg.more;
+    os_lc_page_close(&pg);
+    char *out = os_sb_take(&sb);
+    return out ? out : strdup("");
+}
+
+/** The same page read both ways: in place, and parsed (json-c stops at the end of the object, so
+ *  a byte after it makes the scanner refuse the text and leaves json-c's reading unchanged).
+ *  1 when the page itself was read in place. */
+static int expect_same_items(const char *body, size_t len, int want_scanned)
+{
+    char *forced = malloc(len + 2);
+    assert_non_null(forced);
+    memcpy(forced, body, len);
+    forced[len] = 'x';
+    forced[len + 1] = 0;
+    int s1 = 0, s2 = 0, m1 = 0, m2 = 0;
+    char *a = page_items(body, len, &s1, &m1), *b = page_items(forced, len + 1, &s2, &m2);
+    if (want_scanned >= 0)
+        assert_int_equal(s1, want_scanned);
+    assert_int_equal(s2, 0);
+    if (!a || !b) {
+        assert_null(a); /* not a list page: neither reading finds one */
+        assert_null(b);
+    } else {
+        assert_string_equal(a, b);
+        assert_int_equal(m1, m2);
+    }
+    free(a);
+    free(b);
+    free(forced);
+    return s1;
+}
+
+/** A list page is read in place when it is of the lifecycle server's compact form, and gives the
+ *  items json-c gives; under random damage whatever is read in place equals json-c's reading. */
+static void test_list_page_in_place_same_as_parsed(void **state)
+{
+    (void)state;
+    static const char page[] =
+        "{\"items\":[{\"id\":\"osb-1\",\"image\":{\"uri\":\"python:3.11\"},\"entrypoint\":[\"/bin/"
+        "sh\",\"-c\",\"sleep 1\"],\"metadata\":{\"rock_sandbox_id\":\"sbx-1\",\"team\":\"r\\/l\"},"
+        "\"status\":{\"state\":\"Running\",\"reason\":\"Ready\",\"message\":\"up \\\"now\\\"\\n\","
+        "\"lastTransitionAt\":\"2026-12-07T10:00:00Z\"},\"resourceLimits\":{\"cpu\":\"1\","
+        "\"memory\":\"2Gi\"},\"createdAt\":\"2026-12-07T09:59:58Z\",\"expiresAt\":null},"
+        "\"stray\",7,{\"id\":\"osb-2\",\"metadata\":\"not an object\",\"status\":{\"state\":"
+        "\"Pending\"}},{\"id\":\"osb-3\",\"metadata\":{\"rock_sandbox_id\":\"sbx-\xc3\xa9\"},"
+        "\"status\":{\"state\":\"Failed\",\"reason\":7,\"message\":\"no image\"}},{\"id\":5,"
+        "\"metadata\":{\"rock_sandbox_id\":\"sbx-4\"}}],\"pagination\":{\"page\":1,\"pageSize\":"
+        "200,\"totalItems\":4,\"totalPages\":2,\"hasNextPage\":true}}";
+    int scanned = 0, more = 0;
+    char *items = page_items(page, strlen(page), &scanned, &more);
+    assert_non_null(items);
+    assert_int_equal(scanned, 1);
+    assert_int_equal(more, 1);
+    assert_string_equal(items, "osb-1|sbx-1|Running|Ready|up \"now\"\n|2026-12-07T10:00:00Z|\n"
+                               "(null)|(null)|(null)|(null)|(null)|(null)|\n"
+                               "(null)|(null)|(null)|(null)|(null)|(null)|\n"
+                               "osb-2|(null)|Pending|(null)|(null)|(null)|\n"
+                               "osb-3|sbx-\xc3\xa9|Failed|(null)|no image|(null)|\n"
+                               "(null)|sbx-4|(null)|(null)|(null)|(null)|\n");
+    free(items);
+    expect_same_items(page, strlen(page), 1);
+    /* What the scanner leaves to json-c: whitespace, \u escapes, repeated names, a hasNextPage
+     * of another type; and what is no list page at all. */
+    static const char *const others[] = {
+        "{\"items\": [], \"pagination\": {\"hasNextPage\": false}}",
+        "{\"items\":[{\"id\":\"\\u006fsb\",\"metadata\":{\"rock_sandbox_id\":\"s\"}}]}",
+        "{\"items\":[{\"id\":\"a\",\"id\":\"b\",\"metadata\":{\"rock_sandbox_id\":\"s\"}}]}",
+        "{\"items\":[],\"pagination\":{\"hasNextPage\":1}}",
+        "{\"items\":{}}",
+        "[]",
+        "{\"items\":[]",
+    };
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++)
+        expect_same_items(others[i], strlen(others[i]), 0);
+    /* Random damage: a byte replaced, removed or repeated, a few times over. */
+    static const char alphabet[] = "{}[]\",:\\/0-9.eEtrufalsn \x01\xc3\xa9"
+                                   "a";
+    unsigned seed = 12345;
+    int in_place = 0;
+    size_t len0 = strlen(page);
+    char *buf = malloc(len0 + 64);
+    assert_non_null(buf);
+    for (int round = 0; round < 5000; round++) {
+        memcpy(buf, page, len0 + 1);
+        size_t len = len0;
+        int hits = 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 3;
+        for (int h = 0; h < hits; h++) {
+            seed = seed * 1103515245u + 12345u;
+            size_t at = (seed >> 8) % len;
+            int kind = (int)(seed >> 4) % 3;
+            if (kind == 0) {
+                buf[at] = alphabet[(seed >> 20) % (sizeof alphabet - 1)];
+            } else if (kind == 1 && len > 1) {
+                memmove(buf + at, buf + at + 1, len - at);
+                len--;
+            } else {
+                memmove(buf + at + 1, buf + at, len - at + 1);
+                len++;
+            }
+        }
+        in_place += expect_same_items(buf, len, -1);
+    }
+    free(buf);
+    assert_true(in_place > 500); /* the damage left many pages the scanner reads */
+}
+
 /** Run the suite. */
 int main(void)
 {
@@ -476,6 +599,7 @@ int main(void)
         cmocka_unit_test(test_proxy_target),
         cmocka_unit_test(test_session_init_deadline),
         cmocka_unit_test(test_list_reports_checked_after_last_page),
+        cmocka_unit_test(test_list_page_in_place_same_as_parsed),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

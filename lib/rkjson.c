@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A JSON object read in place (json_scan.h). */
-#include "base/json_scan.h"
+/* A JSON object read in place (rkjson.h). */
+#include "rkjson.h"
 
 #include <errno.h>
 #include <math.h>
@@ -18,11 +18,11 @@ struct scan {
     size_t at;
 };
 
-static int value(struct scan *sc, struct rk_json_span *out, int depth);
+static int value(struct scan *sc, struct rku_json_span *out, int depth);
 
 /* A string at sc->at (its opening quote): its content's span. Only the escapes json-c writes
  * for the characters it escapes by name; \u and raw control bytes are refused. */
-static int string(struct scan *sc, struct rk_json_span *out, int is_key)
+static int string(struct scan *sc, struct rku_json_span *out, int is_key)
 {
     const char *s = sc->s;
     size_t i = sc->at + 1;
@@ -43,13 +43,13 @@ static int string(struct scan *sc, struct rk_json_span *out, int is_key)
         }
         i++;
     }
-    *out = (struct rk_json_span){s + start, i - start, RK_JSON_STRING};
+    *out = (struct rku_json_span){s + start, i - start, RKU_JSON_STRING};
     sc->at = i + 1;
     return 0;
 }
 
 /* A number at sc->at, in JSON's grammar, that json-c writes back as it is. */
-static int number(struct scan *sc, struct rk_json_span *out)
+static int number(struct scan *sc, struct rku_json_span *out)
 {
     const char *s = sc->s;
     size_t i = sc->at, n = sc->len;
@@ -96,32 +96,32 @@ static int number(struct scan *sc, struct rk_json_span *out)
         if (errno || strcmp(buf, "-0") == 0)
             return -1; /* beyond int64: json-c reads it otherwise; "-0" it writes as 0 */
     }
-    *out = (struct rk_json_span){s + sc->at, len, is_double ? RK_JSON_DOUBLE : RK_JSON_INT};
+    *out = (struct rku_json_span){s + sc->at, len, is_double ? RKU_JSON_DOUBLE : RKU_JSON_INT};
     sc->at = i;
     return 0;
 }
 
-static int literal(struct scan *sc, const char *word, enum rk_json_kind kind,
-                   struct rk_json_span *out)
+static int literal(struct scan *sc, const char *word, enum rku_json_kind kind,
+                   struct rku_json_span *out)
 {
     size_t n = strlen(word);
     if (sc->len - sc->at < n || memcmp(sc->s + sc->at, word, n) != 0)
         return -1;
-    *out = (struct rk_json_span){sc->s + sc->at, n, kind};
+    *out = (struct rku_json_span){sc->s + sc->at, n, kind};
     sc->at += n;
     return 0;
 }
 
-static int same_key(const struct rk_json_span *a, const struct rk_json_span *b)
+static int same_key(const struct rku_json_span *a, const struct rku_json_span *b)
 {
     return a->n == b->n && memcmp(a->p, b->p, a->n) == 0;
 }
 
 /* An object at sc->at: its members into m[0..max) when m is given (the top level), else only
  * checked (names compared within the first NESTED_MEMBERS_MAX). The number of members or -1. */
-static int object(struct scan *sc, struct rk_json_member *m, size_t max, int depth)
+static int object(struct scan *sc, struct rku_json_member *m, size_t max, int depth)
 {
-    struct rk_json_member local[NESTED_MEMBERS_MAX];
+    struct rku_json_member local[NESTED_MEMBERS_MAX];
     if (!m) {
         m = local;
         max = NESTED_MEMBERS_MAX;
@@ -135,7 +135,7 @@ static int object(struct scan *sc, struct rk_json_member *m, size_t max, int dep
         return 0;
     }
     for (;;) {
-        struct rk_json_member mb;
+        struct rku_json_member mb;
         if (sc->at >= sc->len || sc->s[sc->at] != '"' || string(sc, &mb.key, 1) != 0)
             return -1;
         if (sc->at >= sc->len || sc->s[sc->at] != ':')
@@ -169,7 +169,7 @@ static int array(struct scan *sc, int depth)
         return 0;
     }
     for (;;) {
-        struct rk_json_span v;
+        struct rku_json_span v;
         if (value(sc, &v, depth) != 0 || sc->at >= sc->len)
             return -1;
         char c = sc->s[sc->at++];
@@ -181,7 +181,7 @@ static int array(struct scan *sc, int depth)
 }
 
 /* Any value at sc->at (no whitespace before it). */
-static int value(struct scan *sc, struct rk_json_span *out, int depth)
+static int value(struct scan *sc, struct rku_json_span *out, int depth)
 {
     if (sc->at >= sc->len)
         return -1;
@@ -192,19 +192,19 @@ static int value(struct scan *sc, struct rk_json_span *out, int depth)
     case '{':
         if (object(sc, NULL, 0, depth + 1) < 0)
             return -1;
-        *out = (struct rk_json_span){sc->s + start, sc->at - start, RK_JSON_OBJECT};
+        *out = (struct rku_json_span){sc->s + start, sc->at - start, RKU_JSON_OBJECT};
         return 0;
     case '[':
         if (array(sc, depth + 1) != 0)
             return -1;
-        *out = (struct rk_json_span){sc->s + start, sc->at - start, RK_JSON_ARRAY};
+        *out = (struct rku_json_span){sc->s + start, sc->at - start, RKU_JSON_ARRAY};
         return 0;
     case 't':
-        return literal(sc, "true", RK_JSON_BOOL, out);
+        return literal(sc, "true", RKU_JSON_BOOL, out);
     case 'f':
-        return literal(sc, "false", RK_JSON_BOOL, out);
+        return literal(sc, "false", RKU_JSON_BOOL, out);
     case 'n':
-        return literal(sc, "null", RK_JSON_NULL, out);
+        return literal(sc, "null", RKU_JSON_NULL, out);
     default:
         return number(sc, out);
     }
@@ -215,7 +215,7 @@ static int is_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-int rk_json_scan_object(const char *text, size_t len, struct rk_json_member *m, size_t max)
+int rku_json_scan_object(const char *text, size_t len, struct rku_json_member *m, size_t max)
 {
     struct scan sc = {text, len, 0};
     if (!text || !m)
@@ -230,8 +230,8 @@ int rk_json_scan_object(const char *text, size_t len, struct rk_json_member *m, 
     return n >= 0 && sc.at == len ? n : -1;
 }
 
-const struct rk_json_span *rk_json_member_get(const struct rk_json_member *m, size_t n,
-                                              const char *key)
+const struct rku_json_span *rku_json_member_get(const struct rku_json_member *m, size_t n,
+                                                const char *key)
 {
     size_t kn = strlen(key);
     for (size_t i = 0; i < n; i++)
@@ -240,35 +240,51 @@ const struct rk_json_span *rk_json_member_get(const struct rk_json_member *m, si
     return NULL;
 }
 
-int rk_json_copy(struct rk_buf *b, const struct rk_json_span *v)
+size_t rku_json_copy(const struct rku_json_span *v, char *out)
 {
     const char *p = v->p, *end = v->p + v->n;
-    if (v->kind == RK_JSON_STRING && rk_buf_append(b, "\"", 1) != 0)
-        return -1;
+    size_t o = 0;
+    if (v->kind == RKU_JSON_STRING)
+        out[o++] = '"';
     /* "\/" (json-c's PLAIN escape of "/") is written as "/"; every other escape as it is. A
      * backslash only occurs inside strings, so pairs are read from the left. */
     while (p < end) {
         const char *bs = memchr(p, '\\', (size_t)(end - p));
         if (!bs)
             break;
-        if (rk_buf_append(b, p, (size_t)(bs - p)) != 0)
-            return -1;
+        memcpy(out + o, p, (size_t)(bs - p));
+        o += (size_t)(bs - p);
         if (bs[1] == '/') {
-            if (rk_buf_append(b, "/", 1) != 0)
-                return -1;
-        } else if (rk_buf_append(b, bs, 2) != 0) {
-            return -1;
+            out[o++] = '/';
+        } else {
+            memcpy(out + o, bs, 2);
+            o += 2;
         }
         p = bs + 2;
     }
-    if (rk_buf_append(b, p, (size_t)(end - p)) != 0)
-        return -1;
-    return v->kind == RK_JSON_STRING ? rk_buf_append(b, "\"", 1) : 0;
+    memcpy(out + o, p, (size_t)(end - p));
+    o += (size_t)(end - p);
+    if (v->kind == RKU_JSON_STRING)
+        out[o++] = '"';
+    return o;
 }
 
-char *rk_json_decode(const struct rk_json_span *v, char *out, size_t cap)
+int rku_json_array_next(const struct rku_json_span *v, size_t *at, struct rku_json_span *out)
 {
-    if (v->kind != RK_JSON_STRING)
+    if (v->kind != RKU_JSON_ARRAY || v->n < 2 || v->p[0] != '[')
+        return -1;
+    struct scan sc = {v->p, v->n, *at ? *at : 1};
+    if (sc.at >= sc.len - 1)
+        return 0; /* after the last element, or "[]" */
+    if (value(&sc, out, 1) != 0 || sc.at >= sc.len || (v->p[sc.at] != ',' && v->p[sc.at] != ']'))
+        return -1;
+    *at = sc.at + 1;
+    return 1;
+}
+
+char *rku_json_decode(const struct rku_json_span *v, char *out, size_t cap)
+{
+    if (v->kind != RKU_JSON_STRING)
         return NULL;
     size_t o = 0;
     for (size_t i = 0; i < v->n; i++) {
@@ -292,7 +308,7 @@ char *rk_json_decode(const struct rk_json_span *v, char *out, size_t cap)
 }
 
 /* The number's text NUL-terminated in buf (the scanner admitted at most 63 bytes). */
-static const char *number_text(const struct rk_json_span *v, char buf[64])
+static const char *number_text(const struct rku_json_span *v, char buf[64])
 {
     size_t n = v->n < 63 ? v->n : 63;
     memcpy(buf, v->p, n);
@@ -300,16 +316,16 @@ static const char *number_text(const struct rk_json_span *v, char buf[64])
     return buf;
 }
 
-int64_t rk_json_int(const struct rk_json_span *v)
+int64_t rku_json_int(const struct rku_json_span *v)
 {
     char buf[64];
     return strtoll(number_text(v, buf), NULL, 10);
 }
 
-double rk_json_number(const struct rk_json_span *v)
+double rku_json_number(const struct rku_json_span *v)
 {
     char buf[64];
-    if (v->kind == RK_JSON_INT)
-        return (double)rk_json_int(v);
+    if (v->kind == RKU_JSON_INT)
+        return (double)rku_json_int(v);
     return strtod(number_text(v, buf), NULL);
 }
