@@ -62,6 +62,7 @@ static void redis_close(struct rk_store *st)
     free(rs->sentinels);
     pthread_mutex_destroy(&rs->mu);
     pthread_cond_destroy(&rs->cv);
+    rkr_group_destroy(rs);
     free(rs);
 }
 
@@ -254,6 +255,10 @@ struct rk_store *rk_store_open_redis(const struct rk_redis_cfg *cfg)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int cv_ok = pthread_cond_init(&rs->cv, &ca) == 0;
     pthread_condattr_destroy(&ca);
+    if (cv_ok && rkr_group_init(rs) != 0) {
+        pthread_cond_destroy(&rs->cv);
+        cv_ok = 0;
+    }
     if (!cv_ok) {
         pthread_mutex_destroy(&rs->mu);
         free(rs->host);

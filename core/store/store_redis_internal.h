@@ -76,6 +76,13 @@ struct redis_store {
     int next_sentinel;      /* ask this one first */
     int64_t index_seen_ms;  /* monotonic time index:v2 was last seen; 0 = never */
     atomic_bool no_zadd_gt; /* the server refused ZADD GT (before Redis 6.2): touch by script */
+
+    /* Single updates waiting to be written together (store_redis_group.c), under group_mu. */
+    pthread_mutex_t group_mu;
+    pthread_cond_t group_cv;
+    struct rkr_group_entry *group_head, *group_tail;
+    struct rkr_group_entry *group_flying; /* the updates of the batches being written */
+    int group_writers;                    /* batches being written */
 };
 
 /* One command: argument vectors for redisCommandArgv. */
@@ -213,6 +220,20 @@ rk_store_rc rkr_record_from(const redisReply *rec, const redisReply *score, json
                             const char *id, char *err, size_t errlen);
 /** Add expire_time from a ZSCORE reply to an active record (nothing for a nil score). */
 void rkr_record_add_score(json_object *rec, const redisReply *score);
+/** One record update on its own: read under WATCH, written in a MULTI block, retried when the
+ *  record changed meanwhile (the single update of struct rk_store_ops, without grouping). */
+rk_store_rc rkr_update_one(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
+                           json_object **out, char *err, size_t errlen);
+/** rkr_update_many, with each update's own failure text in errs[i] when errs is given. */
+rk_store_rc rkr_update_batch(struct rk_store *st, const char *const *ids, size_t n,
+                             rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs,
+                             char (*errs)[RK_STORE_ERRLEN], char *err, size_t errlen);
+
+/* ---- store_redis_group.c: single updates written together ---- */
+
+/** Set up and release the group of a store (its lock and condition). 0 or -1. */
+int rkr_group_init(struct redis_store *rs);
+void rkr_group_destroy(struct redis_store *rs);
 /** The idle touch a read at now_s (<= 0: none) owes rec, a record read with its deadline
  *  (rkr_record_from): when the record is active and now_s + auto_clear_time minutes is later
  *  than its deadline, that new deadline, also set as rec's expire_time (*had_deadline: rec had
@@ -275,10 +296,11 @@ rk_store_get_fn rkr_get;
 rk_store_get_many_fn rkr_get_many;
 rk_store_scan_many_op_fn rkr_scan_many;
 rk_store_create_fn rkr_create;
-rk_store_update_op_fn rkr_update;
 rk_store_update_many_op_fn rkr_update_many;
 rk_store_touch_fn rkr_touch;
 rk_store_get_touch_fn rkr_get_touch;
+/* store_redis_group.c */
+rk_store_update_op_fn rkr_update;
 /* store_redis_index.c */
 rk_store_list_active_fn rkr_list_active;
 rk_store_list_active_fn rkr_list_jobs;

@@ -514,8 +514,8 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
 }
 
 /* Optimistic read-modify-write with WATCH/MULTI/EXEC, at most 5 attempts. */
-rk_store_rc rkr_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
-                       json_object **out, char *err, size_t errlen)
+rk_store_rc rkr_update_one(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
+                           json_object **out, char *err, size_t errlen)
 {
     struct rop op;
     rk_store_rc rc = rkr_op_begin(rkr_store(st), &op, err, errlen);
@@ -542,10 +542,11 @@ rk_store_rc rkr_update(struct rk_store *st, const char *id, rk_store_update_fn f
 
 /* Several updates in two round trips: every record read under WATCH in one pipeline, every
  * write in one MULTI block. When any of the records changed meanwhile, the block writes nothing
- * and each of those updates is done again on its own (rkr_update). */
-rk_store_rc rkr_update_many(struct rk_store *st, const char *const *ids, size_t n,
-                            rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs, char *err,
-                            size_t errlen)
+ * and each of those updates is done again on its own (rkr_update_one). errs, when given, gets
+ * each update's own failure text; else they share err. */
+rk_store_rc rkr_update_batch(struct rk_store *st, const char *const *ids, size_t n,
+                             rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs,
+                             char (*errs)[RK_STORE_ERRLEN], char *err, size_t errlen)
 {
     struct redis_store *rs = rkr_store(st);
     struct prepared *p = calloc(n, sizeof *p);
@@ -567,7 +568,8 @@ rk_store_rc rkr_update_many(struct rk_store *st, const char *const *ids, size_t 
         goto out;
     size_t writes = 0;
     for (size_t i = 0; i < n; i++)
-        if (prepare(rs, &p[i], ids[i], &rr[3 * i], fn, ctxs[i], &rcs[i], err, errlen) == 0)
+        if (prepare(rs, &p[i], ids[i], &rr[3 * i], fn, ctxs[i], &rcs[i], errs ? errs[i] : err,
+                    errs ? RK_STORE_ERRLEN : errlen) == 0)
             writes++;
     if (!writes) {
         unwatch(&op);
@@ -579,13 +581,24 @@ rk_store_rc rkr_update_many(struct rk_store *st, const char *const *ids, size_t 
         wrc = RK_STORE_ERROR;
     rkr_op_end(&op);
     have_op = 0;
-    for (size_t i = 0; i < n; i++)
-        if (p[i].rec)
-            rcs[i] = retry ? rkr_update(st, ids[i], fn, ctxs[i], NULL, err, errlen) : wrc;
+    for (size_t i = 0; i < n; i++) {
+        if (!p[i].rec)
+            continue;
+        if (retry)
+            rcs[i] = rkr_update_one(st, ids[i], fn, ctxs[i], NULL, errs ? errs[i] : err,
+                                    errs ? RK_STORE_ERRLEN : errlen);
+        else
+            rcs[i] = wrc;
+        if (!retry && wrc != RK_STORE_OK && errs)
+            snprintf(errs[i], RK_STORE_ERRLEN, "%s", err);
+    }
 out:
     if (rc != RK_STORE_OK)
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             rcs[i] = rc;
+            if (errs)
+                snprintf(errs[i], RK_STORE_ERRLEN, "%s", err);
+        }
     if (have_op)
         rkr_op_end(&op);
     if (p)
@@ -595,6 +608,13 @@ out:
     free(rd);
     free(rr);
     return rc;
+}
+
+rk_store_rc rkr_update_many(struct rk_store *st, const char *const *ids, size_t n,
+                            rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs, char *err,
+                            size_t errlen)
+{
+    return rkr_update_batch(st, ids, n, fn, ctxs, rcs, NULL, err, errlen);
 }
 
 /* Set the idle deadline only for ids in the active set (one Lua script). */

@@ -1491,6 +1491,105 @@ static void test_redis_update_many_conflict(void **state)
     json_object_put(got);
 }
 
+/* One thread of test_redis_updates_written_together: its own kind of update, repeated. */
+struct grouped {
+    struct rk_store *st;
+    pthread_barrier_t *go;
+    int t;                /* the thread's number */
+    int ok, other, wrong; /* outcomes as expected, and not */
+};
+
+/* Threads 0-31 increment g-<t % 16> (two threads per record), 32-35 update a record that does
+ * not exist, 36-39 decline, 40-43 fail: each checks its own outcome and text. */
+static void *grouped_worker(void *arg)
+{
+    struct grouped *g = arg;
+    char id[32], err[RK_STORE_ERRLEN];
+    int kind = g->t < 32 ? 0 : 1 + (g->t - 32) / 4;
+    snprintf(id, sizeof id, kind == 1 ? "g-missing-%d" : "g-%d", g->t % 16);
+    pthread_barrier_wait(g->go);
+    for (int i = 0; i < 40; i++) {
+        err[0] = 0;
+        rk_store_update_fn fn = kind == 2 ? decline : kind == 3 ? explode : increment;
+        rk_store_rc rc = rk_store_update(g->st, id, fn, NULL, NULL, err, sizeof err);
+        rk_store_rc want = kind == 0   ? RK_STORE_OK
+                           : kind == 1 ? RK_STORE_NOT_FOUND
+                           : kind == 2 ? RK_STORE_ABORTED
+                                       : RK_STORE_ERROR;
+        int text_ok = kind != 3 || (strstr(err, "update callback failed for") && strstr(err, id));
+        if (rc == want && text_ok)
+            g->ok++;
+        else if (rc == RK_STORE_ERROR && strstr(err, "store contention"))
+            g->other++; /* gave up after RK_STORE_MAX_ATTEMPTS: counted, not written */
+        else
+            g->wrong++;
+    }
+    return NULL;
+}
+
+/* The calls of one Redis command since the last CONFIG RESETSTAT. */
+static long long command_calls(redisContext *c, const char *cmd)
+{
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    assert_non_null(r);
+    char pat[64];
+    snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+    const char *at = r->type == REDIS_REPLY_STRING ? strstr(r->str, pat) : NULL;
+    long long n = at ? atoll(at + strlen(pat)) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Single updates made at the same moment by many threads of one admin are written together:
+ * fewer MULTI blocks than updates, no update of a record lost (two threads per record), and
+ * every caller gets its own outcome and failure text. */
+static void test_redis_updates_written_together(void **state)
+{
+    struct tctx *tc = *state;
+    char err[RK_STORE_ERRLEN], id[32];
+    for (int r = 0; r < 16; r++) {
+        snprintf(id, sizeof id, "g-%d", r);
+        create_expect(tc->st, id, "running", "img", 0, RK_STORE_OK);
+    }
+    enum { NG = 44 };
+    struct grouped g[NG];
+    pthread_t th[NG];
+    pthread_barrier_t go;
+    assert_int_equal(pthread_barrier_init(&go, NULL, NG), 0);
+    redisContext *c = raw_conn(g_redis.port);
+    freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
+    for (int t = 0; t < NG; t++) {
+        g[t] = (struct grouped){.st = tc->st, .go = &go, .t = t};
+        assert_int_equal(pthread_create(&th[t], NULL, grouped_worker, &g[t]), 0);
+    }
+    int written = 0, gave_up = 0;
+    for (int t = 0; t < NG; t++) {
+        pthread_join(th[t], NULL);
+        assert_int_equal(g[t].wrong, 0);
+        if (t < 32) {
+            written += g[t].ok;
+            gave_up += g[t].other;
+        } else {
+            assert_int_equal(g[t].ok, 40);
+        }
+    }
+    pthread_barrier_destroy(&go);
+    long long blocks = command_calls(c, "exec");
+    redisFree(c);
+    print_message("%d updates written (%d gave up) in %lld MULTI blocks\n", written, gave_up,
+                  blocks);
+    assert_int_equal(written + gave_up, 32 * 40);
+    assert_true(blocks * 4 < written * 3); /* written together: not one block per update */
+    for (int r = 0; r < 16; r++) {         /* each record: every increment its two threads made */
+        snprintf(id, sizeof id, "g-%d", r);
+        json_object *got = NULL, *n = NULL;
+        assert_int_equal(rk_store_get(tc->st, id, &got, err, sizeof err), RK_STORE_OK);
+        assert_true(json_object_object_get_ex(got, "n", &n));
+        assert_int_equal(json_object_get_int64(n), g[r].ok + g[r + 16].ok);
+        json_object_put(got);
+    }
+}
+
 /* An outage gives fast, clear errors; the same store recovers by itself. */
 static void test_redis_outage_and_recovery(void **state)
 {
@@ -2218,6 +2317,7 @@ int main(void)
         REDIS_ONLY(test_redis_unparsable_reservation),
         REDIS_ONLY(test_redis_watch_retries),
         REDIS_ONLY(test_redis_update_many_conflict),
+        REDIS_ONLY(test_redis_updates_written_together),
         REDIS_ONLY(test_redis_outage_and_recovery),
         REDIS_ONLY(test_redis_password),
         REDIS_ONLY(test_redis_open_and_unreachable),
