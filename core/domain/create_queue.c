@@ -9,12 +9,13 @@
  * to a worker through a local list no longer than the free slots. A worker
  * runs one backend create at a time with the run function main.c gives
  * (rk_lifecycle_create_queued, with the record the claim read in its own round
- * trip), then drops the claim. Workers are started when a claim finds none idle and
- * end after IDLE_EXIT_MS without work, so an idle admin holds no create
- * thread. The feeder is woken at once by a local submit or a finished create,
- * and otherwise polls every POLL_MS: that is how it sees creates other admins
- * queued (taken after STEAL_AFTER_MS) and claims of dead admins (queued again
- * after LEASE_MS).
+ * trip) and hands the finished create to the feeder, whose next claim drops its
+ * claim in the same store step (rk_createq_claim's done list: no round trip of
+ * its own per create; a worker drops it itself once the feeder has stopped). Workers are started
+ * when a claim finds none idle and end after IDLE_EXIT_MS without work, so an idle admin holds no
+ * create thread. The feeder is woken at once by a local submit or a finished create, and otherwise
+ * polls every POLL_MS: that is how it sees creates other admins queued (taken after STEAL_AFTER_MS)
+ * and claims of dead admins (queued again after LEASE_MS).
  */
 #include "domain/create_queue.h"
 
@@ -70,6 +71,8 @@ static struct {
     pthread_cond_t exit_cv;  /* stop waits here for the workers */
     struct job *head, *tail; /* claimed, not started */
     size_t n_jobs;
+    char **done; /* finished creates whose claims the next claim drops (owned) */
+    size_t n_done, cap_done;
     int n_workers, n_idle, running;
     int kicked, stop, started;
     pthread_t feeder;
@@ -119,6 +122,47 @@ static int add_job_locked(struct rk_createq_item *it)
     return 0;
 }
 
+/* Hand the finished create id to the feeder (caller holds q.mu). 0, or -1 when the feeder
+ * has stopped or memory ran out (the caller drops the claim itself). */
+static int done_add_locked(const char *id)
+{
+    if (q.stop)
+        return -1;
+    if (q.n_done == q.cap_done) {
+        size_t cap = q.cap_done ? q.cap_done * 2 : 64;
+        char **nd = realloc(q.done, cap * sizeof *nd);
+        if (!nd)
+            return -1;
+        q.done = nd;
+        q.cap_done = cap;
+    }
+    if (!(q.done[q.n_done] = strdup(id)))
+        return -1;
+    q.n_done++;
+    return 0;
+}
+
+/* Take up to max finished creates out of the list into out (caller holds q.mu); how many. */
+static size_t done_take_locked(char **out, size_t max)
+{
+    size_t n = q.n_done < max ? q.n_done : max;
+    memcpy(out, q.done + q.n_done - n, n * sizeof *out);
+    q.n_done -= n;
+    return n;
+}
+
+/* Drop the claims of finished creates one by one and free the ids (the feeder is stopping,
+ * or could not take them). */
+static void done_drop(char **ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char err[RK_STORE_ERRLEN];
+        if (rk_createq_done(q.app->store, ids[i], q.owner, err, sizeof err) == RK_STORE_ERROR)
+            rk_warn("create queue: sandbox %s: cannot drop its finished create: %s", ids[i], err);
+        free(ids[i]);
+    }
+}
+
 /* Give a claim back to the queue (it was never started). */
 static void release(const char *id)
 {
@@ -133,11 +177,13 @@ static void *feeder_main(void *arg)
     struct rk_app *app = arg;
     const struct rk_config *cfg = app->cfg;
     int64_t next_renew = 0, last_warn = 0;
+    char *done[CLAIM_MAX];
     pthread_mutex_lock(&q.mu);
     while (!q.stop) {
         long long free_slots =
             (long long)cfg->runtime.create_concurrency - q.running - (long long)q.n_jobs;
         int busy = q.running + (int)q.n_jobs > 0;
+        size_t n_done = done_take_locked(done, CLAIM_MAX);
         q.kicked = 0;
         pthread_mutex_unlock(&q.mu);
 
@@ -146,14 +192,16 @@ static void *feeder_main(void *arg)
             want = CLAIM_MAX;
         char err[RK_STORE_ERRLEN];
         struct rk_createq_item *items = NULL;
-        if (want > 0) {
+        if (want > 0 || n_done > 0) {
             struct rk_createq_claim c = {.owner = q.owner,
                                          .now_ms = rk_epoch_ms(),
                                          .lease_ms = LEASE_MS,
                                          .want = want,
                                          .concurrency = cfg->runtime.create_concurrency,
                                          .rate = cfg->runtime.create_rate,
-                                         .steal_after_ms = STEAL_AFTER_MS};
+                                         .steal_after_ms = STEAL_AFTER_MS,
+                                         .done = (const char *const *)done,
+                                         .n_done = n_done};
             size_t requeued = 0;
             if (rk_createq_claim(app->store, &c, &items, &got, &requeued, err, sizeof err) !=
                 RK_STORE_OK) {
@@ -162,7 +210,21 @@ static void *feeder_main(void *arg)
                     last_warn = rk_now_ms();
                 }
                 got = 0;
+                /* The finished creates go with the next claim. */
+                pthread_mutex_lock(&q.mu);
+                for (size_t i = 0; i < n_done; i++) {
+                    if (done_add_locked(done[i]) == 0)
+                        continue;
+                    pthread_mutex_unlock(&q.mu);
+                    char *one = strdup(done[i]);
+                    if (one)
+                        done_drop(&one, 1);
+                    pthread_mutex_lock(&q.mu);
+                }
+                pthread_mutex_unlock(&q.mu);
             }
+            for (size_t i = 0; i < n_done; i++)
+                free(done[i]);
             if (requeued) {
                 atomic_fetch_add(&takeover_total, requeued);
                 rk_info("create queue: %zu create(s) whose admin stopped renewing were queued "
@@ -188,13 +250,24 @@ static void *feeder_main(void *arg)
         rk_createq_free_items(items, got);
         if (q.stop)
             break;
-        if (got > 0 && got == want)
+        if ((got > 0 && got == want) || q.n_done > 0)
             continue; /* there may be more: claim again at once */
         if (!q.kicked) {
             struct timespec ts = rk_time_after_ms(CLOCK_MONOTONIC, POLL_MS);
             pthread_cond_timedwait(&q.feed_cv, &q.mu, &ts);
         }
     }
+    /* Stopping: the finished creates handed over since the last claim are dropped here (the
+     * workers drop theirs themselves from now on). */
+    while (q.n_done > 0) {
+        size_t n = done_take_locked(done, CLAIM_MAX);
+        pthread_mutex_unlock(&q.mu);
+        done_drop(done, n);
+        pthread_mutex_lock(&q.mu);
+    }
+    free(q.done);
+    q.done = NULL;
+    q.cap_done = 0;
     pthread_mutex_unlock(&q.mu);
     return NULL;
 }
@@ -227,13 +300,19 @@ static void *worker_main(void *arg)
         rk_histogram_observe(&wait_hist, (double)(rk_epoch_ms() - j->enqueued_ms) / 1000.0);
         atomic_fetch_add(&started_total, 1);
         run(app, j->id, j->rec, j->retaken);
-        char err[RK_STORE_ERRLEN];
-        rk_store_rc rc = rk_createq_done(app->store, j->id, q.owner, err, sizeof err);
-        if (rc == RK_STORE_ERROR)
-            rk_warn("create queue: sandbox %s: cannot drop its finished create: %s", j->id, err);
-        job_free(j);
 
         pthread_mutex_lock(&q.mu);
+        if (done_add_locked(j->id) != 0) { /* the feeder has stopped: drop the claim here */
+            pthread_mutex_unlock(&q.mu);
+            char *id = strdup(j->id);
+            if (id)
+                done_drop(&id, 1);
+            else
+                rk_warn("create queue: sandbox %s: out of memory dropping its finished create",
+                        j->id);
+            pthread_mutex_lock(&q.mu);
+        }
+        job_free(j);
         q.running--;
         q.kicked = 1;
         pthread_cond_signal(&q.feed_cv);

@@ -337,13 +337,15 @@ struct rk_createq_item {
 
 /** What one claim may take. */
 struct rk_createq_claim {
-    const char *owner;  /* this admin (as given to push; <= RK_CREATEQ_OWNER_MAX bytes) */
-    int64_t now_ms;     /* epoch ms */
-    int lease_ms;       /* the claim holds this long unless renewed */
-    size_t want;        /* at most this many items */
-    int concurrency;    /* store-wide bound of claimed entries */
-    int rate;           /* store-wide claims per wall-clock second; 0 = unbounded */
-    int steal_after_ms; /* another admin's entries are taken after waiting this long */
+    const char *owner;       /* this admin (as given to push; <= RK_CREATEQ_OWNER_MAX bytes) */
+    int64_t now_ms;          /* epoch ms */
+    int lease_ms;            /* the claim holds this long unless renewed */
+    size_t want;             /* at most this many items */
+    int concurrency;         /* store-wide bound of claimed entries */
+    int rate;                /* store-wide claims per wall-clock second; 0 = unbounded */
+    int steal_after_ms;      /* another admin's entries are taken after waiting this long */
+    const char *const *done; /* creates of owner that finished since its last claim */
+    size_t n_done;
 };
 
 /** Queue a create for sandbox id at now_ms, owned by owner, unless queued and claimed
@@ -361,10 +363,12 @@ rk_store_rc rk_createq_create(struct rk_store *st, const char *id, json_object *
                               int64_t expire_time, const char *owner, int64_t now_ms, long long max,
                               char *err, size_t errlen);
 
-/** Claim the oldest eligible entries (see above). Expired claims are first put back in the
- *  queue, marked retaken until their create is done or cancelled; *requeued_out (may be NULL)
- *  receives how many. *items_out (free with
- *  rk_createq_free_items) receives *n_out items in enqueue order. */
+/** Claim the oldest eligible entries (see above). The claims owner holds of c->done[0..n_done)
+ *  are dropped first, as rk_createq_done drops them (one owner no longer holds is left alone),
+ *  in the same atomic step: a finished create's place is free for this very claim, and an admin
+ *  saves a round trip per create. Expired claims are then put back in the queue, marked retaken
+ *  until their create is done or cancelled; *requeued_out (may be NULL) receives how many.
+ *  *items_out (free with rk_createq_free_items) receives *n_out items in enqueue order. */
 rk_store_rc rk_createq_claim(struct rk_store *st, const struct rk_createq_claim *c,
                              struct rk_createq_item **items_out, size_t *n_out,
                              size_t *requeued_out, char *err, size_t errlen);

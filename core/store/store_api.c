@@ -595,8 +595,12 @@ rk_store_rc rk_createq_claim(struct rk_store *st, const struct rk_createq_claim 
         *n_out = 0;
     if (requeued_out)
         *requeued_out = 0;
-    rk_store_rc rc = check(st, c && items_out && n_out && c->lease_ms > 0 && owner_ok(c->owner),
+    rk_store_rc rc = check(st,
+                           c && items_out && n_out && c->lease_ms > 0 && owner_ok(c->owner) &&
+                               (c->done || !c->n_done),
                            err, errlen, "owner", c ? c->owner : NULL, NULL);
+    for (size_t i = 0; rc == RK_STORE_OK && i < c->n_done; i++)
+        rc = check(st, true, err, errlen, "sandbox id", c->done[i], NULL);
     if (rc != RK_STORE_OK)
         return rc;
     return counted(st, st->ops->cq_claim(st, c, items_out, n_out, requeued_out, err, errlen));

@@ -139,12 +139,45 @@ rk_store_rc rkm_cq_create(struct rk_store *st, const char *id, json_object *rec,
     return rkm_cq_push(st, id, owner, now_ms, max, err, errlen);
 }
 
+/* Done (release 0) or released back to the queue (release 1), under m->mu. */
+static rk_store_rc finish_locked(struct mem_store *m, const char *id, const char *owner,
+                                 int release)
+{
+    rk_store_rc rc = RK_STORE_CONFLICT;
+    struct cq_ent *e = find(m, id);
+    if (e && e->claimed_until && strcmp(e->owner, owner) == 0) {
+        list_del(&m->cq_claimed, e);
+        if (release) {
+            e->claimed_until = 0;
+            e->owner[0] = '\0';
+            queue_insert(&m->cq_queued, e);
+        } else {
+            rkm_map_del(&m->cq_index, id);
+            free(e);
+        }
+        rc = RK_STORE_OK;
+    }
+    return rc;
+}
+
+/* Done (release 0) or released back to the queue (release 1). */
+static rk_store_rc finish(struct rk_store *st, const char *id, const char *owner, int release)
+{
+    struct mem_store *m = rkm_store(st);
+    pthread_mutex_lock(&m->mu);
+    rk_store_rc rc = finish_locked(m, id, owner, release);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}
+
 rk_store_rc rkm_cq_claim(struct rk_store *st, const struct rk_createq_claim *c,
                          struct rk_createq_item **items_out, size_t *n_out, size_t *requeued_out,
                          char *err, size_t errlen)
 {
     struct mem_store *m = rkm_store(st);
     pthread_mutex_lock(&m->mu);
+    for (size_t i = 0; i < c->n_done; i++) /* the owner's finished creates */
+        finish_locked(m, c->done[i], c->owner, 0);
     /* Expired claims go back to the queue with their enqueue time. */
     size_t requeued = 0;
     for (struct cq_ent *e = m->cq_claimed.head, *next; e; e = next) {
@@ -227,29 +260,6 @@ rk_store_rc rkm_cq_renew(struct rk_store *st, const char *owner, int64_t deadlin
     if (n_out)
         *n_out = n;
     return RK_STORE_OK;
-}
-
-/* Done (release 0) or released back to the queue (release 1). */
-static rk_store_rc finish(struct rk_store *st, const char *id, const char *owner, int release)
-{
-    struct mem_store *m = rkm_store(st);
-    rk_store_rc rc = RK_STORE_CONFLICT;
-    pthread_mutex_lock(&m->mu);
-    struct cq_ent *e = find(m, id);
-    if (e && e->claimed_until && strcmp(e->owner, owner) == 0) {
-        list_del(&m->cq_claimed, e);
-        if (release) {
-            e->claimed_until = 0;
-            e->owner[0] = '\0';
-            queue_insert(&m->cq_queued, e);
-        } else {
-            rkm_map_del(&m->cq_index, id);
-            free(e);
-        }
-        rc = RK_STORE_OK;
-    }
-    pthread_mutex_unlock(&m->mu);
-    return rc;
 }
 
 rk_store_rc rkm_cq_done(struct rk_store *st, const char *id, const char *owner, char *err,

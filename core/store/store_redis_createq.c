@@ -47,10 +47,20 @@ static const char lua_create_queued[] = RKR_LUA_CREATE_FN LUA_PUSH_FN
     "return push({KEYS[7], KEYS[8], KEYS[9], KEYS[10]}, {ARGV[1], ARGV[8], ARGV[9], ARGV[10]})\n";
 
 /* KEYS: createq, claimed, origin, holder; ARGV: owner, now ms, lease ms, want, concurrency,
- * rate, steal cutoff ms, "<p>createq:", "<p>sandbox:". Returns {requeued, id, enqueue ms,
- * retaken (0/1), record JSON or nil, id, ...}. */
+ * rate, steal cutoff ms, "<p>createq:", "<p>sandbox:", the owner's finished creates (ids, each
+ * followed by a NUL byte: ids are C strings). Their claims are dropped first (as lua_finish).
+ * Returns {requeued, id, enqueue ms, retaken (0/1), record JSON or nil, id, ...}. */
 static const char lua_claim[] =
     "local now = tonumber(ARGV[2])\n"
+    "local pre = ARGV[1] .. ' '\n"
+    "for id in string.gmatch(ARGV[10], '([^%z]+)%z') do\n"
+    "  local h = redis.call('HGET', KEYS[4], id)\n"
+    "  if h and string.sub(h, 1, #pre) == pre then\n"
+    "    redis.call('ZREM', KEYS[2], id)\n"
+    "    redis.call('HDEL', KEYS[4], id)\n"
+    "    redis.call('HDEL', ARGV[8] .. 'retaken', id)\n"
+    "  end\n"
+    "end\n"
     "local requeued = 0\n"
     "for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 256)) do\n"
     "  local h = redis.call('HGET', KEYS[4], id)\n"
@@ -249,11 +259,27 @@ rk_store_rc rkr_cq_claim(struct rk_store *st, const struct rk_createq_claim *cl,
     snprintf(conc, sizeof conc, "%d", cl->concurrency);
     snprintf(rate, sizeof rate, "%d", cl->rate);
     snprintf(cutoff, sizeof cutoff, "%lld", (long long)(cl->now_ms - cl->steal_after_ms));
+    /* The finished creates, each id followed by a NUL byte. */
+    size_t dlen = 0;
+    for (size_t i = 0; i < cl->n_done; i++)
+        dlen += strlen(cl->done[i]) + 1;
+    char *done = malloc(dlen + 1);
+    if (!done)
+        return rk_store_fail(err, errlen, "store: out of memory");
+    size_t at = 0;
+    for (size_t i = 0; i < cl->n_done; i++) {
+        size_t n = strlen(cl->done[i]) + 1;
+        memcpy(done + at, cl->done[i], n);
+        at += n;
+    }
+    done[at] = 0;
     struct cmd c;
     rkr_cmd_build(&c, "EVAL", lua_claim, "4", k.q, k.claimed, k.origin, k.holder, cl->owner, now,
-                  lease, want, conc, rate, cutoff, k.base, k.records, (const char *)NULL);
+                  lease, want, conc, rate, cutoff, k.base, k.records, done, (const char *)NULL);
+    c.lens[c.argc - 1] = dlen; /* binary: the NUL bytes are separators */
     redisReply *r = NULL;
     rk_store_rc rc = rkr_run(rs, &c, &r, err, errlen);
+    free(done);
     if (rc != RK_STORE_OK)
         return rc;
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||

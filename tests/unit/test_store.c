@@ -839,6 +839,72 @@ static void test_create_queue(void **state)
     assert_int_equal(c, 4);
 }
 
+/* A claim first drops the claims its owner finished (done list), in the same step: their places
+ * are free for the claim itself; an id the owner does not hold (queued, another's claim,
+ * unknown) is left as it is; an invalid id is refused. */
+static void test_create_queue_claim_drops_finished(void **state)
+{
+    struct tctx *tc = *state;
+    struct rk_store *st = tc->st;
+    char err[RK_STORE_ERRLEN];
+    int64_t t = 1700000000000LL;
+    const char *names[] = {"f1", "f2", "f3", "f4"};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(rk_createq_push(st, names[i], "a", t + i, 100, err, sizeof err),
+                         RK_STORE_OK);
+    struct rk_createq_claim c = {.owner = "a",
+                                 .now_ms = t + 10,
+                                 .lease_ms = 60000,
+                                 .want = 8,
+                                 .concurrency = 2,
+                                 .steal_after_ms = 2000};
+    struct rk_createq_item *items = NULL;
+    size_t n = 0;
+    assert_int_equal(rk_createq_claim(st, &c, &items, &n, NULL, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 2); /* f1, f2: the concurrency is full */
+    rk_createq_free_items(items, n);
+    /* f1 finished; f3 is queued, not claimed; "nobody" is unknown: only f1's place frees. */
+    const char *done[] = {"f1", "f3", "nobody"};
+    c.done = done;
+    c.n_done = 3;
+    assert_int_equal(rk_createq_claim(st, &c, &items, &n, NULL, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(items[0].id, "f3");
+    rk_createq_free_items(items, n);
+    int where = -1;
+    assert_int_equal(rk_createq_where(st, "f1", &where, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(where, 0); /* dropped */
+    assert_int_equal(rk_createq_where(st, "f2", &where, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(where, 2);
+    /* Another owner's done list does not drop a's claim of f2. */
+    const char *not_b[] = {"f2"};
+    c.owner = "b";
+    c.done = not_b;
+    c.n_done = 1;
+    c.now_ms = t + 5000;
+    assert_int_equal(rk_createq_claim(st, &c, &items, &n, NULL, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(rk_createq_where(st, "f2", &where, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(where, 2);
+    /* A claim that only drops (want 0). */
+    const char *a_done[] = {"f2", "f3"};
+    c.owner = "a";
+    c.done = a_done;
+    c.n_done = 2;
+    c.want = 0;
+    assert_int_equal(rk_createq_claim(st, &c, &items, &n, NULL, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    size_t q = 9, cl = 9;
+    assert_int_equal(rk_createq_depth(st, &q, &cl, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(q, 1); /* f4 */
+    assert_int_equal(cl, 0);
+    const char *bad[] = {""};
+    c.done = bad;
+    c.n_done = 1;
+    assert_int_equal(rk_createq_claim(st, &c, &items, &n, NULL, err, sizeof err), RK_STORE_ERROR);
+    assert_non_null(strstr(err, "invalid sandbox id"));
+}
+
 /* A new record and its queued create in one step: both stored; an active id changes nothing;
  * a full queue keeps the record (the caller fails it) and queues nothing. */
 static void test_create_queued_record(void **state)
@@ -2297,6 +2363,7 @@ int main(void)
         BOTH(test_view_touch),
         BOTH(test_lease),
         BOTH(test_create_queue),
+        BOTH(test_create_queue_claim_drops_finished),
         BOTH(test_create_queued_record),
         BOTH(test_view_many),
         BOTH(test_scan_many),
