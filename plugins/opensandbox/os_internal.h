@@ -374,7 +374,8 @@ struct os_lc_page {
     struct json_object *tree; /* parsed: the page */
     struct json_object *arr;  /* parsed: its items */
     size_t i, n;
-    int more; /* pagination.hasNextPage */
+    int more;         /* pagination.hasNextPage */
+    long total_pages; /* pagination.totalPages, 0 when not given */
 };
 /** Open the page body[0..len) (kept by the caller until os_lc_page_close); the items' rock ids
  *  are read from metadata[meta_key]. -1 when it is not a list page (no "items" array). */

@@ -101,9 +101,13 @@ static int page_scan(struct os_lc_page *pg, const char *body, size_t len)
         int pn = rku_json_scan_object(pag->p, pag->n, pm, PAGE_MEMBERS_MAX);
         const struct rku_json_span *v =
             pn < 0 ? NULL : rku_json_member_get(pm, (size_t)pn, "hasNextPage");
-        if (pn < 0 || (v && v->kind != RKU_JSON_BOOL))
+        const struct rku_json_span *tp =
+            pn < 0 ? NULL : rku_json_member_get(pm, (size_t)pn, "totalPages");
+        if (pn < 0 || (v && v->kind != RKU_JSON_BOOL) || (tp && tp->kind != RKU_JSON_INT))
             return -1; /* json-c converts other types its own way */
         pg->more = v && v->p[0] == 't';
+        int64_t total = tp ? rku_json_int(tp) : 0;
+        pg->total_pages = total > 0 && total <= 1000000 ? (long)total : 0;
     }
     pg->items = *items;
     pg->scanned = 1;
@@ -126,6 +130,10 @@ int os_lc_page_open(struct os_lc_page *pg, const char *body, size_t len, const c
     if (json_object_object_get_ex(o, "pagination", &pag) &&
         json_object_object_get_ex(pag, "hasNextPage", &v))
         pg->more = json_object_get_boolean(v);
+    if (json_object_object_get_ex(pag, "totalPages", &v) && json_object_is_type(v, json_type_int)) {
+        int64_t total = json_object_get_int64(v);
+        pg->total_pages = total > 0 && total <= 1000000 ? (long)total : 0;
+    }
     pg->tree = o;
     pg->arr = items;
     pg->n = json_object_array_length(items);

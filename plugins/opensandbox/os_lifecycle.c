@@ -501,12 +501,129 @@ static void held_free(struct held *hd)
     free(hd->v);
 }
 
+/** List pages of a pass in flight at once (the next ones requested while one is read). */
+#define OS_LIST_WINDOW 4
+
+struct list_window;
+
+/** One page of a list pass: its exchange and how it ended. */
+struct list_page {
+    struct os_xfer x; /* first: the completion finds its page from the exchange */
+    struct list_window *w;
+    rk_status s;
+    int started, done;
+};
+
+/** The pages of a pass in flight, by page number modulo OS_LIST_WINDOW. */
+struct list_window {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct list_page p[OS_LIST_WINDOW];
+};
+
+/** os_xfer_start's completion of a page (loop thread, or the caller's when the loop is gone). */
+static void list_page_done(struct os_xfer *x, rk_status s)
+{
+    struct list_page *lp = (struct list_page *)x;
+    struct list_window *w = lp->w;
+    pthread_mutex_lock(&w->mu);
+    lp->s = s;
+    lp->done = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/** Request page number page of the listing into its slot (its end reported to the window). */
+static void list_page_start(struct os_inst *inst, struct rk_call *call, struct list_window *w,
+                            int page)
+{
+    struct list_page *lp = &w->p[page % OS_LIST_WINDOW];
+    struct os_sb sb = {0};
+    os_sb_printf(&sb, "/sandboxes?page=%d&pageSize=200", page);
+    char *path = os_sb_take(&sb);
+    memset(&lp->x, 0, sizeof lp->x);
+    rk_status s = path ? os_lc_xfer(&lp->x, inst, call, "GET", path) : RK_E_NOMEM;
+    free(path);
+    lp->started = 1;
+    lp->done = 0;
+    lp->w = w;
+    if (s == RK_OK)
+        s = os_xfer_start(&lp->x, list_page_done);
+    if (s != RK_OK) { /* ended at once: no completion will come */
+        pthread_mutex_lock(&w->mu);
+        lp->s = s;
+        lp->done = 1;
+        pthread_mutex_unlock(&w->mu);
+    }
+}
+
+/** Wait for the page in slot lp to end. */
+static void list_page_wait(struct list_window *w, struct list_page *lp)
+{
+    pthread_mutex_lock(&w->mu);
+    while (!lp->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/** Report the sandboxes of one answered page (see os_lc_list); its pagination into *more and
+ *  *total_pages. */
+static rk_status list_page_read(struct os_inst *inst, struct rk_call *call, struct list_page *lp,
+                                struct held *held, rk_list_fn fn, void *ctx, int *more,
+                                long *total_pages)
+{
+    const struct rk_host *h = inst->host;
+    struct os_xfer *x = &lp->x;
+    rk_status rs = lp->s;
+    if (rs != RK_OK)
+        return os_lc_xfer_fail(inst, call, rs == RK_E_TOO_LARGE ? RK_E_UPSTREAM : rs, "list", "*",
+                               x);
+    if (x->status != 200)
+        return os_lc_http_fail(inst, call, RK_E_UPSTREAM, "list", "*", x);
+    struct os_lc_page pg;
+    if (os_lc_page_open(&pg, x->body, x->body_len, OS_META_ROCK_ID) != 0)
+        return h->set_error(call, RK_E_UPSTREAM,
+                            "opensandbox list failed: malformed list response");
+    struct os_lc_item it;
+    int got;
+    while ((got = os_lc_page_next(&pg, &it)) == 1) {
+        if (!it.id || !it.rock_id || !*it.rock_id)
+            continue; /* not created by rock-admin */
+        char *reason = os_lc_reason_text(it.reason, it.message);
+        struct rk_status_info info = {0};
+        int check = 0;
+        rs = fill_status(inst, call, it.state, reason, it.id, it.since, &check, &info);
+        free(reason);
+        if (rs != RK_OK)
+            break;
+        if (check) { /* not ready for commands until its execd answers */
+            inst->execd_check(inst, it.rock_id, it.id, it.since);
+            if (held_add(held, it.rock_id, it.id, it.since) == 0)
+                continue; /* reported after the last page */
+            info.state = RK_STATE_PENDING;
+        }
+        info.upstream_id = it.id;
+        fn(ctx, it.rock_id, &info);
+    }
+    *more = pg.more;
+    *total_pages = pg.total_pages;
+    os_lc_page_close(&pg);
+    if (got < 0)
+        rs = h->set_error(call, RK_E_NOMEM, "opensandbox list failed: out of memory");
+    return rs;
+}
+
 /**
  * ops.list: every sandbox this deployment created (those carrying the rock id in
  * metadata["rock_sandbox_id"], set at create), all pages of GET /sandboxes with
  * pageSize 200 (the maximum the server's list route accepts). RK_OK only after a
  * complete pass; a truncated pass (more than OS_RECONCILE_MAX_PAGES pages) is an error
- * so the reconciler never takes a partial list as "the others vanished". A sandbox that
+ * so the reconciler never takes a partial list as "the others vanished". The pages are read in
+ * order, and while one is read the next ones are already requested (up to OS_LIST_WINDOW in
+ * flight on the instance's loop; as many as the first page's pagination.totalPages says there
+ * are, and one after another when it says nothing): at 16,000 sandboxes a pass reads 80 pages,
+ * and one at a time each waited for the previous answer. A page beyond the end (the listing
+ * shrank meanwhile) is answered empty and ends the pass as hasNextPage false does. A sandbox that
  * turned Running recently and whose execd was not heard from yet has its readiness check queued
  * (os_ready.c) and is reported after the last page (held_report): running if its check answered
  * while the later pages were read (the checks run on the instance's loop meanwhile), pending
@@ -516,71 +633,50 @@ static void held_free(struct held *hd)
 rk_status os_lc_list(struct os_inst *inst, struct rk_call *call, rk_list_fn fn, void *ctx)
 {
     const struct rk_host *h = inst->host;
-    struct os_sb sb = {0};
     struct held held = {0};
+    struct list_window *w = calloc(1, sizeof *w);
+    if (!w)
+        return h->set_error(call, RK_E_NOMEM, "opensandbox list failed: out of memory");
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
     rk_status rs = RK_OK;
+    int next_start = 1, last_known = 1, complete = 0;
     for (int page = 1; page <= OS_RECONCILE_MAX_PAGES; page++) {
-        os_sb_printf(&sb, "/sandboxes?page=%d&pageSize=200", page);
-        char *path = os_sb_take(&sb);
-        struct os_xfer x;
-        rs = path ? os_lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
-        free(path);
-        if (rs == RK_OK)
-            rs = os_xfer_perform(&x);
-        if (rs != RK_OK) {
-            rs = os_lc_xfer_fail(inst, call, rs == RK_E_TOO_LARGE ? RK_E_UPSTREAM : rs, "list", "*",
-                                 &x);
-            os_xfer_cleanup(&x);
-            goto out;
-        }
-        if (x.status != 200) {
-            rs = os_lc_http_fail(inst, call, RK_E_UPSTREAM, "list", "*", &x);
-            os_xfer_cleanup(&x);
-            goto out;
-        }
-        struct os_lc_page pg;
-        if (os_lc_page_open(&pg, x.body, x.body_len, OS_META_ROCK_ID) != 0) {
-            os_xfer_cleanup(&x);
-            rs = h->set_error(call, RK_E_UPSTREAM,
-                              "opensandbox list failed: malformed list response");
-            goto out;
-        }
-        struct os_lc_item it;
-        int got;
-        while ((got = os_lc_page_next(&pg, &it)) == 1) {
-            if (!it.id || !it.rock_id || !*it.rock_id)
-                continue; /* not created by rock-admin */
-            char *reason = os_lc_reason_text(it.reason, it.message);
-            struct rk_status_info info = {0};
-            int check = 0;
-            rs = fill_status(inst, call, it.state, reason, it.id, it.since, &check, &info);
-            free(reason);
-            if (rs != RK_OK)
-                break;
-            if (check) { /* not ready for commands until its execd answers */
-                inst->execd_check(inst, it.rock_id, it.id, it.since);
-                if (held_add(&held, it.rock_id, it.id, it.since) == 0)
-                    continue; /* reported after the last page */
-                info.state = RK_STATE_PENDING;
-            }
-            info.upstream_id = it.id;
-            fn(ctx, it.rock_id, &info);
-        }
-        int more = pg.more;
-        os_lc_page_close(&pg);
-        os_xfer_cleanup(&x);
-        if (got < 0)
-            rs = h->set_error(call, RK_E_NOMEM, "opensandbox list failed: out of memory");
+        while (next_start <= last_known && next_start < page + OS_LIST_WINDOW &&
+               next_start <= OS_RECONCILE_MAX_PAGES)
+            list_page_start(inst, call, w, next_start++);
+        struct list_page *lp = &w->p[page % OS_LIST_WINDOW];
+        list_page_wait(w, lp);
+        int more = 0;
+        long total = 0;
+        rs = list_page_read(inst, call, lp, &held, fn, ctx, &more, &total);
+        os_xfer_cleanup(&lp->x);
+        lp->started = 0;
         if (rs != RK_OK)
-            goto out;
+            break;
         if (!more) {
-            held_report(inst, &held, fn, ctx);
-            goto out;
+            complete = 1;
+            break;
         }
+        if (total > last_known)
+            last_known = total < OS_RECONCILE_MAX_PAGES ? (int)total : OS_RECONCILE_MAX_PAGES;
+        if (last_known < page + 1)
+            last_known = page + 1; /* more, whatever the count said */
     }
-    rs = h->set_error(call, RK_E_UPSTREAM, "opensandbox list failed: more than %d pages",
-                      OS_RECONCILE_MAX_PAGES);
-out:
+    for (int i = 0; i < OS_LIST_WINDOW; i++) { /* pages requested beyond the end */
+        if (!w->p[i].started)
+            continue;
+        list_page_wait(w, &w->p[i]);
+        os_xfer_cleanup(&w->p[i].x);
+    }
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    if (complete)
+        held_report(inst, &held, fn, ctx);
+    else if (rs == RK_OK)
+        rs = h->set_error(call, RK_E_UPSTREAM, "opensandbox list failed: more than %d pages",
+                          OS_RECONCILE_MAX_PAGES);
     held_free(&held);
     return rs;
 }

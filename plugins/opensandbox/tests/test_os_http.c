@@ -80,6 +80,17 @@ static void handler(const struct fake_req *rq, struct fake_resp *r)
         r->stall_ms = 1500;
     } else if (strcmp(rq->method, "DELETE") == 0 && strcmp(t, "/proxy/44772/session/s1") == 0) {
         r->body = "{}";
+    } else if (strncmp(scenario, "pages", 5) == 0 && strncmp(t, "/v1/sandboxes?page=", 19) == 0) {
+        /* Five pages of one sandbox each: "pages-counted" says so (totalPages 5) but the listing
+         * shrank and page 3 is the last; "pages-uncounted" gives no count. */
+        int pg = atoi(t + 19);
+        int counted = strcmp(scenario, "pages-counted") == 0;
+        snprintf(buf, sizeof buf,
+                 "{\"items\":[{\"id\":\"osb-p%d\",\"metadata\":{\"rock_sandbox_id\":\"sbx-p%d\"},"
+                 "\"status\":{\"state\":\"Running\",\"lastTransitionAt\":"
+                 "\"2020-01-01T00:00:00.000Z\"}}],\"pagination\":{%s\"hasNextPage\":%s}}",
+                 pg, pg, counted ? "\"totalPages\":5," : "", pg < 3 ? "true" : "false");
+        r->body = pg <= 5 ? buf : "{\"items\":[],\"pagination\":{\"hasNextPage\":false}}";
     } else if (strcmp(t, "/v1/sandboxes?page=1&pageSize=200") == 0 ||
                strcmp(t, "/v1/sandboxes?page=2&pageSize=200") == 0) {
         /* A listing of two pages: osb-new turned Running a moment ago (its readiness is checked),
@@ -461,6 +472,48 @@ static void test_list_reports_checked_after_last_page(void **state)
     stop(inst);
 }
 
+/** The list pages requested of the fake server so far. */
+static int page_requests(void)
+{
+    int n = 0;
+    for (int i = 0; i < fake_count(); i++)
+        n += strncmp(fake_get(i)->target, "/v1/sandboxes?page=", 19) == 0;
+    return n;
+}
+
+/** list: the pages after the first are requested while the earlier ones are read (as many as
+ *  the first page counts, OS_LIST_WINDOW at a time), read in order, and the pass ends at the
+ *  page that says it is the last even when the count promised more; without a count the pages
+ *  are requested one after the other. */
+static void test_list_requests_pages_ahead(void **state)
+{
+    (void)state;
+    struct os_inst *inst = start("false");
+    scenario = "pages-counted";
+    nlisted = 0;
+    assert_int_equal(os_lc_list(inst, mock_call(), collect_listed, NULL), RK_OK);
+    assert_int_equal(nlisted, 3);
+    for (int i = 0; i < 3; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "sbx-p%d", i + 1);
+        assert_string_equal(listed[i].rock_id, want);
+        assert_int_equal(listed[i].state, RK_STATE_RUNNING);
+    }
+    /* Pages 4 and 5 were asked for before page 3 said it was the last. */
+    assert_int_equal(page_requests(), 5);
+    stop(inst);
+
+    inst = start("false");
+    scenario = "pages-uncounted";
+    nlisted = 0;
+    assert_int_equal(os_lc_list(inst, mock_call(), collect_listed, NULL), RK_OK);
+    assert_int_equal(nlisted, 3);
+    assert_string_equal(listed[2].rock_id, "sbx-p3");
+    assert_int_equal(page_requests(), 3);
+    scenario = "";
+    stop(inst);
+}
+
 /** What a list page's reader gave: its items as one text, and whether it was read in place. */
 static char *page_items(const char *body, size_t len, int *scanned, int *more)
 {
@@ -476,7 +529,7 @@ static char *page_items(const char *body, size_t len, int *scanned, int *more)
         os_sb_puts(&sb, "\n");
     }
     *scanned = pg.scanned;
-    *more = pg.more;
+    *more = pg.more | (int)(pg.total_pages << 1); /* both compared */
     os_lc_page_close(&pg);
     char *out = os_sb_take(&sb);
     return out ? out : strdup("");
@@ -530,7 +583,7 @@ static void test_list_page_in_place_same_as_parsed(void **state)
     char *items = page_items(page, strlen(page), &scanned, &more);
     assert_non_null(items);
     assert_int_equal(scanned, 1);
-    assert_int_equal(more, 1);
+    assert_int_equal(more, 1 | 2 << 1); /* hasNextPage, totalPages 2 */
     assert_string_equal(items, "osb-1|sbx-1|Running|Ready|up \"now\"\n|2026-12-07T10:00:00Z|\n"
                                "(null)|(null)|(null)|(null)|(null)|(null)|\n"
                                "(null)|(null)|(null)|(null)|(null)|(null)|\n"
@@ -600,6 +653,7 @@ int main(void)
         cmocka_unit_test(test_session_init_deadline),
         cmocka_unit_test(test_list_reports_checked_after_last_page),
         cmocka_unit_test(test_list_page_in_place_same_as_parsed),
+        cmocka_unit_test(test_list_requests_pages_ahead),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
