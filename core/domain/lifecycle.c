@@ -587,6 +587,11 @@ int rk_lifecycle_glance_needs(const struct rk_rec_glance *g, const struct rk_sta
         return 0;
     if (!info)
         return !(g->state == RK_STATE_PENDING && !g->upstream && rk_epoch_s() < g->create_deadline);
+    /* Listed while its record has no backend id yet: the create queue's while the create deadline
+     * runs, whatever the listing says (apply_backend_state's first rule for a listed sandbox).
+     * In a create burst these are thousands per pass, each read again for nothing. */
+    if (!g->upstream && info->upstream_id && rk_epoch_s() < g->create_deadline)
+        return 0;
     if (g->observed || info->failed || !g->upstream || !info->upstream_id ||
         strcmp(g->upstream, info->upstream_id) != 0)
         return 1;

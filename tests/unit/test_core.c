@@ -681,6 +681,46 @@ static void gate_expect(const struct gate_fx *fx, enum rk_op op, json_object *re
     json_object_put(rec);
 }
 
+/* The reconciler's glance says "nothing to do" only where rk_lifecycle_reconcile changes nothing:
+ * a listed sandbox whose record has no backend id yet is the create queue's while its create
+ * deadline runs (whatever the listing says), and is looked at once the deadline passed or when
+ * the listing gives no backend id. */
+static void test_glance_leaves_an_uncreated_listed_sandbox_to_the_queue(void **state)
+{
+    (void)state;
+    struct gate_fx fx;
+    gate_fx_init(&fx, 0);
+    const struct rk_status_info listed[] = {
+        {.state = RK_STATE_RUNNING, .upstream_id = "osb-1"},
+        {.state = RK_STATE_PENDING, .upstream_id = "osb-1"},
+        {.state = RK_STATE_STOPPED, .failed = 1, .reason = "boom", .upstream_id = "osb-1"},
+    };
+    for (size_t i = 0; i < sizeof listed / sizeof *listed; i++) {
+        json_object *rec = gate_rec("pending", "testop", NULL);
+        json_object_object_add(rec, "create_deadline", json_object_new_int64(rk_epoch_s() + 600));
+        struct rk_rec_glance g;
+        assert_int_equal(rk_lifecycle_glance(rec, "testop", &g), 0);
+        assert_true(g.present);
+        assert_null(g.upstream);
+        assert_int_equal(rk_lifecycle_glance_needs(&g, &listed[i]), 0);
+        char *before = strdup(json_object_to_json_string(rec));
+        struct rk_call *call = rk_call_new("glance-test", -1, 0);
+        assert_int_equal(rk_lifecycle_reconcile(&fx.app, call, &rec, &listed[i]), RK_OK);
+        assert_string_equal(json_object_to_json_string(rec), before); /* nothing changed */
+        rk_call_free(call);
+        free(before);
+        /* Past the create deadline, or listed without a backend id: looked at. */
+        g.create_deadline = rk_epoch_s() - 1;
+        assert_int_equal(rk_lifecycle_glance_needs(&g, &listed[i]), 1);
+        g.create_deadline = rk_epoch_s() + 600;
+        struct rk_status_info no_id = listed[i];
+        no_id.upstream_id = NULL;
+        assert_int_equal(rk_lifecycle_glance_needs(&g, &no_id), 1);
+        rk_lifecycle_glance_free(&g);
+        json_object_put(rec);
+    }
+}
+
 #define MISSING_TAG "Testop sandbox metadata is missing required backend"
 #define FOREIGN_TAG "Sandbox backend other conflicts with configured operator testop"
 #define NOT_RUNNING(s) "Sandbox sbx-1 is not running (state=" s ")"
@@ -1138,6 +1178,7 @@ int main(void)
         cmocka_unit_test(test_memory_normalize),
         cmocka_unit_test(test_status_object),
         cmocka_unit_test(test_gate_refusal_order),
+        cmocka_unit_test(test_glance_leaves_an_uncreated_listed_sandbox_to_the_queue),
         cmocka_unit_test(test_gate_dispatch_store),
         cmocka_unit_test(test_scheduler_cap_reserved),
         cmocka_unit_test(test_bytepipe_streams_bounded),
