@@ -365,10 +365,13 @@ rk_store_rc rk_createq_create(struct rk_store *st, const char *id, json_object *
 
 /** Claim the oldest eligible entries (see above). The claims owner holds of c->done[0..n_done)
  *  are dropped first, as rk_createq_done drops them (one owner no longer holds is left alone),
- *  in the same atomic step: a finished create's place is free for this very claim, and an admin
- *  saves a round trip per create. Expired claims are then put back in the queue, marked retaken
- *  until their create is done or cancelled; *requeued_out (may be NULL) receives how many.
- *  *items_out (free with rk_createq_free_items) receives *n_out items in enqueue order. */
+ *  in the same atomic step: an admin saves a round trip per create, and a finished create's place
+ *  is free for this very claim. While other owners have creates queued, an owner holds at most
+ *  its share of the concurrency (Redis; the concurrency divided by the owners holding claims, at
+ *  least two), so that no admin keeps the store-wide concurrency to itself. Expired claims are then
+ * put back in the queue, marked retaken until their create is done or cancelled; *requeued_out (may
+ * be NULL) receives how many. *items_out (free with rk_createq_free_items) receives *n_out items in
+ * enqueue order. */
 rk_store_rc rk_createq_claim(struct rk_store *st, const struct rk_createq_claim *c,
                              struct rk_createq_item **items_out, size_t *n_out,
                              size_t *requeued_out, char *err, size_t errlen);

@@ -176,7 +176,10 @@ rk_store_rc rkm_cq_claim(struct rk_store *st, const struct rk_createq_claim *c,
 {
     struct mem_store *m = rkm_store(st);
     pthread_mutex_lock(&m->mu);
-    for (size_t i = 0; i < c->n_done; i++) /* the owner's finished creates */
+    /* The owner's finished creates. Their places are free for this claim: one process uses this
+     * store, so there is no other admin to share the concurrency with (the Redis store caps an
+     * owner at its share while other owners have creates queued). */
+    for (size_t i = 0; i < c->n_done; i++)
         finish_locked(m, c->done[i], c->owner, 0);
     /* Expired claims go back to the queue with their enqueue time. */
     size_t requeued = 0;

@@ -49,6 +49,10 @@ static const char lua_create_queued[] = RKR_LUA_CREATE_FN LUA_PUSH_FN
 /* KEYS: createq, claimed, origin, holder; ARGV: owner, now ms, lease ms, want, concurrency,
  * rate, steal cutoff ms, "<p>createq:", "<p>sandbox:", the owner's finished creates (ids, each
  * followed by a NUL byte: ids are C strings). Their claims are dropped first (as lua_finish).
+ * While other owners have creates queued, an owner holds at most its share of the concurrency
+ * (divided by the owners holding claims, at least two): an admin that claims again as it
+ * finishes would otherwise keep the whole store-wide concurrency to itself, and the others'
+ * creates would wait for the steal delay.
  * Returns {requeued, id, enqueue ms, retaken (0/1), record JSON or nil, id, ...}. */
 static const char lua_claim[] =
     "local now = tonumber(ARGV[2])\n"
@@ -78,6 +82,18 @@ static const char lua_claim[] =
     "local out = {requeued}\n"
     "local n = tonumber(ARGV[4])\n"
     "local room = tonumber(ARGV[5]) - redis.call('ZCARD', KEYS[2])\n"
+    "if room > 0 and redis.call('ZCARD', KEYS[1]) >\n"
+    "    redis.call('ZCARD', ARGV[8] .. 'own:' .. ARGV[1]) then\n"
+    "  local mine, owners, seen_owner = 0, 1, {[ARGV[1]] = true}\n"
+    "  for _, h in ipairs(redis.call('HVALS', KEYS[4])) do\n"
+    "    local o = string.match(h, '^(.*) [^ ]*$') or h\n"
+    "    if o == ARGV[1] then mine = mine + 1\n"
+    "    elseif not seen_owner[o] then seen_owner[o] = true; owners = owners + 1 end\n"
+    "  end\n"
+    "  if owners < 2 then owners = 2 end\n"
+    "  local share = math.ceil(tonumber(ARGV[5]) / owners) - mine\n"
+    "  if share < room then room = share end\n"
+    "end\n"
     "if room < n then n = room end\n"
     "local rate = tonumber(ARGV[6])\n"
     "local rkey = ARGV[8] .. 'rate'\n"

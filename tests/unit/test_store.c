@@ -905,6 +905,53 @@ static void test_create_queue_claim_drops_finished(void **state)
     assert_non_null(strstr(err, "invalid sandbox id"));
 }
 
+/* Redis: while another admin has creates queued, an admin holds at most its share of the
+ * concurrency: the places it gives back beyond its share go to the other admin, instead of that
+ * one's creates waiting for the steal delay while the first keeps the whole concurrency. */
+static void test_redis_claim_leaves_given_back_places_to_others(void **state)
+{
+    struct tctx *tc = *state;
+    struct rk_store *st = tc->st;
+    char err[RK_STORE_ERRLEN], ids[8][32];
+    int64_t t = 1700000000000LL;
+    for (int i = 0; i < 6; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "a%d", i);
+        assert_int_equal(rk_createq_push(st, id, "a", t + i, 100, err, sizeof err), RK_STORE_OK);
+    }
+    /* Alone, a takes the whole concurrency (4). */
+    assert_int_equal(cq_claim(st, "a", t + 10, 8, 4, 0, 2000, ids, NULL), 4); /* a0..a3 */
+    assert_int_equal(rk_createq_push(st, "b0", "b", t + 20, 100, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(rk_createq_push(st, "b1", "b", t + 21, 100, err, sizeof err), RK_STORE_OK);
+    /* a finished a0 and a1 while b waits: a holds 2 = its share, so it claims nothing more. */
+    const char *done[] = {"a0", "a1"};
+    struct rk_createq_claim c = {.owner = "a",
+                                 .now_ms = t + 30,
+                                 .lease_ms = 60000,
+                                 .want = 8,
+                                 .concurrency = 4,
+                                 .steal_after_ms = 2000,
+                                 .done = done,
+                                 .n_done = 2};
+    struct rk_createq_item *items = NULL;
+    size_t n = 9;
+    assert_int_equal(rk_createq_claim(st, &c, &items, &n, NULL, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 0);
+    /* b's claim gets the two places. */
+    assert_int_equal(cq_claim(st, "b", t + 40, 8, 4, 0, 2000, ids, NULL), 2);
+    assert_string_equal(ids[0], "b0");
+    assert_string_equal(ids[1], "b1");
+    /* With nobody else waiting, a's given-back place is a's again at once. */
+    const char *done2[] = {"a2"};
+    c.done = done2;
+    c.n_done = 1;
+    c.now_ms = t + 50;
+    assert_int_equal(rk_createq_claim(st, &c, &items, &n, NULL, err, sizeof err), RK_STORE_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(items[0].id, "a4");
+    rk_createq_free_items(items, n);
+}
+
 /* A new record and its queued create in one step: both stored; an active id changes nothing;
  * a full queue keeps the record (the caller fails it) and queues nothing. */
 static void test_create_queued_record(void **state)
@@ -2385,6 +2432,7 @@ int main(void)
         REDIS_ONLY(test_redis_watch_retries),
         REDIS_ONLY(test_redis_update_many_conflict),
         REDIS_ONLY(test_redis_updates_written_together),
+        REDIS_ONLY(test_redis_claim_leaves_given_back_places_to_others),
         REDIS_ONLY(test_redis_outage_and_recovery),
         REDIS_ONLY(test_redis_password),
         REDIS_ONLY(test_redis_open_and_unreachable),
