@@ -646,6 +646,25 @@ static int running_if_plain(json_object *rec, void *arg)
     return apply_patch(rec, &p);
 }
 
+/* rk_store_check_fn: running_if_plain's first test on the record as the store found it (a
+ * record no longer pending under that backend id is left without a tree of it: in a burst most
+ * are, a state report or the reconciler having recorded them running first). */
+static int running_check(const struct rk_store_found *found, void *arg)
+{
+    struct running_ctx *c = arg;
+    struct rk_rec_src src = rk_src_tree(found->rec);
+    if (!found->rec && rk_src_text(&src, found->text, found->len, found->m, found->n, 0, 0) != 0)
+        return 0; /* a type the text readers leave to json-c: running_if_plain decides */
+    const char *up = rk_src_upstream_id(&src, c->tag);
+    const char *backend = rk_src_backend(&src);
+    int changed = rk_src_state(&src) != RK_STATE_PENDING || !backend ||
+                  strcmp(backend, c->tag) != 0 || !up || strcmp(up, c->upstream) != 0;
+    rk_src_release(&src);
+    if (changed)
+        c->seen = RK_RUNNING_CHANGED;
+    return changed;
+}
+
 void rk_lifecycle_running_many(struct rk_app *app, const char *const *ids,
                                const char *const *upstreams, size_t n, enum rk_running_outcome *out)
 {
@@ -662,8 +681,8 @@ void rk_lifecycle_running_many(struct rk_app *app, const char *const *ids,
         ctxs[i] = &cs[i];
     }
     if (ok)
-        ok = rk_store_update_many(app->store, ids, n, running_if_plain, ctxs, rcs, err,
-                                  sizeof err) == RK_STORE_OK;
+        ok = rk_store_update_many(app->store, ids, n, running_check, running_if_plain, ctxs, rcs,
+                                  err, sizeof err) == RK_STORE_OK;
     for (size_t i = 0; i < n; i++) {
         rk_store_rc rc = ok ? rcs[i] : RK_STORE_ERROR;
         if (rc == RK_STORE_OK) {

@@ -118,13 +118,21 @@ typedef int (*rk_store_update_fn)(json_object *rec, void *ctx);
 rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update_fn fn, void *ctx,
                             json_object **out, char *err, size_t errlen);
 
+struct rk_store_found;
+/** A look at a stored record before an update parses it (rk_store_update_many): return 1 to
+ *  leave it as it is (RK_STORE_ABORTED, fn is not called), 0 to go on. It sees the record as
+ *  the store found it: with Redis its text scanned in place (the json-c tree an update builds was
+ *  most of what an update that changes nothing cost), a tree otherwise (found->expire_time is
+ *  not given). A record it cannot look at goes to fn, which decides as ever. */
+typedef int (*rk_store_check_fn)(const struct rk_store_found *found, void *ctx);
+
 /** rk_store_update of the records ids[0..n), with fn and ctxs[i] for each, their outcomes in
- *  rcs[i]. The Redis store reads them in one round trip and writes them in one more (records
- *  changed meanwhile are updated again one by one). RK_STORE_OK, or RK_STORE_ERROR when none
- *  could be tried (every rcs[i] says so then). */
+ *  rcs[i]; check (NULL: none) looks at each record first. The Redis store reads them in one
+ *  round trip and writes them in one more (records changed meanwhile are updated again one by
+ *  one). RK_STORE_OK, or RK_STORE_ERROR when none could be tried (every rcs[i] says so then). */
 rk_store_rc rk_store_update_many(struct rk_store *st, const char *const *ids, size_t n,
-                                 rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs,
-                                 char *err, size_t errlen);
+                                 rk_store_check_fn check, rk_store_update_fn fn, void *const *ctxs,
+                                 rk_store_rc *rcs, char *err, size_t errlen);
 
 /** Ids of active records (pending or running). *ids_out is a malloc'd array
  *  of malloc'd strings; free with rk_store_free_ids. */

@@ -242,10 +242,26 @@ rk_store_rc rk_store_update(struct rk_store *st, const char *id, rk_store_update
     return counted(st, st->ops->update(st, id, fn, ctx, out, err, errlen));
 }
 
+/* A check and an update as one rk_store_update_fn (stores without update_many). */
+struct checked_update {
+    rk_store_check_fn check;
+    rk_store_update_fn fn;
+    void *ctx;
+};
+
+static int checked_update(json_object *rec, void *arg)
+{
+    const struct checked_update *cu = arg;
+    struct rk_store_found found = {.rec = rec};
+    if (cu->check(&found, cu->ctx) == 1)
+        return 1;
+    return cu->fn(rec, cu->ctx);
+}
+
 /* Read-modify-write several records. */
 rk_store_rc rk_store_update_many(struct rk_store *st, const char *const *ids, size_t n,
-                                 rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs,
-                                 char *err, size_t errlen)
+                                 rk_store_check_fn look, rk_store_update_fn fn, void *const *ctxs,
+                                 rk_store_rc *rcs, char *err, size_t errlen)
 {
     err_reset(err, errlen);
     rk_store_rc rc = check(st, fn != NULL && (n == 0 || (ids && ctxs && rcs)), err, errlen, NULL);
@@ -259,11 +275,14 @@ rk_store_rc rk_store_update_many(struct rk_store *st, const char *const *ids, si
     if (n == 0)
         return RK_STORE_OK;
     if (!st->ops->update_many) {
-        for (size_t i = 0; i < n; i++)
-            rcs[i] = rk_store_update(st, ids[i], fn, ctxs[i], NULL, err, errlen);
+        for (size_t i = 0; i < n; i++) {
+            struct checked_update cu = {look, fn, ctxs[i]};
+            rcs[i] = look ? rk_store_update(st, ids[i], checked_update, &cu, NULL, err, errlen)
+                          : rk_store_update(st, ids[i], fn, ctxs[i], NULL, err, errlen);
+        }
         return RK_STORE_OK;
     }
-    return counted(st, st->ops->update_many(st, ids, n, fn, ctxs, rcs, err, errlen));
+    return counted(st, st->ops->update_many(st, ids, n, look, fn, ctxs, rcs, err, errlen));
 }
 
 /* List active ids. */

@@ -32,7 +32,8 @@ typedef rk_store_rc rk_store_update_op_fn(struct rk_store *st, const char *id,
                                           rk_store_update_fn fn, void *ctx, json_object **out,
                                           char *err, size_t errlen);
 typedef rk_store_rc rk_store_update_many_op_fn(struct rk_store *st, const char *const *ids,
-                                               size_t n, rk_store_update_fn fn, void *const *ctxs,
+                                               size_t n, rk_store_check_fn check,
+                                               rk_store_update_fn fn, void *const *ctxs,
                                                rk_store_rc *rcs, char *err, size_t errlen);
 typedef rk_store_rc rk_store_list_active_fn(struct rk_store *st, char ***ids_out, size_t *n_out,
                                             char *err, size_t errlen);

@@ -92,7 +92,7 @@ static void write_batch(struct redis_store *rs, struct rkr_group_entry **b, size
         ids[i] = b[i]->id;
         ctxs[i] = b[i];
     }
-    rkr_update_batch(&rs->base, ids, n, entry_update, ctxs, rcs, errs, err, sizeof err);
+    rkr_update_batch(&rs->base, ids, n, NULL, entry_update, ctxs, rcs, errs, err, sizeof err);
     for (size_t i = 0; i < n; i++) {
         b[i]->rc = rcs[i];
         if (rcs[i] != RK_STORE_OK)

@@ -226,8 +226,9 @@ rk_store_rc rkr_update_one(struct rk_store *st, const char *id, rk_store_update_
                            json_object **out, char *err, size_t errlen);
 /** rkr_update_many, with each update's own failure text in errs[i] when errs is given. */
 rk_store_rc rkr_update_batch(struct rk_store *st, const char *const *ids, size_t n,
-                             rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs,
-                             char (*errs)[RK_STORE_ERRLEN], char *err, size_t errlen);
+                             rk_store_check_fn check, rk_store_update_fn fn, void *const *ctxs,
+                             rk_store_rc *rcs, char (*errs)[RK_STORE_ERRLEN], char *err,
+                             size_t errlen);
 
 /* ---- store_redis_group.c: single updates written together ---- */
 

@@ -358,17 +358,33 @@ static void read_cmds(struct redis_store *rs, struct prepared *p, const char *id
     rkr_cmd_build(&rd[2], "ZSCORE", p->zkey, id, (const char *)NULL);
 }
 
+/* 1 when check leaves the record of reply r as it is (looked at as its text, scanned). */
+static int checked_out(const redisReply *r, rk_store_check_fn check, void *ctx)
+{
+    if (r->type != REDIS_REPLY_STRING)
+        return 0;
+    struct rku_json_member m[SCAN_MEMBERS_MAX];
+    int nm = rku_json_scan_object(r->str, r->len, m, SCAN_MEMBERS_MAX);
+    if (nm < 0)
+        return 0; /* a text the scanner does not read: fn decides on the tree */
+    struct rk_store_found found = {.text = r->str, .len = r->len, .m = m, .n = (size_t)nm};
+    return check(&found, ctx) == 1;
+}
+
 /* Apply fn to the record the replies rr[0..3) of read_cmds found, and prepare its write in p.
  * Frees the replies. 0: a write is prepared (p->rec holds the record); else *rc says why not
  * (RK_STORE_NOT_FOUND, RK_STORE_ABORTED, RK_STORE_ERROR). */
 static int prepare(struct redis_store *rs, struct prepared *p, const char *id, redisReply **rr,
-                   rk_store_update_fn fn, void *ctx, rk_store_rc *rc, char *err, size_t errlen)
+                   rk_store_check_fn check, rk_store_update_fn fn, void *ctx, rk_store_rc *rc,
+                   char *err, size_t errlen)
 {
     json_object *rec = NULL;
     *rc = RK_STORE_OK;
     for (int i = 0; i < 3; i++)
         if (rr[i]->type == REDIS_REPLY_ERROR && *rc == RK_STORE_OK)
             *rc = rkr_reply_fail(rr[i], err, errlen);
+    if (*rc == RK_STORE_OK && check && checked_out(rr[1], check, ctx))
+        *rc = RK_STORE_ABORTED; /* left as it is, without a tree of it */
     if (*rc == RK_STORE_OK)
         *rc = rkr_record_from(rr[1], NULL, &rec, id, err, errlen);
     p->score[0] = 0;
@@ -497,7 +513,7 @@ static int update_attempt(struct rop *op, const char *id, rk_store_update_fn fn,
     *rc = rkr_op_pipeline(op, rd, 3, rr, err, errlen);
     if (*rc != RK_STORE_OK)
         return 0;
-    if (prepare(op->rs, &p, id, rr, fn, ctx, rc, err, errlen) != 0) {
+    if (prepare(op->rs, &p, id, rr, NULL, fn, ctx, rc, err, errlen) != 0) {
         unwatch(op);
         return 0;
     }
@@ -545,8 +561,9 @@ rk_store_rc rkr_update_one(struct rk_store *st, const char *id, rk_store_update_
  * and each of those updates is done again on its own (rkr_update_one). errs, when given, gets
  * each update's own failure text; else they share err. */
 rk_store_rc rkr_update_batch(struct rk_store *st, const char *const *ids, size_t n,
-                             rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs,
-                             char (*errs)[RK_STORE_ERRLEN], char *err, size_t errlen)
+                             rk_store_check_fn check, rk_store_update_fn fn, void *const *ctxs,
+                             rk_store_rc *rcs, char (*errs)[RK_STORE_ERRLEN], char *err,
+                             size_t errlen)
 {
     struct redis_store *rs = rkr_store(st);
     struct prepared *p = calloc(n, sizeof *p);
@@ -568,8 +585,8 @@ rk_store_rc rkr_update_batch(struct rk_store *st, const char *const *ids, size_t
         goto out;
     size_t writes = 0;
     for (size_t i = 0; i < n; i++)
-        if (prepare(rs, &p[i], ids[i], &rr[3 * i], fn, ctxs[i], &rcs[i], errs ? errs[i] : err,
-                    errs ? RK_STORE_ERRLEN : errlen) == 0)
+        if (prepare(rs, &p[i], ids[i], &rr[3 * i], check, fn, ctxs[i], &rcs[i],
+                    errs ? errs[i] : err, errs ? RK_STORE_ERRLEN : errlen) == 0)
             writes++;
     if (!writes) {
         unwatch(&op);
@@ -611,10 +628,10 @@ out:
 }
 
 rk_store_rc rkr_update_many(struct rk_store *st, const char *const *ids, size_t n,
-                            rk_store_update_fn fn, void *const *ctxs, rk_store_rc *rcs, char *err,
-                            size_t errlen)
+                            rk_store_check_fn check, rk_store_update_fn fn, void *const *ctxs,
+                            rk_store_rc *rcs, char *err, size_t errlen)
 {
-    return rkr_update_batch(st, ids, n, fn, ctxs, rcs, NULL, err, errlen);
+    return rkr_update_batch(st, ids, n, check, fn, ctxs, rcs, NULL, err, errlen);
 }
 
 /* Set the idle deadline only for ids in the active set (one Lua script). */
