@@ -494,7 +494,7 @@ static void test_list_requests_pages_ahead(void **state)
     assert_int_equal(os_lc_list(inst, mock_call(), collect_listed, NULL), RK_OK);
     assert_int_equal(nlisted, 3);
     for (int i = 0; i < 3; i++) {
-        char want[16];
+        char want[32];
         snprintf(want, sizeof want, "sbx-p%d", i + 1);
         assert_string_equal(listed[i].rock_id, want);
         assert_int_equal(listed[i].state, RK_STATE_RUNNING);
