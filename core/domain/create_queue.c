@@ -146,7 +146,8 @@ static int done_add_locked(const char *id)
 static size_t done_take_locked(char **out, size_t max)
 {
     size_t n = q.n_done < max ? q.n_done : max;
-    memcpy(out, q.done + q.n_done - n, n * sizeof *out);
+    if (n) /* q.done is NULL until the first finished create */
+        memcpy(out, q.done + q.n_done - n, n * sizeof *out);
     q.n_done -= n;
     return n;
 }
