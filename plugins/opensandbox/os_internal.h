@@ -451,6 +451,12 @@ rk_status os_proxy_mark_credentials(struct os_inst *inst, struct rk_call *call,
 /* Lifecycle (os_lifecycle.c)                                                */
 /* ------------------------------------------------------------------------ */
 
+/** Add to a create or restore body (root) what every sandbox of this deployment is created
+ *  with: its resource limits, the ROCK metadata labels (the ROCK id the lookups filter on), its
+ *  lifetime (the idle timeout plus opensandbox.renew_margin when lifetimes are renewed, else
+ *  opensandbox.sandbox_timeout) and secureAccess false. Returns the lifetime asked, s (0: none). */
+int64_t os_lc_add_sandbox_fields(const struct os_inst *inst, const struct rk_create_spec *spec,
+                                 struct json_object *root);
 /** ops.create: POST /sandboxes, adopting what a lost reply created. */
 rk_status os_lc_create(struct os_inst *inst, struct rk_call *call,
                        const struct rk_create_spec *spec, struct rk_created *out);

@@ -144,11 +144,7 @@ static size_t found_pick(const struct lc_found *f, size_t n)
 /** DELETE one sandbox; 404 counts as success. */
 static rk_status lc_kill(struct os_inst *inst, struct rk_call *call, const char *osid)
 {
-    char *enc = os_escape(osid);
-    struct os_sb sb = {0};
-    os_sb_printf(&sb, "/sandboxes/%s", enc ? enc : "");
-    free(enc);
-    char *path = os_sb_take(&sb);
+    char *path = os_sbx_path(osid, "");
     struct os_xfer x;
     rk_status s = path ? os_lc_xfer(&x, inst, call, "DELETE", path) : RK_E_NOMEM;
     free(path);
@@ -163,18 +159,9 @@ static rk_status lc_kill(struct os_inst *inst, struct rk_call *call, const char 
     return s;
 }
 
-/** Build the create request body; NULL on OOM. */
-static char *create_body(struct os_inst *inst, const struct rk_create_spec *spec, const char *image)
+int64_t os_lc_add_sandbox_fields(const struct os_inst *inst, const struct rk_create_spec *spec,
+                                 json_object *root)
 {
-    json_object *root = json_object_new_object();
-    json_object *img = json_object_new_object();
-    json_object_object_add(img, "uri", json_object_new_string(image));
-    json_object_object_add(root, "image", img);
-    json_object *ep = json_object_new_array();
-    json_object_array_add(ep, json_object_new_string("tail"));
-    json_object_array_add(ep, json_object_new_string("-f"));
-    json_object_array_add(ep, json_object_new_string("/dev/null"));
-    json_object_object_add(root, "entrypoint", ep);
     json_object *res = json_object_new_object();
     char *cpu = os_format_cpu(spec->cpus, spec->limit_cpus);
     char *mem = (spec->memory && *spec->memory) ? os_mem_to_k8s(spec->memory) : NULL;
@@ -185,14 +172,6 @@ static char *create_body(struct os_inst *inst, const struct rk_create_spec *spec
     free(cpu);
     free(mem);
     json_object_object_add(root, "resourceLimits", res);
-    if (spec->env_len) {
-        json_object *env = json_object_new_object();
-        for (size_t i = 0; i < spec->env_len; i++)
-            json_object_object_add(
-                env, spec->env[i].key,
-                json_object_new_string(spec->env[i].value ? spec->env[i].value : ""));
-        json_object_object_add(root, "env", env);
-    }
     json_object *md = json_object_new_object();
 #define MD_OR_DEFAULT(v) ((v) && *(v) ? (v) : "default")
     json_object_object_add(md, OS_META_ROCK_ID,
@@ -210,6 +189,30 @@ static char *create_body(struct os_inst *inst, const struct rk_create_spec *spec
     if (timeout > 0)
         json_object_object_add(root, "timeout", json_object_new_int64(timeout));
     json_object_object_add(root, "secureAccess", json_object_new_boolean(0));
+    return timeout > 0 ? timeout : 0;
+}
+
+/** Build the create request body; NULL on OOM. */
+static char *create_body(struct os_inst *inst, const struct rk_create_spec *spec, const char *image)
+{
+    json_object *root = json_object_new_object();
+    json_object *img = json_object_new_object();
+    json_object_object_add(img, "uri", json_object_new_string(image));
+    json_object_object_add(root, "image", img);
+    json_object *ep = json_object_new_array();
+    json_object_array_add(ep, json_object_new_string("tail"));
+    json_object_array_add(ep, json_object_new_string("-f"));
+    json_object_array_add(ep, json_object_new_string("/dev/null"));
+    json_object_object_add(root, "entrypoint", ep);
+    if (spec->env_len) {
+        json_object *env = json_object_new_object();
+        for (size_t i = 0; i < spec->env_len; i++)
+            json_object_object_add(
+                env, spec->env[i].key,
+                json_object_new_string(spec->env[i].value ? spec->env[i].value : ""));
+        json_object_object_add(root, "env", env);
+    }
+    os_lc_add_sandbox_fields(inst, spec, root);
     const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
                                                              JSON_C_TO_STRING_NOSLASHESCAPE);
     char *r = s ? strdup(s) : NULL;
@@ -390,11 +393,7 @@ rk_status os_lc_status(struct os_inst *inst, struct rk_call *call, const struct 
         return s;
     }
     const char *osid = ref->upstream_id;
-    char *enc = os_escape(osid);
-    struct os_sb sb = {0};
-    os_sb_printf(&sb, "/sandboxes/%s", enc ? enc : "");
-    free(enc);
-    char *path = os_sb_take(&sb);
+    char *path = os_sbx_path(osid, "");
     struct os_xfer x;
     rk_status s = path ? os_lc_xfer(&x, inst, call, "GET", path) : RK_E_NOMEM;
     free(path);

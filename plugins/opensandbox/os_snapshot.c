@@ -156,33 +156,7 @@ rk_status os_restore_snapshot(struct os_inst *inst, struct rk_call *call,
     const struct rk_host *h = inst->host;
     json_object *root = json_object_new_object();
     json_object_object_add(root, "snapshotId", json_object_new_string(snapshot_id));
-    json_object *res = json_object_new_object();
-    char *cpu = os_format_cpu(spec->cpus, spec->limit_cpus);
-    char *mem = (spec->memory && *spec->memory) ? os_mem_to_k8s(spec->memory) : NULL;
-    if (cpu)
-        json_object_object_add(res, "cpu", json_object_new_string(cpu));
-    if (mem && *mem)
-        json_object_object_add(res, "memory", json_object_new_string(mem));
-    free(cpu);
-    free(mem);
-    json_object_object_add(root, "resourceLimits", res);
-    json_object *md = json_object_new_object();
-#define MD_OR_DEFAULT(v) ((v) && *(v) ? (v) : "default")
-    json_object_object_add(md, "rock_sandbox_id",
-                           json_object_new_string(spec->sandbox_id ? spec->sandbox_id : ""));
-    json_object_object_add(md, "user_id", json_object_new_string(MD_OR_DEFAULT(spec->user_id)));
-    json_object_object_add(md, "experiment_id",
-                           json_object_new_string(MD_OR_DEFAULT(spec->experiment_id)));
-    json_object_object_add(md, "namespace",
-                           json_object_new_string(MD_OR_DEFAULT(spec->namespace_name)));
-#undef MD_OR_DEFAULT
-    json_object_object_add(root, "metadata", md);
-    int64_t timeout = inst->sandbox_timeout_s;
-    if (inst->renew_margin_s > 0 && spec->idle_timeout_s > 0)
-        timeout = spec->idle_timeout_s + inst->renew_margin_s;
-    if (timeout > 0)
-        json_object_object_add(root, "timeout", json_object_new_int64(timeout));
-    json_object_object_add(root, "secureAccess", json_object_new_boolean(0));
+    int64_t timeout = os_lc_add_sandbox_fields(inst, spec, root);
     const char *body = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
                                                                 JSON_C_TO_STRING_NOSLASHESCAPE);
     struct os_xfer x;

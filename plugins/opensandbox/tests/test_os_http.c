@@ -208,6 +208,64 @@ static void test_create_body(void **state)
     stop(inst);
 }
 
+/** A member of a request body as compact JSON ("" when absent), copied into out. */
+static const char *jmember(json_object *o, const char *key, char *out, size_t outlen)
+{
+    json_object *v = NULL;
+    out[0] = '\0';
+    if (json_object_object_get_ex(o, key, &v))
+        snprintf(out, outlen, "%s",
+                 json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
+                                                       JSON_C_TO_STRING_NOSLASHESCAPE));
+    return out;
+}
+
+/** restore_snapshot: the sandbox is made from the snapshot with exactly what a create of the same
+ *  spec asks for (resources, the ROCK metadata the lookups filter on, lifetime, secureAccess),
+ *  and without the create's image, entrypoint and env. */
+static void test_restore_body_same_as_create(void **state)
+{
+    (void)state;
+    void *inst = start("false");
+    struct rk_kv env[] = {{"WORKSPACE", "/workspace"}};
+    struct rk_create_spec spec = {.sandbox_id = "sbx-3",
+                                  .image = "python:3.11",
+                                  .cpus = 1.5,
+                                  .limit_cpus = 3,
+                                  .memory = "512m",
+                                  .env = env,
+                                  .env_len = 1,
+                                  .user_id = "u7",
+                                  .experiment_id = "exp",
+                                  .namespace_name = "ns"};
+    struct rk_created out = {0};
+    assert_int_equal(os_lc_create(inst, mock_call(), &spec, &out), RK_OK);
+    assert_int_equal(os_restore_snapshot(inst, mock_call(), &spec, "snap-1", &out), RK_OK);
+    assert_string_equal(out.upstream_id, "osb-1");
+    assert_int_equal(fake_count(), 2);
+    json_object *c = json_tokener_parse(fake_get(0)->body);
+    json_object *r = json_tokener_parse(fake_get(1)->body);
+    assert_non_null(c);
+    assert_non_null(r);
+    const char *same[] = {"resourceLimits", "metadata", "timeout", "secureAccess"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        char a[512], b[512];
+        assert_string_not_equal(jmember(c, same[i], a, sizeof a), "");
+        assert_string_equal(jmember(r, same[i], b, sizeof b), a);
+    }
+    char v[512];
+    assert_string_equal(jmember(r, "snapshotId", v, sizeof v), "\"snap-1\"");
+    assert_string_equal(jmember(r, "image", v, sizeof v), "");
+    assert_string_equal(jmember(r, "entrypoint", v, sizeof v), "");
+    assert_string_equal(jmember(r, "env", v, sizeof v), "");
+    assert_string_equal(jmember(c, "metadata", v, sizeof v),
+                        "{\"rock_sandbox_id\":\"sbx-3\",\"user_id\":\"u7\",\"experiment_id\":"
+                        "\"exp\",\"namespace\":\"ns\"}");
+    json_object_put(c);
+    json_object_put(r);
+    stop(inst);
+}
+
 /** create: a lost reply is resolved by listing metadata rock_sandbox_id. */
 static void test_create_lost_reply(void **state)
 {
@@ -643,6 +701,7 @@ int main(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_body),
+        cmocka_unit_test(test_restore_body_same_as_create),
         cmocka_unit_test(test_create_lost_reply),
         cmocka_unit_test(test_lookup_escapes_crafted_id),
         cmocka_unit_test(test_status),
