@@ -478,14 +478,8 @@ static rk_status exec_run(struct os_inst *inst, struct rk_call *call,
         json_object_object_add(root, "cwd", json_object_new_string(req->cwd));
     if (req->timeout_ms > 0)
         json_object_object_add(root, "timeout", json_object_new_int64(req->timeout_ms));
-    if (req->env_len) {
-        json_object *env = json_object_new_object();
-        for (size_t i = 0; i < req->env_len; i++)
-            json_object_object_add(
-                env, req->env[i].key,
-                json_object_new_string(req->env[i].value ? req->env[i].value : ""));
-        json_object_object_add(root, "envs", env);
-    }
+    if (req->env_len)
+        json_object_object_add(root, "envs", os_env_object(req->env, req->env_len));
     const char *js = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
                                                               JSON_C_TO_STRING_NOSLASHESCAPE);
     struct os_run_opts o = {.op = "execute",

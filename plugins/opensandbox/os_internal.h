@@ -93,6 +93,8 @@ void os_sb_free(struct os_sb *sb);
 
 char *os_mem_to_k8s(const char *mem);
 char *os_format_cpu(double cpus, double limit_cpus);
+/** The environment kv[0..n) as a JSON object of strings (a missing value as ""). */
+struct json_object *os_env_object(const struct rk_kv *kv, size_t n);
 char *os_qualify_image(const char *image, const char *prefix);
 enum rk_state os_map_state(const char *state, int *failed);
 char *os_shell_quote(const char *s);

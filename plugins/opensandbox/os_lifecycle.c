@@ -204,14 +204,8 @@ static char *create_body(struct os_inst *inst, const struct rk_create_spec *spec
     json_object_array_add(ep, json_object_new_string("-f"));
     json_object_array_add(ep, json_object_new_string("/dev/null"));
     json_object_object_add(root, "entrypoint", ep);
-    if (spec->env_len) {
-        json_object *env = json_object_new_object();
-        for (size_t i = 0; i < spec->env_len; i++)
-            json_object_object_add(
-                env, spec->env[i].key,
-                json_object_new_string(spec->env[i].value ? spec->env[i].value : ""));
-        json_object_object_add(root, "env", env);
-    }
+    if (spec->env_len)
+        json_object_object_add(root, "env", os_env_object(spec->env, spec->env_len));
     os_lc_add_sandbox_fields(inst, spec, root);
     const char *s = json_object_to_json_string_ext(root, JSON_C_TO_STRING_PLAIN |
                                                              JSON_C_TO_STRING_NOSLASHESCAPE);

@@ -152,6 +152,16 @@ char *os_py_float(double x)
     return strdup(buf);
 }
 
+/** The environment kv[0..n) as a JSON object of strings (a missing value as ""). */
+json_object *os_env_object(const struct rk_kv *kv, size_t n)
+{
+    json_object *env = json_object_new_object();
+    for (size_t i = 0; env && i < n; i++)
+        json_object_object_add(env, kv[i].key,
+                               json_object_new_string(kv[i].value ? kv[i].value : ""));
+    return env;
+}
+
 /** CPU value for OpenSandbox: `limit_cpus or cpus`, "4" for integral values else repr. */
 char *os_format_cpu(double cpus, double limit_cpus)
 {
