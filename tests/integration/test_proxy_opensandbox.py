@@ -661,8 +661,12 @@ def test_websocket_through_the_server_proxy():
     assert paths[-1] == "/sandboxes/%s/proxy/%d/bye" % (osid, port), paths
 
     # no fallback to the direct endpoint: when the simulator's proxy route fails, the handshake
-    # fails (rock-admin's 1011 carrying the simulator's 503) and no relay is opened
-    n = len(sim_ws_relays(sim, osid, port))
+    # fails (rock-admin's 1011 carrying the simulator's 503) and no relay is opened (counted once
+    # the simulator has logged the end of the "bye" relay, which it does after the client saw it)
+    def relays_ended():
+        rs = sim_ws_relays(sim, osid, port)
+        return rs if sum(r[2] == "open" for r in rs) == sum(r[2] == "closed" for r in rs) else None
+    n = len(wait_until(relays_ended, 10, 0.05, "the simulator's relays logged closed"))
     st, _ = sim.request("POST", "/_sim/faults", {"execd_status": 503, "status_count": 1})
     assert st in (200, 204), st
     res = ws_client(client, "close", "%s/port/%d/fault" % (base, port))
