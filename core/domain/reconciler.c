@@ -272,15 +272,56 @@ struct settled {
 static struct settled *rc_settled; /* sorted by id */
 static size_t rc_nsettled;
 static unsigned rc_pass_no;
+/* Pending records with a backend id that the last complete pass did not see listed (sorted ids,
+ * reconciler thread only): the next pass asks about those it misses again (see missed_before). */
+static char **rc_missed;
+static size_t rc_nmissed;
 /* For /metrics (read by the scraping thread). */
-static _Atomic unsigned long long rc_passes_total, rc_read_total;
+static _Atomic unsigned long long rc_passes_total, rc_read_total, rc_unlisted_deferred;
 /* confirm_unlisted's answers: the sandbox exists, is gone, or the backend did not say. */
 static _Atomic unsigned long long rc_unlisted_exists, rc_unlisted_gone, rc_unlisted_failed;
 static _Atomic size_t rc_remembered;
 
-/* Forget every settled record (a pass did not complete, or the lease moved). */
+/* qsort/bsearch order of an array of ids. */
+static int by_id_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Forget the pending records the last pass missed (taking over the list of the next pass, or
+ * dropping it: a pass did not complete, or the lease moved). */
+static void missed_set(char **ids, size_t n)
+{
+    rk_store_free_ids(rc_missed, rc_nmissed);
+    rc_missed = ids;
+    rc_nmissed = n;
+    if (n)
+        qsort(rc_missed, rc_nmissed, sizeof *rc_missed, by_id_str);
+}
+
+/* Note that this pass missed pending record id, in *list (room for max ids, allocated at the
+ * first); 1, or 0 out of memory (then it is asked about at once). */
+static int missed_add(char ***list, size_t *n, size_t max, const char *id)
+{
+    if (!*list && !(*list = calloc(max, sizeof **list)))
+        return 0;
+    if (*n == max || !((*list)[*n] = strdup(id)))
+        return 0;
+    (*n)++;
+    return 1;
+}
+
+/* 1 when the last complete pass missed pending record id too. */
+static int missed_before(const char *id)
+{
+    return rc_nmissed && bsearch(&id, rc_missed, rc_nmissed, sizeof *rc_missed, by_id_str);
+}
+
+/* Forget every settled record (a pass did not complete, or the lease moved), and the pending
+ * records the last pass missed. */
 static void settled_clear(void)
 {
+    missed_set(NULL, 0);
     for (size_t i = 0; i < rc_nsettled; i++) {
         free(rc_settled[i].id);
         free(rc_settled[i].upstream);
@@ -366,6 +407,13 @@ static void metrics_collect(void *arg, struct rk_buf *out)
     rk_metrics_family(out, "rock_admin_reconciler_unlisted_checks_total", "counter",
                       "Active sandboxes a complete listing did not show, asked about with a status "
                       "call, by answer (exists: it had moved between list pages).");
+    rk_metrics_family(
+        out, "rock_admin_reconciler_unlisted_deferred_total", "counter",
+        "Pending sandboxes with a backend id that a complete listing did not show, left "
+        "to the next pass instead of asked about (a sandbox created during the listing "
+        "can move an older one past the pages read).");
+    rk_buf_printf(out, "rock_admin_reconciler_unlisted_deferred_total %llu\n",
+                  (unsigned long long)rc_unlisted_deferred);
     rk_buf_printf(out,
                   "rock_admin_reconciler_unlisted_checks_total{result=\"exists\"} %llu\n"
                   "rock_admin_reconciler_unlisted_checks_total{result=\"gone\"} %llu\n"
@@ -466,7 +514,13 @@ static void snapshot_free(struct snapshot *sn, size_t n)
  * sees one sandbox that exists. The plugin's status() answers for that one sandbox: RK_OK with
  * *info filled (it exists: applied as if listed), RK_E_NOT_FOUND (gone), anything else (the
  * backend did not say: the record is left as it is to the next pass). A record whose create
- * waits in the queue or runs is not asked about: the pass changes nothing for it. */
+ * waits in the queue or runs is not asked about: the pass changes nothing for it. A pending
+ * record with a backend id is asked about only when the previous complete pass missed it too:
+ * the server lists newest first, several pages are requested at once, and when a later page is
+ * served before an earlier one, the sandboxes created in between push older ones past the
+ * boundary of the two. In a create burst that hid about a hundred sandboxes a run, each asked
+ * about on the pass's thread, at the peak a second or two of the pass; one that really vanished
+ * while pending is recorded a pass later. */
 static rk_status confirm_unlisted(struct rk_app *app, struct rk_call *call, const char *id,
                                   const struct rk_rec_glance *g, struct rk_status_info *info)
 {
@@ -713,6 +767,8 @@ int rk_reconciler_run_once(struct rk_app *app)
     if (call)
         RK_UPSTREAM(st, pl, list, call, collect, &l);
     int changed = -1;
+    char **next_missed = NULL; /* what this pass misses (see missed_before) */
+    size_t n_next_missed = 0;
     if (st != RK_OK || l.oom) {
         const char *why = l.oom  ? "out of memory"
                           : call ? rk_call_error_text(call)
@@ -740,6 +796,10 @@ int rk_reconciler_run_once(struct rk_app *app)
             rb.e[rb.n++] = e;
             if (rb.n == RUNNING_BATCH)
                 changed += flush_running(app, call, &rb, ids, &sn, acted);
+        } else if (!e && sn.g[i].state == RK_STATE_PENDING && sn.g[i].upstream &&
+                   !missed_before(ids[i]) && missed_add(&next_missed, &n_next_missed, n, ids[i])) {
+            acted[i] = 1; /* read again next pass */
+            rc_unlisted_deferred++;
         } else {
             changed += apply_one(app, call, ids[i], &sn.g[i], &sn.kept[i], e, &acted[i]);
         }
@@ -753,10 +813,14 @@ int rk_reconciler_run_once(struct rk_app *app)
         settled_clear();
         goto out;
     }
-    if (i == n)
+    if (i == n) {
         settled_keep(ids, n, sn.g, acted);
-    else
+        missed_set(next_missed, n_next_missed);
+        next_missed = NULL;
+        n_next_missed = 0;
+    } else {
         settled_clear(); /* stopping */
+    }
     put_mark(app, MARK_DONE, NULL);
     rc_passes_total++;
     rk_debug("reconciler: pass over %zu records (%zu read, %zu remembered settled), %zu listed, "
@@ -765,6 +829,7 @@ int rk_reconciler_run_once(struct rk_app *app)
              (long long)(t_read - t0), (long long)(t_list - t_read),
              (long long)(rk_now_ms() - t_list));
 out:
+    rk_store_free_ids(next_missed, n_next_missed);
     listing_free(&l);
     if (call)
         rk_call_free(call);
